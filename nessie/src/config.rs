@@ -1,0 +1,443 @@
+//! Configuration shared by every store and every process of a cluster.
+//!
+//! `Config` is plain data (serde): a TOML file holds the same keys as the
+//! struct, durations in milliseconds. [`Config::validate`] rejects every value
+//! that would make the store misbehave, with a message naming the field.
+
+use crate::layout::{self, ite};
+use crate::Error;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Value capacity of the smallest size class, in bytes.
+pub const MIN_CLASS_BYTES: usize = 256;
+/// Value capacity of the largest size class there can be, in bytes (1 GiB).
+pub const MAX_VALUE_SIZE: usize = 1 << 30;
+
+/// Switches for each optimisation of the Nessie paper, so that the harness
+/// can reproduce the paper's breakdown. All on by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Optimizations {
+    /// Filter bits in ITEs: skip DTE reads of entries whose bits differ.
+    pub filter: bool,
+    /// LRU cache of remote DTEs keyed by ITE value.
+    pub cache: bool,
+    /// Readers of an in-progress entry return its `prev` version.
+    pub prev_versions: bool,
+    /// Read header, key and value of a DTE in one READ when it fits.
+    pub multi_read: bool,
+    /// Read all candidate ITEs in one batch (off: one READ at a time).
+    pub batched_reads: bool,
+}
+
+impl Default for Optimizations {
+    fn default() -> Self {
+        Optimizations {
+            filter: true,
+            cache: true,
+            prev_versions: true,
+            multi_read: true,
+            batched_reads: true,
+        }
+    }
+}
+
+impl Optimizations {
+    /// Every switch off: the paper's unoptimised protocol.
+    #[must_use]
+    pub fn none() -> Self {
+        Optimizations {
+            filter: false,
+            cache: false,
+            prev_versions: false,
+            multi_read: false,
+            batched_reads: false,
+        }
+    }
+}
+
+/// Which fabric backend carries the verbs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
+pub enum FabricConfig {
+    /// All nodes in one process.
+    #[default]
+    Local,
+    /// One process per node on one host; regions are files in `dir`
+    /// (default `/dev/shm/nessie-<cluster>`).
+    Shm {
+        /// Directory of region files.
+        #[serde(default)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Configuration of a cluster. Every process of a cluster must use the same
+/// values (region sizes are checked when peers attach).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Name of the cluster; region files and headers carry it.
+    pub cluster: String,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// ITEs per node.
+    pub index_slots_per_node: usize,
+    /// Cuckoo hash functions (candidate slots per key).
+    pub hashes: usize,
+    /// Filter bits per ITE (at most 8).
+    pub filter_bits: u32,
+    /// Largest key, bytes.
+    pub key_size_max: usize,
+    /// Largest value, bytes (the largest size class fits it).
+    pub value_size_max: usize,
+    /// Memory of all data tables of a node, bytes.
+    pub data_bytes_per_node: usize,
+    /// DTE expiry period.
+    #[serde(with = "millis")]
+    pub expiry: Duration,
+    /// Per-operation deadline.
+    #[serde(with = "millis")]
+    pub op_timeout: Duration,
+    /// Largest clock difference between nodes the protocol tolerates.
+    #[serde(with = "millis")]
+    pub max_clock_skew: Duration,
+    /// LRU capacity per client.
+    pub cache_entries: usize,
+    /// Recursive MIGRATE limit.
+    pub max_migrate_depth: usize,
+    /// Optimisation switches.
+    pub optimizations: Optimizations,
+    /// Fabric backend.
+    pub fabric: FabricConfig,
+    /// How long a starting node waits for its peers' regions.
+    #[serde(with = "millis")]
+    pub attach_timeout: Duration,
+    /// Server worker threads per node (server-driven and hybrid baselines).
+    pub server_workers: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cluster: "nessie".to_owned(),
+            nodes: 3,
+            index_slots_per_node: 1 << 20,
+            hashes: 3,
+            filter_bits: 8,
+            key_size_max: 128,
+            value_size_max: 128 << 10,
+            data_bytes_per_node: 256 << 20,
+            expiry: Duration::from_secs(1),
+            op_timeout: Duration::from_millis(500),
+            max_clock_skew: Duration::from_millis(10),
+            cache_entries: 4096,
+            max_migrate_depth: 4,
+            optimizations: Optimizations::default(),
+            fabric: FabricConfig::Local,
+            attach_timeout: Duration::from_secs(30),
+            server_workers: 1,
+        }
+    }
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+fn bad(msg: String) -> Error {
+    Error::Config(msg)
+}
+
+impl Config {
+    /// Parses a TOML document (unknown keys are errors) and validates it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the offending key or value.
+    pub fn from_toml(text: &str) -> Result<Config, Error> {
+        let config: Config = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a TOML file.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the file cannot be read or is invalid.
+    pub fn from_file(path: &Path) -> Result<Config, Error> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config(m) => bad(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// The configuration as TOML.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if serialisation fails (it does not for valid values).
+    pub fn to_toml(&self) -> Result<String, Error> {
+        toml::to_string(self).map_err(|e| bad(e.to_string()))
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`Error::Config`] with a message naming the first bad field.
+    pub fn validate(&self) -> Result<(), Error> {
+        let zero = |name: &str, v: usize| {
+            if v == 0 {
+                Err(bad(format!("{name} must be greater than 0")))
+            } else {
+                Ok(())
+            }
+        };
+        zero("nodes", self.nodes)?;
+        zero("index_slots_per_node", self.index_slots_per_node)?;
+        zero("hashes", self.hashes)?;
+        zero("key_size_max", self.key_size_max)?;
+        zero("value_size_max", self.value_size_max)?;
+        zero("data_bytes_per_node", self.data_bytes_per_node)?;
+        zero("cache_entries", self.cache_entries)?;
+        zero("server_workers", self.server_workers)?;
+        if self.cluster.is_empty() {
+            return Err(bad("cluster must not be empty".into()));
+        }
+        if self.nodes > ite::MAX_NODES {
+            return Err(bad(format!(
+                "nodes = {} exceeds the {} nodes an index entry can address",
+                self.nodes,
+                ite::MAX_NODES
+            )));
+        }
+        if self.hashes > 16 {
+            return Err(bad(format!("hashes = {} is more than 16", self.hashes)));
+        }
+        if self.filter_bits > ite::FILTER_BITS {
+            return Err(bad(format!(
+                "filter_bits = {} exceeds the {} filter bits of an index entry",
+                self.filter_bits,
+                ite::FILTER_BITS
+            )));
+        }
+        if self.key_size_max > layout::dte::MAX_KEY_LEN {
+            return Err(bad(format!(
+                "key_size_max = {} exceeds {} bytes",
+                self.key_size_max,
+                layout::dte::MAX_KEY_LEN
+            )));
+        }
+        if self.index_slots_per_node.checked_mul(self.nodes).is_none()
+            || (self.index_slots_per_node as u64) > (1 << 40)
+        {
+            return Err(bad("index_slots_per_node is too large".into()));
+        }
+        if self.expiry.is_zero() || self.op_timeout.is_zero() {
+            return Err(bad("expiry and op_timeout must be greater than 0".into()));
+        }
+        if self.op_timeout >= self.expiry {
+            return Err(bad(format!(
+                "op_timeout ({:?}) must be shorter than expiry ({:?})",
+                self.op_timeout, self.expiry
+            )));
+        }
+        if self.op_timeout + self.max_clock_skew * 2 >= self.expiry {
+            return Err(bad(format!(
+                "op_timeout + 2 x max_clock_skew ({:?}) must be shorter than expiry ({:?})",
+                self.op_timeout + self.max_clock_skew * 2,
+                self.expiry
+            )));
+        }
+        if self.value_size_max > MAX_VALUE_SIZE {
+            return Err(bad(format!(
+                "value_size_max = {} is above the largest size class ({MAX_VALUE_SIZE} bytes)",
+                self.value_size_max
+            )));
+        }
+        let classes = self.size_classes();
+        if classes.len() > ite::MAX_CLASSES {
+            return Err(bad(format!(
+                "{} size classes exceed the {} an index entry can address",
+                classes.len(),
+                ite::MAX_CLASSES
+            )));
+        }
+        for (class, &bytes) in classes.iter().enumerate() {
+            let slots = self.class_slots(class);
+            if slots == 0 {
+                return Err(bad(format!(
+                    "data_bytes_per_node = {} leaves no slot for size class {} ({} bytes)",
+                    self.data_bytes_per_node, class, bytes
+                )));
+            }
+            if slots as u64 > ite::MAX_SLOTS {
+                return Err(bad(format!(
+                    "size class {class} has {slots} slots, more than an index entry can address"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Value capacities of the size classes: powers of two from
+    /// [`MIN_CLASS_BYTES`] up to `value_size_max` rounded up to a power of
+    /// two. A slot of a class holds a DTE header, a key of up to
+    /// `key_size_max` bytes and a value of up to the class's capacity, so a
+    /// 16 KiB value takes a 16 KiB class, not a 32 KiB one.
+    #[must_use]
+    pub fn size_classes(&self) -> Vec<usize> {
+        let top = self
+            .value_size_max
+            .max(1)
+            .next_power_of_two()
+            .max(MIN_CLASS_BYTES);
+        std::iter::successors(Some(MIN_CLASS_BYTES), |&c| (c < top).then_some(c * 2)).collect()
+    }
+
+    /// Bytes of one slot of size class `class` (a whole number of words).
+    #[must_use]
+    pub fn class_slot_bytes(&self, class: usize) -> usize {
+        self.size_classes()
+            .get(class)
+            .map_or(0, |&cap| layout::dte::entry_bytes(self.key_size_max, cap))
+    }
+
+    /// The smallest size class whose capacity holds `value_len` bytes.
+    #[must_use]
+    pub fn class_for(&self, value_len: usize) -> Option<usize> {
+        self.size_classes().iter().position(|&cap| cap >= value_len)
+    }
+
+    /// Slots of size class `class` on each node.
+    ///
+    /// Policy: every class gets an equal share of `data_bytes_per_node`, so
+    /// large classes have few slots and small ones many. An equal byte share
+    /// keeps every class usable whatever the workload's value sizes and needs
+    /// no knowledge of the workload; a workload of one value size leaves the
+    /// other classes' memory idle, which is the price of that. Memory is
+    /// touched only when used, so generous settings cost address space only.
+    #[must_use]
+    pub fn class_slots(&self, class: usize) -> usize {
+        let classes = self.size_classes().len();
+        let share = self.data_bytes_per_node / classes;
+        match self.class_slot_bytes(class) {
+            0 => 0,
+            bytes => share / bytes,
+        }
+    }
+
+    /// Directory of the shared-memory region files.
+    #[must_use]
+    pub fn shm_dir(&self) -> PathBuf {
+        match &self.fabric {
+            FabricConfig::Shm { dir: Some(dir) } => dir.clone(),
+            _ => PathBuf::from(format!("/dev/shm/nessie-{}", self.cluster)),
+        }
+    }
+
+    /// A 64-bit identity of the cluster, derived from its name.
+    #[must_use]
+    pub fn cluster_id(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(self.cluster.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(c: &Config) -> String {
+        match c.validate() {
+            Err(Error::Config(m)) => m,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn default_is_valid_and_round_trips_through_toml() {
+        let c = Config::default();
+        c.validate().unwrap();
+        let text = c.to_toml().unwrap();
+        assert_eq!(Config::from_toml(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn toml_uses_milliseconds_and_names() {
+        let c = Config::from_toml(
+            "nodes = 5\nexpiry = 2000\nop_timeout = 300\n[optimizations]\ncache = false\n[fabric]\nkind = \"shm\"\ndir = \"/tmp/x\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.nodes, 5);
+        assert_eq!(c.expiry, Duration::from_secs(2));
+        assert!(!c.optimizations.cache && c.optimizations.filter);
+        assert_eq!(c.shm_dir(), PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        type Mutation = Box<dyn Fn(&mut Config)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|c| c.nodes = 0), "nodes"),
+            (
+                Box::new(|c| c.index_slots_per_node = 0),
+                "index_slots_per_node",
+            ),
+            (Box::new(|c| c.hashes = 0), "hashes"),
+            (Box::new(|c| c.key_size_max = 0), "key_size_max"),
+            (Box::new(|c| c.value_size_max = 0), "value_size_max"),
+            (
+                Box::new(|c| c.data_bytes_per_node = 0),
+                "data_bytes_per_node",
+            ),
+            (Box::new(|c| c.nodes = 5000), "nodes"),
+            (Box::new(|c| c.filter_bits = 9), "filter_bits"),
+            (Box::new(|c| c.op_timeout = c.expiry), "op_timeout"),
+            (
+                Box::new(|c| c.value_size_max = (1 << 30) + 1),
+                "value_size_max",
+            ),
+            (
+                Box::new(|c| c.data_bytes_per_node = 4096),
+                "data_bytes_per_node",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut c = Config::default();
+            mutate(&mut c);
+            let m = msg(&c);
+            assert!(m.contains(field), "message {m:?} should name {field}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = Config::from_toml("nodes = 3\nnoeds = 4\n").unwrap_err();
+        assert!(e.to_string().contains("noeds"), "{e}");
+    }
+
+    #[test]
+    fn size_classes_are_powers_of_two_up_to_the_largest_value() {
+        let c = Config::default();
+        let classes = c.size_classes();
+        assert_eq!(classes[0], 256);
+        assert!(classes.windows(2).all(|w| w[1] == 2 * w[0]));
+        assert_eq!(*classes.last().unwrap(), 128 << 10);
+        assert_eq!(c.class_for(16 << 10), Some(6));
+        assert_eq!(c.class_for(16 << 10 | 1), Some(7));
+        assert_eq!(c.class_for(0), Some(0));
+        assert_eq!(c.class_for(c.value_size_max + 1), None);
+        assert_eq!(c.class_slot_bytes(0), 56 + 128 + 256);
+    }
+}

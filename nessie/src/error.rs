@@ -1,0 +1,43 @@
+//! The error type of the store.
+
+use crate::fabric::FabricError;
+
+/// Why an operation failed. Every variant leaves the store unchanged unless
+/// it says otherwise.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is empty.
+    #[error("key is empty")]
+    EmptyKey,
+    /// The key is longer than `key_size_max`.
+    #[error("key is longer than key_size_max")]
+    KeyTooLarge,
+    /// The value is longer than `value_size_max`.
+    #[error("value is longer than value_size_max")]
+    ValueTooLarge,
+    /// No candidate slot of the key could be freed within
+    /// `max_migrate_depth` recursive MIGRATEs.
+    #[error("index full: no candidate slot of the key could be freed within max_migrate_depth")]
+    IndexFull,
+    /// The node's data table of the value's size class had no free slot
+    /// before the operation's deadline.
+    #[error("data table full: no free slot of the value's size class before the deadline")]
+    DataTableFull,
+    /// The operation's deadline (`op_timeout`) passed. Its outcome is
+    /// unknown: it may or may not have taken effect.
+    #[error("operation timed out after op_timeout; its outcome is unknown")]
+    Timeout,
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A verb failed.
+    #[error("fabric: {0}")]
+    Fabric(#[from] FabricError),
+    /// An entry failed its checksum on every retry.
+    #[error("corrupt entry: {0}")]
+    Corrupt(String),
+    /// The store cannot run here (e.g. a background thread failed to start).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,210 @@
+//! A client's handle on the fabric: issues verbs and counts them.
+
+use super::{Fabric, FabricError, NodeId, RemoteAddr, Verb};
+use serde::{Deserialize, Serialize};
+use std::ops::{Add, AddAssign, Sub};
+use std::sync::Arc;
+
+/// Counts of the verbs one client issued. Deterministic for a given sequence
+/// of operations, so tests assert on them and the harness plots them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbCounts {
+    /// READ verbs.
+    pub reads: u64,
+    /// WRITE verbs.
+    pub writes: u64,
+    /// CAS verbs.
+    pub cas: u64,
+    /// Bytes moved by READs.
+    pub read_bytes: u64,
+    /// Bytes moved by WRITEs.
+    pub write_bytes: u64,
+    /// Round trips: single verbs and batches each count one.
+    pub round_trips: u64,
+    /// Verbs whose target was the client's own node.
+    pub local: u64,
+    /// Verbs whose target was another node.
+    pub remote: u64,
+    /// Bytes moved (READ and WRITE) to or from other nodes.
+    pub remote_bytes: u64,
+}
+
+impl VerbCounts {
+    /// READs, WRITEs and CASes together.
+    #[must_use]
+    pub fn verbs(&self) -> u64 {
+        self.reads + self.writes + self.cas
+    }
+
+    /// Bytes moved by READs and WRITEs together.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.read_bytes + self.write_bytes
+    }
+}
+
+macro_rules! field_wise {
+    ($trait:ident, $method:ident, $op:tt) => {
+        impl $trait for VerbCounts {
+            type Output = VerbCounts;
+            fn $method(self, o: VerbCounts) -> VerbCounts {
+                VerbCounts {
+                    reads: self.reads $op o.reads,
+                    writes: self.writes $op o.writes,
+                    cas: self.cas $op o.cas,
+                    read_bytes: self.read_bytes $op o.read_bytes,
+                    write_bytes: self.write_bytes $op o.write_bytes,
+                    round_trips: self.round_trips $op o.round_trips,
+                    local: self.local $op o.local,
+                    remote: self.remote $op o.remote,
+                    remote_bytes: self.remote_bytes $op o.remote_bytes,
+                }
+            }
+        }
+    };
+}
+field_wise!(Add, add, +);
+field_wise!(Sub, sub, -);
+
+impl AddAssign for VerbCounts {
+    fn add_assign(&mut self, o: VerbCounts) {
+        *self = *self + o;
+    }
+}
+
+/// One client's access to the fabric from node `node`: issues verbs and
+/// counts them. One per client thread; not shared.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    fabric: Arc<dyn Fabric>,
+    node: NodeId,
+    counts: VerbCounts,
+}
+
+impl Endpoint {
+    /// An endpoint for a client running on `node`.
+    #[must_use]
+    pub fn new(fabric: Arc<dyn Fabric>, node: NodeId) -> Endpoint {
+        Endpoint {
+            fabric,
+            node,
+            counts: VerbCounts::default(),
+        }
+    }
+
+    /// The node this endpoint's client runs on.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The fabric underneath.
+    #[must_use]
+    pub fn fabric(&self) -> &Arc<dyn Fabric> {
+        &self.fabric
+    }
+
+    /// Verbs issued so far.
+    #[must_use]
+    pub fn counts(&self) -> VerbCounts {
+        self.counts
+    }
+
+    fn count(&mut self, addr: RemoteAddr, read: u64, written: u64, cas: bool) {
+        let c = &mut self.counts;
+        if cas {
+            c.cas += 1;
+        } else if read > 0 {
+            c.reads += 1;
+        } else {
+            c.writes += 1;
+        }
+        c.read_bytes += read;
+        c.write_bytes += written;
+        if addr.node == self.node {
+            c.local += 1;
+        } else {
+            c.remote += 1;
+            c.remote_bytes += read + written;
+        }
+    }
+
+    fn count_verb(&mut self, verb: &Verb<'_>) {
+        match verb {
+            Verb::Read { addr, buf } => self.count(*addr, buf.len() as u64, 0, false),
+            Verb::Write { addr, data } => self.count(*addr, 0, data.len() as u64, false),
+            Verb::Cas { addr, .. } => self.count(*addr, 0, 0, true),
+        }
+    }
+
+    /// READ (one round trip).
+    ///
+    /// # Errors
+    /// As [`Fabric::read`].
+    pub fn read(&mut self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.count(addr, buf.len() as u64, 0, false);
+        self.counts.round_trips += 1;
+        self.fabric.read(addr, buf)
+    }
+
+    /// READ of one little-endian word.
+    ///
+    /// # Errors
+    /// As [`Fabric::read`].
+    pub fn read_word(&mut self, addr: RemoteAddr) -> Result<u64, FabricError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// WRITE (one round trip).
+    ///
+    /// # Errors
+    /// As [`Fabric::write`].
+    pub fn write(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.count(addr, 0, data.len() as u64, false);
+        self.counts.round_trips += 1;
+        self.fabric.write(addr, data)
+    }
+
+    /// CAS (one round trip); returns the old value.
+    ///
+    /// # Errors
+    /// As [`Fabric::cas`].
+    pub fn cas(&mut self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.count(addr, 0, 0, true);
+        self.counts.round_trips += 1;
+        self.fabric.cas(addr, expected, new)
+    }
+
+    /// Posts a batch (one round trip, however many verbs).
+    ///
+    /// # Errors
+    /// As [`Fabric::post`].
+    pub fn post(&mut self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for verb in batch.iter() {
+            self.count_verb(verb);
+        }
+        self.counts.round_trips += 1;
+        if let [single] = batch {
+            // One verb: use the single-verb path (cheaper on every backend).
+            return match single {
+                Verb::Read { addr, buf } => self.fabric.read(*addr, buf),
+                Verb::Write { addr, data } => self.fabric.write(*addr, data),
+                Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                    old,
+                } => {
+                    *old = self.fabric.cas(*addr, *expected, *new)?;
+                    Ok(())
+                }
+            };
+        }
+        self.fabric.post(batch)
+    }
+}

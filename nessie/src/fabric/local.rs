@@ -1,0 +1,158 @@
+//! The in-process backend: every node's regions are heap memory of this
+//! process. Used by unit tests, the deterministic simulator and
+//! [`crate::Cluster::local`].
+
+use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
+use super::RegionSpec;
+use crate::layout::WORD;
+
+/// All nodes of a cluster in one address space.
+#[derive(Debug)]
+pub struct LocalFabric {
+    map: MemoryMap,
+    // Owned allocations; `map` points into them.
+    allocations: Vec<*mut [u64]>,
+}
+
+// SAFETY: the raw allocations are only freed in `Drop` and otherwise accessed
+// through `map`, whose accesses are atomic.
+unsafe impl Send for LocalFabric {}
+// SAFETY: as above.
+unsafe impl Sync for LocalFabric {}
+
+impl LocalFabric {
+    /// A fabric of `nodes` nodes, each registering every region of `regions`
+    /// as zeroed memory (allocated lazily by the OS).
+    ///
+    /// # Panics
+    /// If a region length is not a multiple of 8 (a caller bug).
+    #[must_use]
+    pub fn new(nodes: usize, regions: &[RegionSpec]) -> LocalFabric {
+        let mut map = MemoryMap::new(nodes);
+        let mut allocations = Vec::new();
+        for node in 0..nodes {
+            for spec in regions {
+                assert_eq!(
+                    spec.len % WORD as u64,
+                    0,
+                    "region length must be whole words"
+                );
+                let words = (spec.len / WORD as u64) as usize;
+                let raw = Box::into_raw(vec![0u64; words].into_boxed_slice());
+                allocations.push(raw);
+                // SAFETY: `raw` is a live, u64-aligned allocation of `words`
+                // words, freed only in `Drop` after `map` is gone, and only
+                // accessed through `map`'s atomics.
+                let memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
+                map.insert(node, spec.id, memory);
+            }
+        }
+        LocalFabric { map, allocations }
+    }
+}
+
+impl Drop for LocalFabric {
+    fn drop(&mut self) {
+        self.map = MemoryMap::default();
+        for raw in self.allocations.drain(..) {
+            // SAFETY: `raw` came from `Box::into_raw` in `new` and is freed
+            // exactly once; no RegionMemory points at it any more.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+    }
+}
+
+impl_fabric_for_memory_map!(LocalFabric);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{Fabric, FabricError, RegionId, RemoteAddr, Verb};
+
+    fn fabric() -> LocalFabric {
+        LocalFabric::new(
+            2,
+            &[
+                RegionSpec {
+                    id: RegionId::INDEX,
+                    len: 64,
+                },
+                RegionSpec {
+                    id: RegionId::data(0),
+                    len: 4096,
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn read_write_cas_round_trip() {
+        let f = fabric();
+        let a = RemoteAddr::new(1, RegionId::data(0), 64);
+        let data: Vec<u8> = (0..128u8).collect();
+        f.write(a, &data).unwrap();
+        let mut back = vec![0u8; 128];
+        f.read(a, &mut back).unwrap();
+        assert_eq!(back, data);
+        let w = RemoteAddr::new(0, RegionId::INDEX, 8);
+        assert_eq!(f.cas(w, 0, 5).unwrap(), 0);
+        assert_eq!(
+            f.cas(w, 0, 6).unwrap(),
+            5,
+            "failed CAS returns the current value"
+        );
+        let mut word = [0u8; 8];
+        f.read(w, &mut word).unwrap();
+        assert_eq!(u64::from_le_bytes(word), 5);
+    }
+
+    #[test]
+    fn bad_verbs_are_refused() {
+        let f = fabric();
+        let mut buf = [0u8; 16];
+        assert!(matches!(
+            f.read(RemoteAddr::new(0, RegionId::INDEX, 56), &mut buf),
+            Err(FabricError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            f.read(RemoteAddr::new(0, RegionId::INDEX, 4), &mut buf),
+            Err(FabricError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            f.cas(RemoteAddr::new(2, RegionId::INDEX, 0), 0, 1),
+            Err(FabricError::UnknownNode { .. })
+        ));
+        assert!(matches!(
+            f.write(RemoteAddr::new(0, RegionId::data(9), 0), &buf),
+            Err(FabricError::UnknownRegion { .. })
+        ));
+        assert!(matches!(
+            f.read(RemoteAddr::new(0, RegionId::INDEX, u64::MAX - 7), &mut buf),
+            Err(FabricError::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn batch_executes_every_verb() {
+        let f = fabric();
+        let data = [7u8; 16];
+        let mut buf = [0u8; 16];
+        let mut batch = [
+            Verb::Write {
+                addr: RemoteAddr::new(0, RegionId::data(0), 0),
+                data: &data,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(1, RegionId::INDEX, 0),
+                expected: 0,
+                new: 9,
+                old: 1,
+            },
+        ];
+        f.post(&mut batch).unwrap();
+        assert!(matches!(batch[1], Verb::Cas { old: 0, .. }));
+        f.read(RemoteAddr::new(0, RegionId::data(0), 0), &mut buf)
+            .unwrap();
+        assert_eq!(buf, data);
+    }
+}

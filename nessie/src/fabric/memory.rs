@@ -1,0 +1,222 @@
+//! Word-atomic access to registered memory, shared by the in-process and
+//! shared-memory backends. This file and the backends' allocation and mapping
+//! code are the only places of the crate that use `unsafe`.
+//!
+//! Every access is a 64-bit atomic on an 8-byte aligned word: READ and WRITE
+//! copy word by word (acquire loads, release stores), CAS is
+//! `compare_exchange` (sequentially consistent). Peers may touch the same
+//! words at any time, even from other processes, so plain (non-atomic)
+//! accesses would be data races.
+
+use super::{FabricError, NodeId, RegionId, RemoteAddr};
+use crate::layout::WORD;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A span of memory registered as one region: word aligned, valid for the
+/// lifetime of the backend that owns it, and accessed only atomically.
+#[derive(Debug)]
+pub(crate) struct RegionMemory {
+    base: *mut u64,
+    words: usize,
+}
+
+// SAFETY: the memory is only ever accessed through 64-bit atomics, so sharing
+// the pointer between threads cannot create data races; the owning backend
+// keeps the memory alive at least as long as this value.
+unsafe impl Send for RegionMemory {}
+// SAFETY: as above; every method takes `&self` and uses atomic accesses only.
+unsafe impl Sync for RegionMemory {}
+
+impl RegionMemory {
+    /// Wraps `words` words at `base`.
+    ///
+    /// # Safety
+    /// `base` must be 8-byte aligned and valid for reads and writes of
+    /// `words * 8` bytes for as long as the returned value lives, and all
+    /// other accesses to that memory must be atomic too.
+    pub(crate) unsafe fn new(base: *mut u64, words: usize) -> RegionMemory {
+        debug_assert!(base as usize % WORD == 0);
+        RegionMemory { base, words }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        (self.words * WORD) as u64
+    }
+
+    fn word(&self, index: usize) -> &AtomicU64 {
+        assert!(index < self.words, "word index checked by MemoryMap");
+        // SAFETY: `index < words`, so the pointer is in bounds and aligned
+        // (constructor contract); the memory outlives `&self` and is only
+        // accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.base.add(index)) }
+    }
+
+    fn read(&self, first_word: usize, buf: &mut [u8]) {
+        for (i, chunk) in buf.chunks_exact_mut(WORD).enumerate() {
+            let w = self.word(first_word + i).load(Ordering::Acquire);
+            // A byte-for-byte copy: native order in, native order out.
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+    }
+
+    fn write(&self, first_word: usize, data: &[u8]) {
+        for (i, chunk) in data.chunks_exact(WORD).enumerate() {
+            let mut b = [0u8; WORD];
+            b.copy_from_slice(chunk);
+            self.word(first_word + i)
+                .store(u64::from_ne_bytes(b), Ordering::Release);
+        }
+    }
+
+    fn cas(&self, word: usize, expected: u64, new: u64) -> u64 {
+        // Layout words are little-endian in memory.
+        match self.word(word).compare_exchange(
+            expected.to_le(),
+            new.to_le(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(old) | Err(old) => u64::from_le(old),
+        }
+    }
+}
+
+/// The regions of every node, indexed by node and region id, with the bounds
+/// and alignment checks every verb goes through.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryMap {
+    nodes: Vec<Vec<Option<RegionMemory>>>,
+}
+
+impl MemoryMap {
+    pub(crate) fn new(nodes: usize) -> MemoryMap {
+        MemoryMap {
+            nodes: (0..nodes).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, node: NodeId, region: RegionId, memory: RegionMemory) {
+        let slots = &mut self.nodes[node];
+        let i = usize::from(region.0);
+        if slots.len() <= i {
+            slots.resize_with(i + 1, || None);
+        }
+        slots[i] = Some(memory);
+    }
+
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn region(&self, node: NodeId, region: RegionId) -> Result<&RegionMemory, FabricError> {
+        let slots = self.nodes.get(node).ok_or(FabricError::UnknownNode {
+            node,
+            nodes: self.nodes.len(),
+        })?;
+        slots
+            .get(usize::from(region.0))
+            .and_then(Option::as_ref)
+            .ok_or(FabricError::UnknownRegion { node, region })
+    }
+
+    pub(crate) fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        self.region(node, region).ok().map(RegionMemory::len)
+    }
+
+    /// Checks a verb of `len` bytes at `addr`; returns the region and the
+    /// index of its first word.
+    fn resolve(&self, addr: RemoteAddr, len: usize) -> Result<(&RegionMemory, usize), FabricError> {
+        let mem = self.region(addr.node, addr.region)?;
+        let len = len as u64;
+        if addr.offset % WORD as u64 != 0 || len % WORD as u64 != 0 {
+            return Err(FabricError::Misaligned {
+                node: addr.node,
+                region: addr.region,
+                offset: addr.offset,
+                len,
+            });
+        }
+        if addr
+            .offset
+            .checked_add(len)
+            .is_none_or(|end| end > mem.len())
+        {
+            return Err(FabricError::OutOfBounds {
+                node: addr.node,
+                region: addr.region,
+                offset: addr.offset,
+                len,
+                region_len: mem.len(),
+            });
+        }
+        Ok((mem, (addr.offset / WORD as u64) as usize))
+    }
+
+    pub(crate) fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        let (mem, word) = self.resolve(addr, buf.len())?;
+        mem.read(word, buf);
+        Ok(())
+    }
+
+    pub(crate) fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        let (mem, word) = self.resolve(addr, data.len())?;
+        mem.write(word, data);
+        Ok(())
+    }
+
+    pub(crate) fn cas(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, FabricError> {
+        let (mem, word) = self.resolve(addr, WORD)?;
+        Ok(mem.cas(word, expected, new))
+    }
+}
+
+/// Implements [`super::Fabric`] for a backend whose `map` field is a
+/// [`MemoryMap`] holding every node's memory in this address space.
+macro_rules! impl_fabric_for_memory_map {
+    ($backend:ty) => {
+        impl $crate::fabric::Fabric for $backend {
+            fn nodes(&self) -> usize {
+                self.map.node_count()
+            }
+
+            fn region_len(
+                &self,
+                node: $crate::fabric::NodeId,
+                region: $crate::fabric::RegionId,
+            ) -> Option<u64> {
+                self.map.region_len(node, region)
+            }
+
+            fn read(
+                &self,
+                addr: $crate::fabric::RemoteAddr,
+                buf: &mut [u8],
+            ) -> Result<(), $crate::fabric::FabricError> {
+                self.map.read(addr, buf)
+            }
+
+            fn write(
+                &self,
+                addr: $crate::fabric::RemoteAddr,
+                data: &[u8],
+            ) -> Result<(), $crate::fabric::FabricError> {
+                self.map.write(addr, data)
+            }
+
+            fn cas(
+                &self,
+                addr: $crate::fabric::RemoteAddr,
+                expected: u64,
+                new: u64,
+            ) -> Result<u64, $crate::fabric::FabricError> {
+                self.map.cas(addr, expected, new)
+            }
+        }
+    };
+}
+pub(crate) use impl_fabric_for_memory_map;

@@ -1,0 +1,178 @@
+//! One-sided verbs on other nodes' memory: the only way any store touches a
+//! remote node.
+//!
+//! A node registers named regions ([`RegionId`]); a remote location is a
+//! [`RemoteAddr`] `(node, region, offset)`. A [`Fabric`] executes READ, WRITE
+//! and 64-bit CAS on them, one at a time or as a batch posted at once
+//! ([`Fabric::post`]). Verbs move whole 8-byte words: offsets and lengths are
+//! multiples of 8, which every layout of [`crate::layout`] respects.
+//!
+//! **Atomicity rule.** A CAS is atomic only against other CAS (as on a real
+//! NIC). A word that is ever CAS'd is therefore modified only through
+//! [`Fabric::cas`], even by its own node, and no WRITE ever targets it. A READ
+//! of several words is not atomic; readers verify checksums.
+//!
+//! Backends: [`LocalFabric`] (all nodes in one process) and [`ShmFabric`]
+//! (one process per node, regions in shared files). An [`Endpoint`] wraps a
+//! fabric for one client and counts every verb it issues.
+
+mod endpoint;
+mod error;
+mod local;
+mod memory;
+mod shm;
+
+use std::fmt;
+
+pub use endpoint::{Endpoint, VerbCounts};
+pub use error::FabricError;
+pub use local::LocalFabric;
+pub use shm::{ShmFabric, ShmOptions};
+
+pub use crate::layout::RegionId;
+
+/// Index of a node in the cluster (0-based).
+pub type NodeId = usize;
+
+/// A location in some node's registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteAddr {
+    /// Node that owns the memory.
+    pub node: NodeId,
+    /// Region of that node.
+    pub region: RegionId,
+    /// Byte offset within the region (a multiple of 8).
+    pub offset: u64,
+}
+
+impl RemoteAddr {
+    /// A new address.
+    #[must_use]
+    pub const fn new(node: NodeId, region: RegionId, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            node,
+            region,
+            offset,
+        }
+    }
+
+    /// The address `bytes` further into the same region.
+    #[must_use]
+    pub const fn add(self, bytes: u64) -> RemoteAddr {
+        RemoteAddr {
+            offset: self.offset + bytes,
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for RemoteAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} {} +{:#x}", self.node, self.region, self.offset)
+    }
+}
+
+/// A region a node registers: its id and size in bytes (a multiple of 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionSpec {
+    /// Region id.
+    pub id: RegionId,
+    /// Bytes of memory.
+    pub len: u64,
+}
+
+/// One verb of a batch. Results are written back into the verb: the bytes
+/// into `buf` for a READ, the old value into `old` for a CAS.
+#[derive(Debug)]
+pub enum Verb<'a> {
+    /// Copy remote memory into `buf`.
+    Read {
+        /// Source.
+        addr: RemoteAddr,
+        /// Destination, a whole number of words.
+        buf: &'a mut [u8],
+    },
+    /// Copy `data` into remote memory.
+    Write {
+        /// Destination.
+        addr: RemoteAddr,
+        /// Source, a whole number of words.
+        data: &'a [u8],
+    },
+    /// Compare-and-swap one 8-byte aligned word.
+    Cas {
+        /// The word.
+        addr: RemoteAddr,
+        /// Value it must hold for the swap to happen.
+        expected: u64,
+        /// Value to store.
+        new: u64,
+        /// Out: the value the word held before (equals `expected` on success).
+        old: u64,
+    },
+}
+
+impl Verb<'_> {
+    /// Where the verb goes.
+    #[must_use]
+    pub fn addr(&self) -> RemoteAddr {
+        match self {
+            Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => *addr,
+        }
+    }
+}
+
+/// One-sided verbs on the memory of every node of a cluster.
+///
+/// Implementations are shared by all clients of a process (`Send + Sync`).
+/// Every method may fail with a [`FabricError`] for an address outside a
+/// registered region, a misaligned offset or length, or a transport failure;
+/// a failed verb changes nothing.
+pub trait Fabric: Send + Sync + fmt::Debug {
+    /// Number of nodes reachable through this fabric.
+    fn nodes(&self) -> usize;
+
+    /// Bytes of `region` on `node`, if that region is registered.
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64>;
+
+    /// READ: copies `buf.len()` bytes at `addr` into `buf`.
+    ///
+    /// # Errors
+    /// Bounds, alignment or transport errors.
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError>;
+
+    /// WRITE: copies `data` to `addr`.
+    ///
+    /// # Errors
+    /// Bounds, alignment or transport errors.
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError>;
+
+    /// CAS: if the word at `addr` holds `expected`, stores `new`. Returns the
+    /// old value either way.
+    ///
+    /// # Errors
+    /// Bounds, alignment or transport errors.
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError>;
+
+    /// Posts every verb of `batch` at once and waits for all completions.
+    /// Verbs of one batch may complete in any order; do not batch verbs that
+    /// depend on each other.
+    ///
+    /// # Errors
+    /// The first verb that failed; the others may or may not have executed.
+    fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        for verb in batch.iter_mut() {
+            match verb {
+                Verb::Read { addr, buf } => self.read(*addr, buf)?,
+                Verb::Write { addr, data } => self.write(*addr, data)?,
+                Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                    old,
+                } => *old = self.cas(*addr, *expected, *new)?,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! The shared-memory backend: one process per node on one host.
+//!
+//! Each node creates its regions as files under a directory (by default
+//! `/dev/shm/nessie-<cluster>`), mode 0600, each starting with a
+//! [`RegionHeader`]; it then maps every peer's files and executes verbs
+//! directly on the mappings. No remote CPU takes part in a verb: READ and
+//! WRITE are word-atomic copies and CAS is an atomic compare-exchange on the
+//! shared page.
+//!
+//! A file is created under a temporary name and renamed into place once its
+//! header is written, so a peer never sees a half-made region. Attaching
+//! checks magic, format version, cluster, node, region, size and owner, and
+//! reports each mismatch as its own [`FabricError`] variant.
+
+use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
+use super::{FabricError, NodeId, RegionSpec};
+use crate::layout::region::{RegionHeader, REGION_HEADER_BYTES, REGION_HEADER_USED, REGION_MAGIC};
+use crate::layout::{RegionId, FORMAT_VERSION, WORD};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How to open a node's view of a shared-memory cluster.
+#[derive(Clone, Debug)]
+pub struct ShmOptions {
+    /// Directory holding every node's region files.
+    pub dir: PathBuf,
+    /// Cluster identity written into and checked in every header.
+    pub cluster_id: u64,
+    /// This node.
+    pub node: NodeId,
+    /// Number of nodes in the cluster.
+    pub nodes: usize,
+    /// Regions every node registers (the same list on every node).
+    pub regions: Vec<RegionSpec>,
+    /// How long to wait for peers' regions to appear.
+    pub attach_timeout: Duration,
+}
+
+/// A node's view of a shared-memory cluster.
+#[derive(Debug)]
+pub struct ShmFabric {
+    map: MemoryMap,
+    mappings: Vec<MmapRaw>,
+    own_files: Vec<PathBuf>,
+}
+
+impl ShmFabric {
+    /// The file that holds `region` of `node` under `dir`.
+    #[must_use]
+    pub fn region_path(dir: &Path, node: NodeId, region: RegionId) -> PathBuf {
+        dir.join(format!("n{node}-{region}.region"))
+    }
+
+    /// Creates this node's regions, then waits for and maps every peer's.
+    ///
+    /// # Errors
+    /// I/O errors creating the files; for a peer's file, the first check
+    /// that fails (magic, version, cluster, node/region, size, owner), or
+    /// [`FabricError::Missing`] if it did not appear within
+    /// `attach_timeout`.
+    pub fn open(options: &ShmOptions) -> Result<ShmFabric, FabricError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| FabricError::Io { path, source }
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&options.dir)
+            .map_err(io(&options.dir))?;
+        let mut fabric = ShmFabric {
+            map: MemoryMap::new(options.nodes),
+            mappings: Vec::new(),
+            own_files: Vec::new(),
+        };
+        let mut uid = None;
+        for spec in &options.regions {
+            let path = Self::region_path(&options.dir, options.node, spec.id);
+            let file = create_region(&path, options, *spec)?;
+            uid = Some(file.metadata().map_err(io(&path))?.uid());
+            fabric.own_files.push(path.clone());
+            fabric.map_file(&file, &path, options.node, *spec)?;
+        }
+        let uid = uid.unwrap_or(u32::MAX);
+        let deadline = Instant::now() + options.attach_timeout;
+        for node in (0..options.nodes).filter(|&n| n != options.node) {
+            for spec in &options.regions {
+                let path = Self::region_path(&options.dir, node, spec.id);
+                let file = wait_for(&path, deadline, options.attach_timeout)?;
+                check_region(&file, &path, options, node, *spec, uid)?;
+                fabric.map_file(&file, &path, node, *spec)?;
+            }
+        }
+        Ok(fabric)
+    }
+
+    fn map_file(
+        &mut self,
+        file: &File,
+        path: &Path,
+        node: NodeId,
+        spec: RegionSpec,
+    ) -> Result<(), FabricError> {
+        let mapping = MmapOptions::new()
+            .map_raw(file)
+            .map_err(|source| FabricError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let words = (spec.len / WORD as u64) as usize;
+        // SAFETY: the mapping is page aligned and `check_region` (or
+        // `create_region`) established it spans the header plus `len`
+        // bytes; it stays mapped until `self` drops (after `map`), and the
+        // region memory is accessed only atomically, in every process.
+        let memory = unsafe {
+            RegionMemory::new(
+                mapping.as_mut_ptr().add(REGION_HEADER_BYTES).cast::<u64>(),
+                words,
+            )
+        };
+        self.map.insert(node, spec.id, memory);
+        self.mappings.push(mapping);
+        Ok(())
+    }
+}
+
+impl Drop for ShmFabric {
+    fn drop(&mut self) {
+        self.map = MemoryMap::default();
+        // Peers keep their own mappings; removing the names only stops new
+        // attachers from finding a node that is gone.
+        for path in &self.own_files {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+impl_fabric_for_memory_map!(ShmFabric);
+
+fn create_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<File, FabricError> {
+    let io = |p: &Path| {
+        let path = p.to_path_buf();
+        move |source| FabricError::Io { path, source }
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    file.set_len(REGION_HEADER_BYTES as u64 + spec.len)
+        .map_err(io(&tmp))?;
+    let header = RegionHeader {
+        magic: REGION_MAGIC,
+        format_version: FORMAT_VERSION,
+        region: spec.id,
+        node: options.node as u16,
+        cluster_id: options.cluster_id,
+        len: spec.len,
+        creator_pid: std::process::id(),
+    };
+    std::os::unix::fs::FileExt::write_all_at(&file, &header.encode(), 0).map_err(io(&tmp))?;
+    fs::rename(&tmp, path).map_err(io(path))?;
+    Ok(file)
+}
+
+fn wait_for(path: &Path, deadline: Instant, waited: Duration) -> Result<File, FabricError> {
+    loop {
+        match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                if Instant::now() >= deadline {
+                    return Err(FabricError::Missing {
+                        path: path.to_path_buf(),
+                        waited,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(source) => {
+                return Err(FabricError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+fn check_region(
+    file: &File,
+    path: &Path,
+    options: &ShmOptions,
+    node: NodeId,
+    spec: RegionSpec,
+    uid: u32,
+) -> Result<(), FabricError> {
+    let path_buf = || path.to_path_buf();
+    let meta = file.metadata().map_err(|source| FabricError::Io {
+        path: path_buf(),
+        source,
+    })?;
+    if meta.uid() != uid {
+        return Err(FabricError::WrongOwner {
+            path: path_buf(),
+            found: meta.uid(),
+            expected: uid,
+        });
+    }
+    let mut bytes = [0u8; REGION_HEADER_USED];
+    let mut reader = file;
+    if reader.read_exact(&mut bytes).is_err() {
+        return Err(FabricError::WrongSize {
+            path: path_buf(),
+            found: meta.len(),
+            expected: REGION_HEADER_BYTES as u64 + spec.len,
+        });
+    }
+    let header = RegionHeader::decode(&bytes);
+    if header.magic != REGION_MAGIC {
+        return Err(FabricError::WrongMagic { path: path_buf() });
+    }
+    if header.format_version != FORMAT_VERSION {
+        return Err(FabricError::WrongVersion {
+            path: path_buf(),
+            found: header.format_version,
+            expected: FORMAT_VERSION,
+        });
+    }
+    if header.cluster_id != options.cluster_id {
+        return Err(FabricError::WrongCluster {
+            path: path_buf(),
+            found: header.cluster_id,
+            expected: options.cluster_id,
+        });
+    }
+    if usize::from(header.node) != node || header.region != spec.id {
+        return Err(FabricError::WrongRegion {
+            path: path_buf(),
+            found_node: usize::from(header.node),
+            found_region: header.region,
+            node,
+            region: spec.id,
+        });
+    }
+    if header.len != spec.len || meta.len() != REGION_HEADER_BYTES as u64 + spec.len {
+        return Err(FabricError::WrongSize {
+            path: path_buf(),
+            found: header.len,
+            expected: spec.len,
+        });
+    }
+    Ok(())
+}

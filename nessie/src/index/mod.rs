@@ -1,0 +1,150 @@
+//! The distributed cuckoo index: where a key may live.
+//!
+//! `H` hash functions (xxh3 with per-function seeds) map a key to `H` global
+//! index slots over all nodes' index tables (global slot = h mod (nodes ×
+//! slots per node)); repeats are dropped, keeping the first. Filter bits come
+//! from a hash with an independent seed. The ITE layout itself lives in
+//! [`crate::layout::ite`].
+
+use crate::fabric::{NodeId, RegionId, RemoteAddr};
+use crate::layout::WORD;
+use crate::Config;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+pub use crate::layout::ite::{Ite, IteKind, SlotRef};
+
+const FILTER_SEED: u64 = 0x243f_6a88_85a3_08d3;
+const HASH_SEEDS: [u64; 16] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xbf58_476d_1ce4_e5b9,
+    0x94d0_49bb_1331_11eb,
+    0xd6e8_feb8_6659_fd93,
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+    0x1d8e_4e27_c47d_124f,
+    0x72be_5d74_f27b_0f1d,
+    0x2127_599b_f432_5c37,
+    0x880d_bbab_b7bf_9a6b,
+    0x4cf5_ad43_2745_937f,
+    0xb492_b66f_be98_f273,
+    0x9ae1_6a3b_2f90_404f,
+    0xcbf2_9ce4_8422_2325,
+];
+
+/// One candidate index slot of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Candidate {
+    /// Node whose index table holds the slot.
+    pub node: NodeId,
+    /// Slot within that node's index table.
+    pub slot: u64,
+}
+
+impl Candidate {
+    /// Address of the ITE.
+    #[must_use]
+    pub fn addr(self) -> RemoteAddr {
+        RemoteAddr::new(self.node, RegionId::INDEX, self.slot * WORD as u64)
+    }
+}
+
+/// Maps keys to candidate slots and filter bits for one cluster shape.
+#[derive(Clone, Debug)]
+pub struct KeyHasher {
+    hashes: usize,
+    nodes: u64,
+    slots_per_node: u64,
+    filter_mask: u8,
+}
+
+impl KeyHasher {
+    /// The hasher of a (validated) configuration.
+    #[must_use]
+    pub fn new(config: &Config) -> KeyHasher {
+        KeyHasher {
+            hashes: config.hashes.min(HASH_SEEDS.len()),
+            nodes: config.nodes as u64,
+            slots_per_node: config.index_slots_per_node as u64,
+            filter_mask: ((1u16 << config.filter_bits) - 1) as u8,
+        }
+    }
+
+    /// The key's candidate slots, first hash first, repeats dropped.
+    #[must_use]
+    pub fn candidates(&self, key: &[u8]) -> Vec<Candidate> {
+        let total = self.nodes * self.slots_per_node;
+        let mut out: Vec<Candidate> = Vec::with_capacity(self.hashes);
+        for &seed in &HASH_SEEDS[..self.hashes] {
+            let global = xxh3_64_with_seed(key, seed) % total;
+            let c = Candidate {
+                node: (global / self.slots_per_node) as NodeId,
+                slot: global % self.slots_per_node,
+            };
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The key's filter bits (only the configured number are set).
+    #[must_use]
+    pub fn filter(&self, key: &[u8]) -> u8 {
+        (xxh3_64_with_seed(key, FILTER_SEED) as u8) & self.filter_mask
+    }
+
+    /// The node a key belongs to in a partitioned (server-driven) design:
+    /// hash mod nodes, from the first hash function.
+    #[must_use]
+    pub fn home_node(&self, key: &[u8]) -> NodeId {
+        (xxh3_64_with_seed(key, HASH_SEEDS[0]) % self.nodes) as NodeId
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_are_distinct_and_in_range() {
+        let config = Config {
+            nodes: 2,
+            index_slots_per_node: 3,
+            ..Config::default()
+        };
+        let h = KeyHasher::new(&config);
+        for i in 0..1000u32 {
+            let c = h.candidates(&i.to_le_bytes());
+            assert!(!c.is_empty() && c.len() <= 3);
+            for (a, x) in c.iter().enumerate() {
+                assert!(x.node < 2 && x.slot < 3);
+                assert!(!c[a + 1..].contains(x), "duplicate candidate");
+            }
+            assert_eq!(c, h.candidates(&i.to_le_bytes()), "deterministic");
+        }
+    }
+
+    #[test]
+    fn candidates_spread_over_nodes() {
+        let h = KeyHasher::new(&Config::default());
+        let mut per_node = [0u32; 3];
+        for i in 0..3000u32 {
+            for c in h.candidates(format!("key{i}").as_bytes()) {
+                per_node[c.node] += 1;
+            }
+        }
+        assert!(per_node.iter().all(|&n| n > 2500), "{per_node:?}");
+    }
+
+    #[test]
+    fn filter_respects_bit_count() {
+        let config = Config {
+            filter_bits: 3,
+            ..Config::default()
+        };
+        let h = KeyHasher::new(&config);
+        assert!((0..500u32).all(|i| h.filter(&i.to_le_bytes()) < 8));
+    }
+}

@@ -1,0 +1,354 @@
+//! Data table entry (DTE): a fixed-size slot holding a header, the key and
+//! the value.
+//!
+//! ```text
+//! word 0  state       CAS only: status, flags, generation, key and value lengths
+//! word 1  created_at  µs when the owning operation began
+//! word 2  expires_at  0 while live; set once (WRITE) by whoever unlinked it
+//! word 3  prev        the key's last committed version (an ITE value)
+//! word 4  replaced    the exact ITE value the owner's CAS replaced
+//! word 5  source      MIGRATE copies: the source index slot
+//! word 6  checksum    xxh3 over every immutable field, the key and the value
+//! then    key, padded to a word; value, padded to a word
+//! ```
+//!
+//! A DTE is written in full before any ITE points at it and never changes
+//! afterwards except `state` (by CAS) and `expires_at` (one WRITE).
+
+use super::{round_up_words, WORD};
+use xxhash_rust::xxh3::Xxh3;
+
+/// Bytes of the DTE header.
+pub const DTE_HEADER_BYTES: usize = 7 * WORD;
+/// Offset of the state word.
+pub const STATE_OFFSET: usize = 0;
+/// Offset of `created_at`.
+pub const CREATED_AT_OFFSET: usize = WORD;
+/// Offset of `expires_at`.
+pub const EXPIRES_AT_OFFSET: usize = 2 * WORD;
+/// Offset of the key.
+pub const KEY_OFFSET: usize = DTE_HEADER_BYTES;
+
+/// Bits of the key length field of the state word.
+pub const KEY_LEN_BITS: u32 = 16;
+/// Bits of the value length field of the state word.
+pub const VALUE_LEN_BITS: u32 = 32;
+/// Bits of the generation field of the state word (same as the ITE's).
+pub const STATE_GENERATION_BITS: u32 = super::ite::GENERATION_BITS;
+
+const STATUS_MASK: u64 = 0b11;
+const TOMBSTONE: u64 = 1 << 2;
+const MIGRATED: u64 = 1 << 3;
+const GEN_SHIFT: u32 = 4;
+const KEY_LEN_SHIFT: u32 = 16;
+const VALUE_LEN_SHIFT: u32 = 32;
+const _: () = assert!(GEN_SHIFT + STATE_GENERATION_BITS <= KEY_LEN_SHIFT);
+const _: () = assert!(KEY_LEN_SHIFT + KEY_LEN_BITS == VALUE_LEN_SHIFT);
+const _: () = assert!(VALUE_LEN_SHIFT + VALUE_LEN_BITS == 64);
+
+/// The largest key a DTE can describe.
+pub const MAX_KEY_LEN: usize = (1 << KEY_LEN_BITS) - 1;
+/// The largest value a DTE can describe.
+pub const MAX_VALUE_LEN: u64 = (1 << VALUE_LEN_BITS) - 1;
+
+/// Where a DTE stands in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DteStatus {
+    /// Written, not yet committed (0, so a zeroed slot reads as INVALID).
+    Invalid,
+    /// Committed by its owner or a helper.
+    Valid,
+    /// Rolled back by its owner or a helper.
+    Aborted,
+}
+
+/// The state word of a DTE, the only word of a DTE that is ever CAS'd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DteState(pub u64);
+
+impl DteState {
+    /// A new INVALID state word.
+    #[must_use]
+    pub fn new(
+        generation: u16,
+        key_len: usize,
+        value_len: usize,
+        tombstone: bool,
+        migrated: bool,
+    ) -> DteState {
+        debug_assert!(key_len <= MAX_KEY_LEN);
+        debug_assert!(value_len as u64 <= MAX_VALUE_LEN);
+        let mut v = (u64::from(generation) & ((1 << STATE_GENERATION_BITS) - 1)) << GEN_SHIFT
+            | (key_len as u64) << KEY_LEN_SHIFT
+            | (value_len as u64) << VALUE_LEN_SHIFT;
+        if tombstone {
+            v |= TOMBSTONE;
+        }
+        if migrated {
+            v |= MIGRATED;
+        }
+        DteState(v)
+    }
+
+    /// The status bits.
+    #[must_use]
+    pub fn status(self) -> DteStatus {
+        match self.0 & STATUS_MASK {
+            0 => DteStatus::Invalid,
+            1 => DteStatus::Valid,
+            _ => DteStatus::Aborted,
+        }
+    }
+
+    /// The same word with another status.
+    #[must_use]
+    pub fn with_status(self, status: DteStatus) -> DteState {
+        let bits = match status {
+            DteStatus::Invalid => 0,
+            DteStatus::Valid => 1,
+            DteStatus::Aborted => 2,
+        };
+        DteState((self.0 & !STATUS_MASK) | bits)
+    }
+
+    /// Whether the entry is a DELETE's tombstone.
+    #[must_use]
+    pub fn is_tombstone(self) -> bool {
+        self.0 & TOMBSTONE != 0
+    }
+
+    /// Whether the entry is a MIGRATE copy.
+    #[must_use]
+    pub fn is_migrated(self) -> bool {
+        self.0 & MIGRATED != 0
+    }
+
+    /// Slot reuse generation this DTE was written under.
+    #[must_use]
+    pub fn generation(self) -> u16 {
+        ((self.0 >> GEN_SHIFT) & ((1 << STATE_GENERATION_BITS) - 1)) as u16
+    }
+
+    /// Key length in bytes.
+    #[must_use]
+    pub fn key_len(self) -> usize {
+        ((self.0 >> KEY_LEN_SHIFT) & ((1 << KEY_LEN_BITS) - 1)) as usize
+    }
+
+    /// Value length in bytes.
+    #[must_use]
+    pub fn value_len(self) -> usize {
+        (self.0 >> VALUE_LEN_SHIFT) as usize
+    }
+
+    /// The bits that never change after the DTE is written (all but status).
+    #[must_use]
+    pub fn immutable_bits(self) -> u64 {
+        self.0 & !STATUS_MASK
+    }
+}
+
+/// The decoded header of a DTE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DteHeader {
+    /// State word.
+    pub state: DteState,
+    /// µs timestamp of the start of the owning operation.
+    pub created_at: u64,
+    /// 0 while the DTE is linked; afterwards when it may be reused.
+    pub expires_at: u64,
+    /// The key's last committed version (ITE value).
+    pub prev: u64,
+    /// The exact ITE value the owner's CAS replaced.
+    pub replaced: u64,
+    /// MIGRATE copies: the source index slot, see [`encode_source`].
+    pub source: u64,
+    /// Checksum, see [`checksum`].
+    pub checksum: u64,
+}
+
+impl DteHeader {
+    /// Encodes the header, little-endian.
+    #[must_use]
+    pub fn encode(&self) -> [u8; DTE_HEADER_BYTES] {
+        let mut out = [0u8; DTE_HEADER_BYTES];
+        let words = [
+            self.state.0,
+            self.created_at,
+            self.expires_at,
+            self.prev,
+            self.replaced,
+            self.source,
+            self.checksum,
+        ];
+        for (chunk, w) in out.chunks_exact_mut(WORD).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a header from the first [`DTE_HEADER_BYTES`] of `bytes`.
+    ///
+    /// # Panics
+    /// If `bytes` is shorter than a header (a caller bug, not bad data).
+    #[must_use]
+    pub fn decode(bytes: &[u8]) -> DteHeader {
+        let w = |i: usize| read_word(bytes, i * WORD);
+        DteHeader {
+            state: DteState(w(0)),
+            created_at: w(1),
+            expires_at: w(2),
+            prev: w(3),
+            replaced: w(4),
+            source: w(5),
+            checksum: w(6),
+        }
+    }
+
+    /// Bytes a slot needs for this header's key and value.
+    #[must_use]
+    pub fn entry_bytes(&self) -> usize {
+        entry_bytes(self.state.key_len(), self.state.value_len())
+    }
+
+    /// The checksum this header's immutable fields, `key` and `value` should
+    /// carry.
+    #[must_use]
+    pub fn compute_checksum(&self, key: &[u8], value: &[u8]) -> u64 {
+        let mut h = Xxh3::new();
+        for w in [
+            self.state.immutable_bits(),
+            self.created_at,
+            self.prev,
+            self.replaced,
+            self.source,
+        ] {
+            h.update(&w.to_le_bytes());
+        }
+        h.update(key);
+        h.update(value);
+        h.digest()
+    }
+}
+
+/// Reads the little-endian word at byte `offset` of `bytes`.
+///
+/// # Panics
+/// If `bytes` holds fewer than `offset + 8` bytes.
+#[must_use]
+pub fn read_word(bytes: &[u8], offset: usize) -> u64 {
+    let mut b = [0u8; WORD];
+    b.copy_from_slice(&bytes[offset..offset + WORD]);
+    u64::from_le_bytes(b)
+}
+
+/// Offset of the value within a DTE whose key is `key_len` bytes.
+#[must_use]
+pub fn value_offset(key_len: usize) -> usize {
+    KEY_OFFSET + round_up_words(key_len)
+}
+
+/// Bytes of a DTE (header, padded key, padded value).
+#[must_use]
+pub fn entry_bytes(key_len: usize, value_len: usize) -> usize {
+    value_offset(key_len) + round_up_words(value_len)
+}
+
+/// Packs a MIGRATE copy's source index slot into the `source` word.
+#[must_use]
+pub fn encode_source(node: u16, slot: u64) -> u64 {
+    debug_assert!(slot < 1 << 48);
+    u64::from(node) << 48 | slot
+}
+
+/// Unpacks the `source` word into (node, index slot).
+#[must_use]
+pub fn decode_source(source: u64) -> (u16, u64) {
+    ((source >> 48) as u16, source & ((1 << 48) - 1))
+}
+
+/// Writes a complete DTE image (header with checksum, key, value) into `out`,
+/// which must hold [`entry_bytes`] bytes. Returns the header as written.
+///
+/// # Panics
+/// If `out` is too short (a caller bug).
+pub fn encode_entry(mut header: DteHeader, key: &[u8], value: &[u8], out: &mut [u8]) -> DteHeader {
+    header.checksum = header.compute_checksum(key, value);
+    let vo = value_offset(key.len());
+    let end = vo + round_up_words(value.len());
+    out[..DTE_HEADER_BYTES].copy_from_slice(&header.encode());
+    out[KEY_OFFSET..KEY_OFFSET + key.len()].copy_from_slice(key);
+    out[KEY_OFFSET + key.len()..vo].fill(0);
+    out[vo..vo + value.len()].copy_from_slice(value);
+    out[vo + value.len()..end].fill(0);
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn zero_state_is_invalid() {
+        assert_eq!(DteState(0).status(), DteStatus::Invalid);
+    }
+
+    proptest! {
+        #[test]
+        fn state_round_trips(g in 1u16..2048, k in 0usize..=MAX_KEY_LEN, v in 0usize..1 << 30,
+                             t in any::<bool>(), m in any::<bool>()) {
+            let s = DteState::new(g, k, v, t, m);
+            prop_assert_eq!(s.status(), DteStatus::Invalid);
+            prop_assert_eq!((s.generation(), s.key_len(), s.value_len()), (g, k, v));
+            prop_assert_eq!((s.is_tombstone(), s.is_migrated()), (t, m));
+            for st in [DteStatus::Valid, DteStatus::Aborted, DteStatus::Invalid] {
+                let s2 = s.with_status(st);
+                prop_assert_eq!(s2.status(), st);
+                prop_assert_eq!(s2.immutable_bits(), s.immutable_bits());
+            }
+        }
+
+        #[test]
+        fn header_round_trips(words in proptest::array::uniform7(any::<u64>())) {
+            let h = DteHeader {
+                state: DteState(words[0]), created_at: words[1], expires_at: words[2],
+                prev: words[3], replaced: words[4], source: words[5], checksum: words[6],
+            };
+            prop_assert_eq!(DteHeader::decode(&h.encode()), h);
+        }
+
+        #[test]
+        fn entry_checksum_detects_changes(key in proptest::collection::vec(any::<u8>(), 1..64),
+                                          value in proptest::collection::vec(any::<u8>(), 0..300),
+                                          flip in any::<prop::sample::Index>()) {
+            let state = DteState::new(3, key.len(), value.len(), false, false);
+            let header = DteHeader { state, created_at: 7, prev: 9, ..DteHeader::default() };
+            let mut buf = vec![0u8; entry_bytes(key.len(), value.len())];
+            let written = encode_entry(header, &key, &value, &mut buf);
+            let decoded = DteHeader::decode(&buf);
+            prop_assert_eq!(decoded, written);
+            let vo = value_offset(key.len());
+            prop_assert_eq!(&buf[KEY_OFFSET..KEY_OFFSET + key.len()], &key[..]);
+            prop_assert_eq!(&buf[vo..vo + value.len()], &value[..]);
+            prop_assert_eq!(decoded.compute_checksum(&key, &value), decoded.checksum);
+            // Any flipped byte of key or value is caught.
+            let mut torn = value.clone();
+            torn.push(0);
+            let i = flip.index(torn.len());
+            torn[i] ^= 0x5a;
+            torn.pop();
+            if i < value.len() {
+                prop_assert_ne!(decoded.compute_checksum(&key, &torn), decoded.checksum);
+            }
+        }
+    }
+
+    #[test]
+    fn source_round_trips() {
+        assert_eq!(
+            decode_source(encode_source(513, (1 << 40) + 5)),
+            (513, (1 << 40) + 5)
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! Per-client counters of what operations cost and why they retried.
+
+use crate::fabric::VerbCounts;
+use serde::{Deserialize, Serialize};
+use std::ops::AddAssign;
+
+/// Why an operation went around its loop again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryCounts {
+    /// An ITE CAS lost a race.
+    pub cas_failed: u64,
+    /// The key had a live in-progress entry (back-off).
+    pub busy: u64,
+    /// The reverse pass saw a change (GET: re-read; PUT/DELETE: abort).
+    pub changed: u64,
+    /// The operation helped someone else's entry first.
+    pub helped: u64,
+    /// A read was torn (checksum, generation or length mismatch).
+    pub torn: u64,
+    /// A helper aborted this operation's entry.
+    pub aborted_by_helper: u64,
+    /// The data table had no free slot yet.
+    pub no_free_slot: u64,
+}
+
+impl RetryCounts {
+    /// All retries together.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.cas_failed
+            + self.busy
+            + self.changed
+            + self.helped
+            + self.torn
+            + self.aborted_by_helper
+            + self.no_free_slot
+    }
+}
+
+impl AddAssign for RetryCounts {
+    fn add_assign(&mut self, o: RetryCounts) {
+        self.cas_failed += o.cas_failed;
+        self.busy += o.busy;
+        self.changed += o.changed;
+        self.helped += o.helped;
+        self.torn += o.torn;
+        self.aborted_by_helper += o.aborted_by_helper;
+        self.no_free_slot += o.no_free_slot;
+    }
+}
+
+/// Counters of one kind of operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpStats {
+    /// Operations completed (successfully or with an error).
+    pub ops: u64,
+    /// Operations that returned an error.
+    pub errors: u64,
+    /// Verbs they issued.
+    pub verbs: VerbCounts,
+    /// Retries by cause.
+    pub retries: RetryCounts,
+    /// DTEs served from the cache.
+    pub cache_hits: u64,
+    /// MIGRATEs performed to make room.
+    pub migrations: u64,
+    /// Entries of dead or aborted owners this client recovered.
+    pub recoveries: u64,
+}
+
+impl AddAssign for OpStats {
+    fn add_assign(&mut self, o: OpStats) {
+        self.ops += o.ops;
+        self.errors += o.errors;
+        self.verbs += o.verbs;
+        self.retries += o.retries;
+        self.cache_hits += o.cache_hits;
+        self.migrations += o.migrations;
+        self.recoveries += o.recoveries;
+    }
+}
+
+/// Which operation a counter belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OpKind {
+    /// GET.
+    Get,
+    /// PUT.
+    Put,
+    /// DELETE.
+    Delete,
+}
+
+/// A client's counters, per operation kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// GETs.
+    pub get: OpStats,
+    /// PUTs.
+    pub put: OpStats,
+    /// DELETEs.
+    pub delete: OpStats,
+}
+
+impl Stats {
+    /// The counters of one kind.
+    #[must_use]
+    pub fn of(&self, kind: OpKind) -> &OpStats {
+        match kind {
+            OpKind::Get => &self.get,
+            OpKind::Put => &self.put,
+            OpKind::Delete => &self.delete,
+        }
+    }
+
+    /// The counters of one kind, mutable.
+    pub fn of_mut(&mut self, kind: OpKind) -> &mut OpStats {
+        match kind {
+            OpKind::Get => &mut self.get,
+            OpKind::Put => &mut self.put,
+            OpKind::Delete => &mut self.delete,
+        }
+    }
+
+    /// All kinds together.
+    #[must_use]
+    pub fn total(&self) -> OpStats {
+        let mut t = self.get;
+        t += self.put;
+        t += self.delete;
+        t
+    }
+}
+
+impl AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.get += o.get;
+        self.put += o.put;
+        self.delete += o.delete;
+    }
+}

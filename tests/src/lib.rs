@@ -1,0 +1,3 @@
+//! Cross-crate integration tests of Nessie and its baselines, and the tools
+//! they share: a linearizability checker, history recording, and the
+//! deterministic simulator.
