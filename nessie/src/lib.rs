@@ -18,10 +18,12 @@ pub mod data;
 mod error;
 pub mod fabric;
 pub mod index;
+mod kv;
 pub mod layout;
 mod stats;
 
 pub use clock::{Clock, WallClock};
 pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
 pub use error::Error;
+pub use kv::KvClient;
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
