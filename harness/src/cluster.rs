@@ -273,9 +273,10 @@ fn start_hogs(exe: &Path, n: usize, guard: &mut ClusterGuard) -> Result<()> {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         own_process_group(&mut cmd);
-        guard
-            .hogs
-            .push(cmd.spawn().map_err(HarnessError::io("starting a CPU hog", exe))?);
+        guard.hogs.push(
+            cmd.spawn()
+                .map_err(HarnessError::io("starting a CPU hog", exe))?,
+        );
     }
     Ok(())
 }
@@ -321,7 +322,10 @@ impl Running {
     fn send(&mut self, cmd: NodeCommand) -> Result<()> {
         for (node, stdin) in self.stdins.iter_mut().enumerate() {
             if let Some(s) = stdin {
-                if writeln!(s, "{}", cmd.word()).and_then(|()| s.flush()).is_err() {
+                if writeln!(s, "{}", cmd.word())
+                    .and_then(|()| s.flush())
+                    .is_err()
+                {
                     return Err(self.failure(node, "its stdin closed (it exited)".into()));
                 }
             }
@@ -436,7 +440,8 @@ pub fn run(
     }
     let config_path = run_dir.join("config.toml");
     let spec_path = run_dir.join("spec.json");
-    std::fs::write(&config_path, config.to_toml()?).map_err(HarnessError::io("writing", &config_path))?;
+    std::fs::write(&config_path, config.to_toml()?)
+        .map_err(HarnessError::io("writing", &config_path))?;
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)
         .map_err(HarnessError::io("writing", &spec_path))?;
 
@@ -459,7 +464,9 @@ pub fn run(
             .stdout(Stdio::piped())
             .stderr(log_file);
         own_process_group(&mut cmd);
-        let mut child = cmd.spawn().map_err(HarnessError::io("starting a node process", exe))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(HarnessError::io("starting a node process", exe))?;
         let stdout = child.stdout.take();
         stdins.push(child.stdin.take());
         guard.nodes.push(child);
@@ -522,8 +529,19 @@ pub fn run(
         Ok(preloaded == nodes)
     })?;
 
-    let external: Vec<u32> = r.guard.peer.as_ref().map(PeerServer::pid).into_iter().collect();
-    let external_cpu = || external.iter().filter_map(|&p| process_cpu_secs(p)).sum::<f64>();
+    let external: Vec<u32> = r
+        .guard
+        .peer
+        .as_ref()
+        .map(PeerServer::pid)
+        .into_iter()
+        .collect();
+    let external_cpu = || {
+        external
+            .iter()
+            .filter_map(|&p| process_cpu_secs(p))
+            .sum::<f64>()
+    };
     r.send(NodeCommand::Run)?;
     let started = Instant::now();
     let warmup = Duration::from_millis(r.spec.warmup_ms);

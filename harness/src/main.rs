@@ -70,8 +70,14 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(HarnessError::Interrupted) => {
-            eprintln!("nessie-bench: interrupted; every node process and shared-memory file was removed");
+            eprintln!(
+                "nessie-bench: interrupted; every node process and shared-memory file was removed"
+            );
             std::process::exit(130);
+        }
+        Err(e @ HarnessError::Usage(_)) => {
+            eprintln!("nessie-bench: {e}");
+            std::process::exit(2);
         }
         Err(e) => {
             eprintln!("nessie-bench: {e}");

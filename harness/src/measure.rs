@@ -122,10 +122,7 @@ impl OpCounters {
             ops: after.ops.saturating_sub(before.ops),
             errors: after.errors.saturating_sub(before.errors),
             verbs: after.verbs - before.verbs,
-            retries: after
-                .retries
-                .total()
-                .saturating_sub(before.retries.total()),
+            retries: after.retries.total().saturating_sub(before.retries.total()),
             cache_hits: after.cache_hits.saturating_sub(before.cache_hits),
             migrations: after.migrations.saturating_sub(before.migrations),
             recoveries: after.recoveries.saturating_sub(before.recoveries),
@@ -284,7 +281,13 @@ pub struct NodeReport {
 impl NodeReport {
     /// A report from a node's merged recorder.
     #[must_use]
-    pub fn new(node: usize, rec: Recorder, elapsed_s: f64, cpu_s: f64, preload: PreloadReport) -> Self {
+    pub fn new(
+        node: usize,
+        rec: Recorder,
+        elapsed_s: f64,
+        cpu_s: f64,
+        preload: PreloadReport,
+    ) -> Self {
         let [get, put] = rec.kinds;
         NodeReport {
             node,
@@ -350,9 +353,21 @@ impl KindSummary {
         let h = &k.latency_ns.0;
         let us = |ns: f64| ns / 1000.0;
         let c = &k.counters;
-        let per = |n: u64| if c.ops == 0 { 0.0 } else { n as f64 / c.ops as f64 };
-        let empty = h.len() == 0;
-        let q = |q: f64| if empty { 0.0 } else { us(h.value_at_quantile(q) as f64) };
+        let per = |n: u64| {
+            if c.ops == 0 {
+                0.0
+            } else {
+                n as f64 / c.ops as f64
+            }
+        };
+        let empty = h.is_empty();
+        let q = |q: f64| {
+            if empty {
+                0.0
+            } else {
+                us(h.value_at_quantile(q) as f64)
+            }
+        };
         KindSummary {
             ok: k.ok,
             errors: k.errors,
@@ -481,7 +496,11 @@ pub fn summarize(
             / reports.len() as f64,
         cpu_s_per_node,
         cpu_s_external,
-        cpu_us_per_op: if ok == 0 { 0.0 } else { cpu_total * 1e6 / ok as f64 },
+        cpu_us_per_op: if ok == 0 {
+            0.0
+        } else {
+            cpu_total * 1e6 / ok as f64
+        },
         preload_s: reports.iter().map(|r| r.preload.secs).fold(0.0, f64::max),
         preload_errors: reports.iter().map(|r| r.preload.errors).sum(),
         late_ops: reports.iter().map(|r| r.late).sum(),

@@ -165,7 +165,11 @@ fn run(args: &NodeArgs) -> Result<()> {
         return Ok(());
     }
     // Test hook: the tests make one node crash to check the teardown.
-    if std::env::var(FAIL_NODE_ENV).ok().and_then(|v| v.parse::<usize>().ok()) == Some(node_id) {
+    if std::env::var(FAIL_NODE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(node_id)
+    {
         eprintln!("{FAIL_NODE_ENV}={node_id}: crashing on purpose");
         std::process::abort();
     }
@@ -269,7 +273,12 @@ fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<Worke
         Load::Closed => None,
         Load::Open { ops_per_sec } => {
             let workers = (p.spec.nodes * p.spec.clients_per_node) as f64;
-            Some(Arrivals::new(ops_per_sec / workers, w.seed, p.node, worker)?)
+            Some(Arrivals::new(
+                ops_per_sec / workers,
+                w.seed,
+                p.node,
+                worker,
+            )?)
         }
     };
     let mut key = vec![0; w.key_size];
@@ -430,8 +439,9 @@ fn measure(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(HarnessError::Protocol("a worker thread panicked".into())))
+                h.join().unwrap_or_else(|_| {
+                    Err(HarnessError::Protocol("a worker thread panicked".into()))
+                })
             })
             .collect()
     });
@@ -501,7 +511,11 @@ mod tests {
         let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
         assert!(report.get.ok > 0 && report.put.ok > 0);
         assert_eq!(report.get.misses, 0, "every key was preloaded");
-        assert!(report.elapsed_s >= 0.09 && report.elapsed_s < 1.0, "{}", report.elapsed_s);
+        assert!(
+            report.elapsed_s >= 0.09 && report.elapsed_s < 1.0,
+            "{}",
+            report.elapsed_s
+        );
         assert_eq!(report.get.counters.ops, report.get.ok);
     }
 
@@ -516,11 +530,19 @@ mod tests {
         spec.nodes = 1;
         spec.warmup_ms = 0;
         spec.duration_ms = 500;
-        spec.load = Load::Open { ops_per_sec: 2000.0 };
+        spec.load = Load::Open {
+            ops_per_sec: 2000.0,
+        };
         let node = system::start_node(System::Null, &Config::default(), 0, None).unwrap();
         let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
-        let report =
-            measure(&spec, 0, &mut clients, &Commands::new(false), PreloadReport::default()).unwrap();
+        let report = measure(
+            &spec,
+            0,
+            &mut clients,
+            &Commands::new(false),
+            PreloadReport::default(),
+        )
+        .unwrap();
         let ops = report.get.ok + report.put.ok;
         assert!((700..=1300).contains(&ops), "{ops} ops at 2000/s for 0.5 s");
     }

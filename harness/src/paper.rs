@@ -72,7 +72,8 @@ pub const TABLE1_HY: Table1Row = Table1Row {
 /// "equivalently well" and HY "slightly lower"; as CPU hogs are added SD
 /// "declines dramatically", HY "somewhat", CD "remains relatively
 /// unaffected". §8 sums it up as "more than doubling system throughput".
-pub const FIG4_CLAIM: &str = "no hogs: CD ≈ SD > HY; with hogs SD falls most, HY less, CD least (CD > 2× SD)";
+pub const FIG4_CLAIM: &str =
+    "no hogs: CD ≈ SD > HY; with hogs SD falls most, HY less, CD least (CD > 2× SD)";
 
 /// Fig. 5 (§6.2): 2 KB values, 50 % GETs: CD is 30 % below SD.
 pub const FIG5_CD_VS_SD_2KB: f64 = -0.30;
@@ -96,7 +97,8 @@ pub const FIG12_LARGE_50: f64 = 0.50;
 /// Fig. 12: large values, 99 % GETs: CD over 40 % above SD.
 pub const FIG12_LARGE_99: f64 = 0.40;
 /// Fig. 12 claim about small values.
-pub const FIG12_CLAIM: &str = "256 B: CD below SD; large values: CD > SD by >50 % (50 % GET), >40 % (99 % GET)";
+pub const FIG12_CLAIM: &str =
+    "256 B: CD below SD; large values: CD > SD by >50 % (50 % GET), >40 % (99 % GET)";
 
 /// Fig. 13 (§6.2, Zipf, 16 KB): all optimisations vs none, 50 % GETs: +60 %.
 pub const FIG13_GAIN_50: f64 = 0.60;

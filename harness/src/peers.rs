@@ -62,7 +62,11 @@ pub fn check_installed(system: System) -> Result<()> {
             why: format!(
                 "`{}` is not installed (e.g. apt-get install {})",
                 program(system),
-                if system == System::Redis { "redis-server" } else { "memcached" }
+                if system == System::Redis {
+                    "redis-server"
+                } else {
+                    "memcached"
+                }
             ),
         }),
     }
@@ -110,7 +114,11 @@ impl PeerServer {
         }
         let log_file = std::fs::File::create(log).map_err(HarnessError::io("creating", log))?;
         cmd.stdin(Stdio::null())
-            .stdout(log_file.try_clone().map_err(HarnessError::io("opening", log))?)
+            .stdout(
+                log_file
+                    .try_clone()
+                    .map_err(HarnessError::io("opening", log))?,
+            )
             .stderr(log_file);
         crate::cluster::own_process_group(&mut cmd);
         let child = cmd.spawn().map_err(HarnessError::io("starting", &path))?;
@@ -294,7 +302,11 @@ impl TextClient {
         Err(e)
     }
 
-    fn get_inner(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<(bool, u64, u64), nessie::Error> {
+    fn get_inner(
+        &mut self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(bool, u64, u64), nessie::Error> {
         if self.redis {
             let sent = self.send(&[b"GET", key], None)?;
             let mut got = self.read_line()?;
@@ -327,11 +339,15 @@ impl TextClient {
                 .map(parse_num)
                 .transpose()?
                 .unwrap_or(-1);
-            let len = usize::try_from(len).map_err(|_| proto("memcached get: bad length".into()))?;
+            let len =
+                usize::try_from(len).map_err(|_| proto("memcached get: bad length".into()))?;
             got += self.read_exact_crlf(len, out)?;
             got += self.read_line()?;
             if self.line != b"END" {
-                return Err(proto(format!("memcached get: expected END, got {}", self.line_str())));
+                return Err(proto(format!(
+                    "memcached get: expected END, got {}",
+                    self.line_str()
+                )));
             }
             Ok((true, sent, got))
         }

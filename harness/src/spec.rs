@@ -128,7 +128,10 @@ impl RunSpec {
             return bad("the measured duration must be at least 1 ms".into());
         }
         if !(self.load_factor > 0.0 && self.load_factor <= 1.0) {
-            return bad(format!("load factor {} is not within (0, 1]", self.load_factor));
+            return bad(format!(
+                "load factor {} is not within (0, 1]",
+                self.load_factor
+            ));
         }
         if let Load::Open { ops_per_sec } = self.load {
             if !(ops_per_sec.is_finite() && ops_per_sec > 0.0) {
@@ -221,6 +224,11 @@ mod tests {
         let cd = RunSpec::new("a", System::Cd, w.clone()).with_threads(4, 1);
         let sd = RunSpec::new("b", System::Sd, w).with_threads(4, 1);
         assert_eq!((cd.clients_per_node, sd.clients_per_node), (4, 3));
-        assert_eq!(RunSpec::new("c", System::Hy, WorkloadSpec::default()).with_threads(1, 1).clients_per_node, 1);
+        assert_eq!(
+            RunSpec::new("c", System::Hy, WorkloadSpec::default())
+                .with_threads(1, 1)
+                .clients_per_node,
+            1
+        );
     }
 }

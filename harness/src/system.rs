@@ -15,7 +15,19 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 /// A store the harness can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum System {
     /// Nessie, client-driven (`nessie`).
@@ -90,7 +102,9 @@ impl System {
             })
         };
         match self {
-            System::Cd => missing("nessie::Node is not in this build yet (merge main once it lands)"),
+            System::Cd => {
+                missing("nessie::Node is not in this build yet (merge main once it lands)")
+            }
             System::Sd => missing("the nessie-sd crate is not in this build yet"),
             System::Hy => missing("the nessie-hy crate is not in this build yet"),
             System::Redis | System::Memcached => peers::check_installed(self),
@@ -141,10 +155,13 @@ pub fn start_node(
     }
 }
 
+/// The `null` store's memory: 16 locked maps, by key hash.
+type Shards = [Mutex<HashMap<Vec<u8>, Vec<u8>>>; 16];
+
 /// The `null` system's node: a sharded in-memory map private to the process.
 #[derive(Debug, Default)]
 struct NullNode {
-    shards: Arc<[Mutex<HashMap<Vec<u8>, Vec<u8>>>; 16]>,
+    shards: Arc<Shards>,
 }
 
 impl NodeHandle for NullNode {
@@ -158,13 +175,15 @@ impl NodeHandle for NullNode {
 
 #[derive(Debug)]
 struct NullClient {
-    shards: Arc<[Mutex<HashMap<Vec<u8>, Vec<u8>>>; 16]>,
+    shards: Arc<Shards>,
     stats: nessie::Stats,
 }
 
 impl NullClient {
     fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Vec<u8>>> {
-        let h = key.iter().fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
+        let h = key
+            .iter()
+            .fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
         self.shards[h % 16]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

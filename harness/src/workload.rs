@@ -324,7 +324,9 @@ impl KeyChooser {
     pub fn new(spec: &WorkloadSpec) -> Self {
         match spec.distribution {
             KeyDistribution::Uniform => KeyChooser::Uniform(spec.keys),
-            KeyDistribution::Zipf { theta } => KeyChooser::Zipf(Arc::new(Zipf::new(spec.keys, theta))),
+            KeyDistribution::Zipf { theta } => {
+                KeyChooser::Zipf(Arc::new(Zipf::new(spec.keys, theta)))
+            }
         }
     }
 
@@ -458,7 +460,11 @@ mod tests {
             get_ratio: 1.5,
             ..WorkloadSpec::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("GET ratio"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("GET ratio"));
         WorkloadSpec::default().validate().unwrap();
     }
 
@@ -499,8 +505,8 @@ mod tests {
             counts[z.rank(&mut rng) as usize] += 1;
         }
         // Rank 0 and 1 come out at their exact probabilities.
-        for r in 0..2 {
-            let p = counts[r] as f64 / draws as f64;
+        for (r, &count) in counts.iter().enumerate().take(2) {
+            let p = count as f64 / draws as f64;
             let want = z.probability(r as u64);
             assert!((p - want).abs() < 0.1 * want, "rank {r}: {p} vs {want}");
         }
@@ -509,7 +515,10 @@ mod tests {
         let want: f64 = (0..10).map(|r| z.probability(r)).sum();
         let got = top10 as f64 / draws as f64;
         assert!((got - want).abs() < 0.15 * want, "top10 {got} vs {want}");
-        assert!(got > 0.3, "top 10 of 1000 keys should draw over 30 %: {got}");
+        assert!(
+            got > 0.3,
+            "top 10 of 1000 keys should draw over 30 %: {got}"
+        );
         assert!(counts[0] > counts[9] * 5);
     }
 

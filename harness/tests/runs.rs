@@ -57,7 +57,11 @@ fn run(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Output, u32) {
 }
 
 fn assert_clean(dir: &Path, pid: u32) {
-    assert!(leftover_processes(dir).is_empty(), "{:?}", leftover_processes(dir));
+    assert!(
+        leftover_processes(dir).is_empty(),
+        "{:?}",
+        leftover_processes(dir)
+    );
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
 }
 
@@ -89,7 +93,12 @@ fn compare_quick_measures_every_available_system() {
             other => panic!("run {} {other}: {}", r["label"], r["reason"]),
         }
     }
-    for f in ["report.md", "summary.csv", "throughput.svg", "throughput.png"] {
+    for f in [
+        "report.md",
+        "summary.csv",
+        "throughput.svg",
+        "throughput.png",
+    ] {
         assert!(dir.join(f).exists(), "{f}");
     }
     assert_clean(&dir, pid);
@@ -101,11 +110,24 @@ fn the_orchestration_works_without_a_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("null");
     let (out, pid) = run(
-        &["compare", "--quick", "--duration-ms", "200", "--systems", "null", "--keys", "300"],
+        &[
+            "compare",
+            "--quick",
+            "--duration-ms",
+            "200",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ],
         &dir,
         &[],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json = results(&dir);
     let run = &json["runs"][0];
     assert_eq!(run["status"], "ok");
@@ -123,11 +145,25 @@ fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("crash");
     let (out, pid) = run(
-        &["compare", "--quick", "--duration-ms", "2000", "--systems", "null", "--keys", "300"],
+        &[
+            "compare",
+            "--quick",
+            "--duration-ms",
+            "2000",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ],
         &dir,
         &[("NESSIE_BENCH_FAIL_NODE", "1")],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json = results(&dir);
     let run = &json["runs"][0];
     assert_eq!(run["status"], "failed");
@@ -141,7 +177,16 @@ fn ctrl_c_tears_everything_down() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("sigint");
     let mut child = bench()
-        .args(["contention", "--quick", "--duration-ms", "20000", "--systems", "null", "--keys", "300"])
+        .args([
+            "contention",
+            "--quick",
+            "--duration-ms",
+            "20000",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ])
         .args(["--hogs", "1"])
         .arg("--out")
         .arg(&dir)
@@ -157,8 +202,13 @@ fn ctrl_c_tears_everything_down() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!leftover_processes(&dir).is_empty(), "the nodes never started");
-    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    assert!(
+        !leftover_processes(&dir).is_empty(),
+        "the nodes never started"
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     assert_clean(&dir, pid);
@@ -183,12 +233,20 @@ fn bad_flags_are_refused_without_a_panic() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let out = bench()
-        .args(["compare", "--keys", "100000", "--key-size", "8", "--systems", "null"])
+        .args([
+            "compare",
+            "--keys",
+            "100000",
+            "--key-size",
+            "8",
+            "--systems",
+            "null",
+        ])
         .arg("--out")
         .arg(tmp.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("key size"), "{stderr}");
 }

@@ -36,7 +36,8 @@ pub struct BreakdownArgs {
 pub fn steps() -> Vec<(&'static str, Optimizations)> {
     let mut o = Optimizations::none();
     let mut out = vec![("none", o)];
-    let adds: [(&str, fn(&mut Optimizations)); 5] = [
+    type Add = fn(&mut Optimizations);
+    let adds: [(&str, Add); 5] = [
         ("+batched_reads", |o| o.batched_reads = true),
         ("+filter", |o| o.filter = true),
         ("+multi_read", |o| o.multi_read = true),
@@ -57,7 +58,11 @@ pub fn steps() -> Vec<(&'static str, Optimizations)> {
 pub fn run(args: BreakdownArgs) -> Result<i32> {
     let mut ctx = Ctx::new("breakdown", args.common)?;
     let duration = ctx.duration_ms(4_000, 800);
-    let system = ctx.systems(&[System::Cd]).first().copied().unwrap_or(System::Cd);
+    let system = ctx
+        .systems(&[System::Cd])
+        .first()
+        .copied()
+        .unwrap_or(System::Cd);
     let dist = KeyDistribution::Zipf { theta: args.theta };
     let steps = steps();
     let mut specs = Vec::new();
@@ -65,7 +70,12 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
         let w = ctx.workload(args.value_size, ratio, dist);
         w.validate()?;
         for (name, opts) in &steps {
-            let mut spec = ctx.spec(format!("{}-{}get{name}", system.label(), percent(ratio)), system, w.clone(), duration);
+            let mut spec = ctx.spec(
+                format!("{}-{}get{name}", system.label(), percent(ratio)),
+                system,
+                w.clone(),
+                duration,
+            );
             spec.optimizations = *opts;
             specs.push(spec);
         }
@@ -97,14 +107,32 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
     let mut table = Table::new(
         "fig13",
         "CD goodput by optimisation step (Fig. 13)",
-        &["GET %", "step", "kops/s", "goodput MB/s", "vs none", "retries/op", "cache hits/GET", "net B/op"],
+        &[
+            "GET %",
+            "step",
+            "kops/s",
+            "goodput MB/s",
+            "vs none",
+            "retries/op",
+            "cache hits/GET",
+            "net B/op",
+        ],
     );
     for &ratio in &args.get_ratios {
         let base = at(ratio, steps[0].1).map(|f| f.goodput_mb_s);
         let mut pts = Vec::new();
         for (i, (name, opts)) in steps.iter().enumerate() {
             let Some(f) = at(ratio, *opts) else {
-                table.row(vec![percent(ratio), (*name).to_owned(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into()]);
+                table.row(vec![
+                    percent(ratio),
+                    (*name).to_owned(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]);
                 continue;
             };
             pts.push((i as f64, f.goodput_mb_s));
@@ -113,7 +141,8 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
                 (*name).to_owned(),
                 num(f.throughput_ops_s / 1e3),
                 num(f.goodput_mb_s),
-                base.filter(|b| *b > 0.0).map_or("-".into(), |b| pct(f.goodput_mb_s / b - 1.0)),
+                base.filter(|b| *b > 0.0)
+                    .map_or("-".into(), |b| pct(f.goodput_mb_s / b - 1.0)),
                 num(f.all.retries_per_op),
                 num(f.get.cache_hits_per_op),
                 num(f.all.remote_bytes_per_op),
@@ -129,12 +158,17 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
         };
         let all_on = at(ratio, steps[steps.len() - 1].1).map(|f| f.goodput_mb_s);
         let (ours, verdict) = match (base, all_on) {
-            (Some(b), Some(a)) if b > 0.0 => (format!("all vs none: {}", pct(a / b - 1.0)), Verdict::of(a > b)),
+            (Some(b), Some(a)) if b > 0.0 => (
+                format!("all vs none: {}", pct(a / b - 1.0)),
+                Verdict::of(a > b),
+            ),
             _ => ("needs the first and last step".into(), Verdict::Unknown),
         };
         report.comparisons.push(Comparison {
             source: format!("Fig. 13 ({}% GET)", percent(ratio)),
-            paper: claim.map_or("optimisations raise goodput".into(), |c| format!("all optimisations vs basic: {}", pct(c))),
+            paper: claim.map_or("optimisations raise goodput".into(), |c| {
+                format!("all optimisations vs basic: {}", pct(c))
+            }),
             ours,
             verdict,
         });

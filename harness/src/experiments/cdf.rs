@@ -36,12 +36,48 @@ struct Metric {
 }
 
 const METRICS: [Metric; 6] = [
-    Metric { fig: "Fig. 8", file: "fig8-verbs-get", kind: OpKind::Get, what: "verbs per GET (all targets)", hist: |k| &k.verbs },
-    Metric { fig: "Fig. 9", file: "fig9-verbs-put", kind: OpKind::Put, what: "verbs per PUT (all targets)", hist: |k| &k.verbs },
-    Metric { fig: "Fig. 10", file: "fig10-bytes-get", kind: OpKind::Get, what: "network bytes per GET", hist: |k| &k.remote_bytes },
-    Metric { fig: "Fig. 11", file: "fig11-bytes-put", kind: OpKind::Put, what: "network bytes per PUT", hist: |k| &k.remote_bytes },
-    Metric { fig: "Figs. 8/9", file: "remote-verbs-get", kind: OpKind::Get, what: "remote verbs per GET", hist: |k| &k.remote_verbs },
-    Metric { fig: "Figs. 8/9", file: "remote-verbs-put", kind: OpKind::Put, what: "remote verbs per PUT", hist: |k| &k.remote_verbs },
+    Metric {
+        fig: "Fig. 8",
+        file: "fig8-verbs-get",
+        kind: OpKind::Get,
+        what: "verbs per GET (all targets)",
+        hist: |k| &k.verbs,
+    },
+    Metric {
+        fig: "Fig. 9",
+        file: "fig9-verbs-put",
+        kind: OpKind::Put,
+        what: "verbs per PUT (all targets)",
+        hist: |k| &k.verbs,
+    },
+    Metric {
+        fig: "Fig. 10",
+        file: "fig10-bytes-get",
+        kind: OpKind::Get,
+        what: "network bytes per GET",
+        hist: |k| &k.remote_bytes,
+    },
+    Metric {
+        fig: "Fig. 11",
+        file: "fig11-bytes-put",
+        kind: OpKind::Put,
+        what: "network bytes per PUT",
+        hist: |k| &k.remote_bytes,
+    },
+    Metric {
+        fig: "Figs. 8/9",
+        file: "remote-verbs-get",
+        kind: OpKind::Get,
+        what: "remote verbs per GET",
+        hist: |k| &k.remote_verbs,
+    },
+    Metric {
+        fig: "Figs. 8/9",
+        file: "remote-verbs-put",
+        kind: OpKind::Put,
+        what: "remote verbs per PUT",
+        hist: |k| &k.remote_verbs,
+    },
 ];
 
 /// Runs `cdf`; returns the exit code.
@@ -60,7 +96,10 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         .collect();
     let mut report = Report::new(
         "cdf",
-        &format!("Figs. 8–11: verbs and bytes per operation, {}", workload.describe()),
+        &format!(
+            "Figs. 8–11: verbs and bytes per operation, {}",
+            workload.describe()
+        ),
         serde_json::json!({
             "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
             "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
@@ -72,7 +111,17 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     let mut table = Table::new(
         "cost",
         "Cost per operation: mean and percentiles of each distribution",
-        &["system", "op", "metric", "mean", "p50", "p90", "p99", "max", "share = 0"],
+        &[
+            "system",
+            "op",
+            "metric",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            "share = 0",
+        ],
     );
     for m in METRICS {
         let mut fig = Figure::new(
@@ -88,7 +137,10 @@ pub fn run(args: CdfArgs) -> Result<i32> {
             if h.0.is_empty() {
                 continue;
             }
-            fig.series(format!("{}-{}", d.record.system.label(), m.kind.name()), h.cdf());
+            fig.series(
+                format!("{}-{}", d.record.system.label(), m.kind.name()),
+                h.cdf(),
+            );
             let q = |q: f64| num(h.0.value_at_quantile(q) as f64);
             table.row(vec![
                 d.record.system.label().to_owned(),
@@ -99,7 +151,9 @@ pub fn run(args: CdfArgs) -> Result<i32> {
                 q(0.9),
                 q(0.99),
                 num(h.0.max() as f64),
-                pct(h.0.count_between(0, 0) as f64 / h.0.len() as f64).trim_start_matches('+').to_owned(),
+                pct(h.0.count_between(0, 0) as f64 / h.0.len() as f64)
+                    .trim_start_matches('+')
+                    .to_owned(),
             ]);
         }
         report.figures.push(fig);
@@ -150,7 +204,12 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     let sd_get = mean(System::Sd, OpKind::Get, |k| &k.remote_bytes);
     let (ours, verdict) = match (cd_get, sd_get) {
         (Some(c), Some(s)) if s > 0.0 => (
-            format!("mean net bytes/GET: CD {} SD {} ({})", num(c), num(s), pct(c / s - 1.0)),
+            format!(
+                "mean net bytes/GET: CD {} SD {} ({})",
+                num(c),
+                num(s),
+                pct(c / s - 1.0)
+            ),
             Verdict::of((c / s - 1.0).abs() <= 0.5),
         ),
         _ => ("needs CD and SD".into(), Verdict::Unknown),
@@ -172,7 +231,12 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     let nodes = f64::from(ctx.common.nodes);
     let (ours, verdict) = match sd_local {
         Some(share) => (
-            format!("{} of SD GETs use no network ({} nodes: expect {})", pct(share).trim_start_matches('+'), nodes, pct(1.0 / nodes).trim_start_matches('+')),
+            format!(
+                "{} of SD GETs use no network ({} nodes: expect {})",
+                pct(share).trim_start_matches('+'),
+                nodes,
+                pct(1.0 / nodes).trim_start_matches('+')
+            ),
             Verdict::of((share - 1.0 / nodes).abs() < 0.1),
         ),
         None => ("needs SD".into(), Verdict::Unknown),

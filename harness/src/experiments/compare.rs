@@ -1,7 +1,9 @@
 //! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
 //! 90 % GETs, uniform keys), with the summary table and plots.
 
-use super::{parse_fraction, parse_size, summary_figures, summary_table, throughput_of, Common, Ctx};
+use super::{
+    parse_fraction, parse_size, summary_figures, summary_table, throughput_of, Common, Ctx,
+};
 use crate::error::Result;
 use crate::paper;
 use crate::report::{num, pct, Comparison, Report, Verdict};
@@ -42,7 +44,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     let systems = ctx.systems(&System::PAPER);
     let specs = systems
         .iter()
-        .map(|&s| ctx.spec(format!("{}", s.label()), s, workload.clone(), duration))
+        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
         .collect();
     let mut report = Report::new(
         "compare",
@@ -89,13 +91,21 @@ pub fn run(args: CompareArgs) -> Result<i32> {
             Verdict::of(cd >= 0.75 * sd && hy <= cd.max(sd)),
         ),
         (Some(cd), Some(sd), None) => (
-            format!("CD {} SD {} kops/s; HY not measured", num(cd / 1e3), num(sd / 1e3)),
+            format!(
+                "CD {} SD {} kops/s; HY not measured",
+                num(cd / 1e3),
+                num(sd / 1e3)
+            ),
             Verdict::Unknown,
         ),
         _ => ("CD and SD not both measured".into(), Verdict::Unknown),
     };
     report.comparisons.push(Comparison {
-        source: format!("{fig} at {} ({}% GET)", crate::report::bytes_label(args.value_size as f64), percent(args.get_ratio)),
+        source: format!(
+            "{fig} at {} ({}% GET)",
+            crate::report::bytes_label(args.value_size as f64),
+            percent(args.get_ratio)
+        ),
         paper: "GET-heavy, ≥16 KB: CD ≈ SD; HY consistently lower".into(),
         ours,
         verdict,

@@ -34,7 +34,13 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
     let hogs: Vec<usize> = args
         .hogs
         .map(|h| h.into_iter().map(usize::from).collect())
-        .unwrap_or_else(|| if ctx.common.quick { vec![0, 2, 4] } else { vec![0, 1, 2, 4, 8] });
+        .unwrap_or_else(|| {
+            if ctx.common.quick {
+                vec![0, 2, 4]
+            } else {
+                vec![0, 1, 2, 4, 8]
+            }
+        });
     let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_200);
@@ -42,14 +48,22 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
     let mut specs = Vec::new();
     for &s in &systems {
         for &h in &hogs {
-            let mut spec = ctx.spec(format!("{}-{h}hogs", s.label()), s, workload.clone(), duration);
+            let mut spec = ctx.spec(
+                format!("{}-{h}hogs", s.label()),
+                s,
+                workload.clone(),
+                duration,
+            );
             spec.hogs = h;
             specs.push(spec);
         }
     }
     let mut report = Report::new(
         "contention",
-        &format!("Fig. 4: throughput vs background CPU hogs, {}", workload.describe()),
+        &format!(
+            "Fig. 4: throughput vs background CPU hogs, {}",
+            workload.describe()
+        ),
         serde_json::json!({
             "workload": workload, "systems": systems, "hogs": hogs,
             "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
@@ -71,7 +85,11 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
         cols.push(format!("{} vs 0 hogs", s.label()));
     }
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-    let mut table = Table::new("fig4", "Throughput vs background CPU hogs (Fig. 4)", &col_refs);
+    let mut table = Table::new(
+        "fig4",
+        "Throughput vs background CPU hogs (Fig. 4)",
+        &col_refs,
+    );
     let mut retention = Vec::new();
     for &s in &systems {
         let pts: Vec<(f64, f64)> = runs_of(&done, s)
@@ -126,7 +144,10 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
                 Verdict::of(cd.1 > sd.1),
             )
         }
-        _ => ("CD and SD not both measured with and without hogs".into(), Verdict::Unknown),
+        _ => (
+            "CD and SD not both measured with and without hogs".into(),
+            Verdict::Unknown,
+        ),
     };
     report.comparisons.push(Comparison {
         source: "Fig. 4".into(),

@@ -41,9 +41,13 @@ pub struct EnergyArgs {
 pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut ctx = Ctx::new("energy", args.common)?;
     let quick = ctx.common.quick;
-    let loads = args
-        .loads
-        .unwrap_or_else(|| if quick { vec![0.2, 0.8] } else { paper::FIG14_LOADS.to_vec() });
+    let loads = args.loads.unwrap_or_else(|| {
+        if quick {
+            vec![0.2, 0.8]
+        } else {
+            paper::FIG14_LOADS.to_vec()
+        }
+    });
     if loads.iter().any(|&l| l <= 0.0) {
         return Err(HarnessError::Usage("every load must be above 0".into()));
     }
@@ -72,7 +76,12 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
             continue;
         };
         for &l in &loads {
-            let mut spec = ctx.spec(format!("{}-{}pct", s.label(), percent(l)), s, workload.clone(), duration);
+            let mut spec = ctx.spec(
+                format!("{}-{}pct", s.label(), percent(l)),
+                s,
+                workload.clone(),
+                duration,
+            );
             spec.load = Load::Open {
                 ops_per_sec: peak * l,
             };
@@ -100,7 +109,17 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut table = Table::new(
         "fig14",
         "Cost vs offered load (Fig. 14, CPU proxy)",
-        &["system", "load", "offered ops/s", "achieved ops/s", "CPU cores/node", "CPU µs/op", "GET p50 µs", "GET p99 µs", "late ops"],
+        &[
+            "system",
+            "load",
+            "offered ops/s",
+            "achieved ops/s",
+            "CPU cores/node",
+            "CPU µs/op",
+            "GET p50 µs",
+            "GET p99 µs",
+            "late ops",
+        ],
     );
     let mut rel_at = Vec::new();
     for &s in &systems {
@@ -112,14 +131,31 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
             })
             .collect();
         rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-        util.series(s.label(), rows.iter().map(|(l, f)| (l * 100.0, f.cpu_util_per_node)).collect());
-        per_op.series(s.label(), rows.iter().map(|(l, f)| (l * 100.0, f.cpu_us_per_op)).collect());
-        let top = rows.last().map(|r| r.1.cpu_util_per_node).filter(|&u| u > 0.0);
+        util.series(
+            s.label(),
+            rows.iter()
+                .map(|(l, f)| (l * 100.0, f.cpu_util_per_node))
+                .collect(),
+        );
+        per_op.series(
+            s.label(),
+            rows.iter()
+                .map(|(l, f)| (l * 100.0, f.cpu_us_per_op))
+                .collect(),
+        );
+        let top = rows
+            .last()
+            .map(|r| r.1.cpu_util_per_node)
+            .filter(|&u| u > 0.0);
         for (l, f) in &rows {
             table.row(vec![
                 s.label().to_owned(),
                 format!("{}%", percent(*l)),
-                if f.offered_ops_s > 0.0 { num(f.offered_ops_s) } else { "closed loop".into() },
+                if f.offered_ops_s > 0.0 {
+                    num(f.offered_ops_s)
+                } else {
+                    "closed loop".into()
+                },
                 num(f.throughput_ops_s),
                 num(f.cpu_util_per_node),
                 num(f.cpu_us_per_op),
@@ -145,10 +181,18 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
         };
         let (ours, verdict) = match (find(System::Cd), find(System::Sd)) {
             (Some(c), Some(s)) => (
-                format!("CPU at {}% load, share of own peak: CD {} SD {}", percent(load), pct(c).trim_start_matches('+'), pct(s).trim_start_matches('+')),
+                format!(
+                    "CPU at {}% load, share of own peak: CD {} SD {}",
+                    percent(load),
+                    pct(c).trim_start_matches('+'),
+                    pct(s).trim_start_matches('+')
+                ),
                 Verdict::of(c < s),
             ),
-            _ => (format!("needs CD and SD at {}% load", percent(load)), Verdict::Unknown),
+            _ => (
+                format!("needs CD and SD at {}% load", percent(load)),
+                Verdict::Unknown,
+            ),
         };
         report.comparisons.push(Comparison {
             source: format!("Fig. 14 ({}% load)", percent(load)),

@@ -151,7 +151,8 @@ impl Ctx {
     /// # Errors
     /// [`HarnessError::Io`] if the binary's path is unknown.
     pub fn new(name: &str, common: Common) -> Result<Self> {
-        let exe = std::env::current_exe().map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
+        let exe = std::env::current_exe()
+            .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
         let out = common.out.clone().unwrap_or_else(|| {
             PathBuf::from("results").join(format!(
                 "{name}-{}",
@@ -165,9 +166,11 @@ impl Ctx {
             ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
         };
         bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         Ok(Ctx {
             common,
@@ -181,7 +184,10 @@ impl Ctx {
     /// The systems to run: `--systems` or the experiment's default.
     #[must_use]
     pub fn systems(&self, default: &[System]) -> Vec<System> {
-        self.common.systems.clone().unwrap_or_else(|| default.to_vec())
+        self.common
+            .systems
+            .clone()
+            .unwrap_or_else(|| default.to_vec())
     }
 
     /// The measured duration: `--duration-ms`, else `quick_ms` or `full_ms`.
@@ -195,7 +201,12 @@ impl Ctx {
     /// A workload with the common flags applied; the key count defaults to
     /// about 256 MiB of values (32 MiB with `--quick`).
     #[must_use]
-    pub fn workload(&self, value_size: usize, get_ratio: f64, distribution: KeyDistribution) -> WorkloadSpec {
+    pub fn workload(
+        &self,
+        value_size: usize,
+        get_ratio: f64,
+        distribution: KeyDistribution,
+    ) -> WorkloadSpec {
         let (budget, lo, hi) = if self.common.quick {
             (32u64 << 20, 512, 20_000)
         } else {
@@ -218,9 +229,17 @@ impl Ctx {
     /// A run spec with the common flags applied; measured for `duration_ms`
     /// after a warm-up of a fifth of that (at most 1 s) unless overridden.
     #[must_use]
-    pub fn spec(&self, label: String, system: System, workload: WorkloadSpec, duration_ms: u64) -> RunSpec {
-        let mut s = RunSpec::new(label, system, workload)
-            .with_threads(usize::from(self.common.threads), usize::from(self.common.server_workers));
+    pub fn spec(
+        &self,
+        label: String,
+        system: System,
+        workload: WorkloadSpec,
+        duration_ms: u64,
+    ) -> RunSpec {
+        let mut s = RunSpec::new(label, system, workload).with_threads(
+            usize::from(self.common.threads),
+            usize::from(self.common.server_workers),
+        );
         s.nodes = usize::from(self.common.nodes);
         s.duration_ms = duration_ms;
         s.warmup_ms = self.common.warmup_ms.unwrap_or((duration_ms / 5).min(1000));
@@ -245,10 +264,10 @@ impl Ctx {
         let count = specs.len();
         for (i, spec) in specs.into_iter().enumerate() {
             self.runs += 1;
-            let dir = self
-                .out
-                .join("runs")
-                .join(format!("{:03}-{}", self.runs, sanitize(&spec.label)));
+            let dir =
+                self.out
+                    .join("runs")
+                    .join(format!("{:03}-{}", self.runs, sanitize(&spec.label)));
             let head = format!("[{}/{count}] {}", i + 1, spec.label);
             let bar = self.bar.clone();
             let run_time = spec.run_time();
@@ -286,7 +305,10 @@ impl Ctx {
                 Err(HarnessError::Interrupted) => {
                     self.bar.abandon_with_message("interrupted");
                     report.runs.push(record);
-                    report.notes.push("interrupted by the user: the report holds the runs completed so far".into());
+                    report.notes.push(
+                        "interrupted by the user: the report holds the runs completed so far"
+                            .into(),
+                    );
                     if report.write(&self.out).is_ok() {
                         eprintln!("nessie-bench: partial report in {}", self.out.display());
                     }
@@ -298,7 +320,8 @@ impl Ctx {
                     None
                 }
                 Err(e) => {
-                    self.bar.suspend(|| eprintln!("nessie-bench: run {} failed: {e}", record.label));
+                    self.bar
+                        .suspend(|| eprintln!("nessie-bench: run {} failed: {e}", record.label));
                     record.status = RunStatus::Failed;
                     record.reason = Some(e.to_string());
                     None
@@ -336,7 +359,10 @@ impl Ctx {
                 println!("{}\n\n{}", t.title, t.markdown());
             }
             for c in &report.comparisons {
-                println!("{}: paper {} | ours {} | {:?}", c.source, c.paper, c.ours, c.verdict);
+                println!(
+                    "{}: paper {} | ours {} | {:?}",
+                    c.source, c.paper, c.ours, c.verdict
+                );
             }
             for n in &report.notes {
                 println!("note: {n}");
@@ -351,7 +377,13 @@ impl Ctx {
 fn sanitize(label: &str) -> String {
     label
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -504,7 +536,9 @@ pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
 /// Throughput of the first measured run of `system` among `done`.
 #[must_use]
 pub fn throughput_of(done: &[Done], system: System) -> Option<f64> {
-    runs_of(done, system).next().map(|(_, f)| f.throughput_ops_s)
+    runs_of(done, system)
+        .next()
+        .map(|(_, f)| f.throughput_ops_s)
 }
 
 #[cfg(test)]

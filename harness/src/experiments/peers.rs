@@ -39,7 +39,10 @@ pub fn run(args: PeersArgs) -> Result<i32> {
         .collect();
     let mut report = Report::new(
         "peers",
-        &format!("CD beside Redis and memcached on loopback, {}", workload.describe()),
+        &format!(
+            "CD beside Redis and memcached on loopback, {}",
+            workload.describe()
+        ),
         serde_json::json!({
             "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
             "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,

@@ -6,7 +6,9 @@ use super::{parse_fraction, parse_size, runs_of, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::RunFigures;
 use crate::paper::{self, Table1Row};
-use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{
+    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
+};
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
 
@@ -60,9 +62,13 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             paper::SWEEP_VALUE_SIZES.to_vec()
         }
     });
-    let ratios = args
-        .get_ratios
-        .unwrap_or_else(|| if quick { vec![0.5, 0.9] } else { paper::SWEEP_GET_RATIOS.to_vec() });
+    let ratios = args.get_ratios.unwrap_or_else(|| {
+        if quick {
+            vec![0.5, 0.9]
+        } else {
+            paper::SWEEP_GET_RATIOS.to_vec()
+        }
+    });
     let duration = ctx.duration_ms(4_000, 800);
     let systems = ctx.systems(&System::PAPER);
     let mut specs = Vec::new();
@@ -71,7 +77,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             let w = ctx.workload(size, ratio, KeyDistribution::Uniform);
             w.validate()?;
             for &s in &systems {
-                let label = format!("{}-{}-{}get", s.label(), bytes_label(size as f64), percent(ratio));
+                let label = format!(
+                    "{}-{}-{}get",
+                    s.label(),
+                    bytes_label(size as f64),
+                    percent(ratio)
+                );
                 specs.push(ctx.spec(label, s, w.clone(), duration));
             }
         }
@@ -89,13 +100,22 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 
     let at = |s: System, size: usize, ratio: f64| -> Option<&RunFigures> {
         runs_of(&done, s)
-            .find(|(spec, _)| spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
             .map(|(_, f)| f)
     };
     let mut goodput = Table::new(
         "goodput",
         "Goodput (MB/s) by value size and GET ratio (Figs. 5–7)",
-        &["GET %", "value size", "CD MB/s", "SD MB/s", "HY MB/s", "CD vs SD"],
+        &[
+            "GET %",
+            "value size",
+            "CD MB/s",
+            "SD MB/s",
+            "HY MB/s",
+            "CD vs SD",
+        ],
     );
     for &ratio in &ratios {
         let mut fig = Figure::new(
@@ -117,7 +137,9 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         for &size in &sizes {
             let g = |s| at(s, size, ratio).map_or("-".to_owned(), |f| num(f.goodput_mb_s));
             let rel = match (at(System::Cd, size, ratio), at(System::Sd, size, ratio)) {
-                (Some(c), Some(s)) if s.goodput_mb_s > 0.0 => pct(c.goodput_mb_s / s.goodput_mb_s - 1.0),
+                (Some(c), Some(s)) if s.goodput_mb_s > 0.0 => {
+                    pct(c.goodput_mb_s / s.goodput_mb_s - 1.0)
+                }
                 _ => "-".into(),
             };
             goodput.row(vec![
@@ -133,11 +155,13 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     report.tables.push(goodput);
     if let Some(&r50) = ratios.iter().find(|&&r| (r - 0.5).abs() < 1e-9) {
         table1(&mut report, &done, &sizes, r50);
-        crossover(&mut report, &sizes, |s, z| at(s, z, r50).map(|f| f.goodput_mb_s));
+        crossover(&mut report, &sizes, |s, z| {
+            at(s, z, r50).map(|f| f.goodput_mb_s)
+        });
     } else {
-        report
-            .notes
-            .push("Table 1 and the Fig. 5 comparison need the 50 % GET runs (--get-ratios 0.5,…)".into());
+        report.notes.push(
+            "Table 1 and the Fig. 5 comparison need the 50 % GET runs (--get-ratios 0.5,…)".into(),
+        );
     }
     ctx.finish(report)
 }
@@ -146,10 +170,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usize) -> Option<f64>) {
     let rel: Vec<(usize, f64)> = sizes
         .iter()
-        .filter_map(|&z| match (goodput(System::Cd, z), goodput(System::Sd, z)) {
-            (Some(c), Some(s)) if s > 0.0 => Some((z, c / s - 1.0)),
-            _ => None,
-        })
+        .filter_map(
+            |&z| match (goodput(System::Cd, z), goodput(System::Sd, z)) {
+                (Some(c), Some(s)) if s > 0.0 => Some((z, c / s - 1.0)),
+                _ => None,
+            },
+        )
         .collect();
     let (ours, verdict) = match (rel.first(), rel.last()) {
         (Some(a), Some(b)) if rel.len() >= 2 => (
@@ -162,7 +188,10 @@ fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usiz
             ),
             Verdict::of(b.1 > a.1),
         ),
-        _ => ("needs CD and SD at two sizes or more".into(), Verdict::Unknown),
+        _ => (
+            "needs CD and SD at two sizes or more".into(),
+            Verdict::Unknown,
+        ),
     };
     report.comparisons.push(Comparison {
         source: "Fig. 5 (50% GET)".into(),
@@ -182,13 +211,19 @@ fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usiz
 fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
     let at = |s: System, size: usize| {
         runs_of(done, s)
-            .find(|(spec, _)| spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
             .map(|(_, f)| f)
     };
     let mut cols = vec!["row".to_owned()];
     cols.extend(sizes.iter().map(|&z| bytes_label(z as f64)));
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-    let mut ours = Table::new("table1", "Table 1 (ours): mean latency and bytes sent, 50% GETs", &col_refs);
+    let mut ours = Table::new(
+        "table1",
+        "Table 1 (ours): mean latency and bytes sent, 50% GETs",
+        &col_refs,
+    );
     let mut theirs = Table::new(
         "table1-paper",
         "Table 1 (paper, 15 nodes, RDMA) at the same sizes",
@@ -210,7 +245,11 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
         ("GET Lat. (µs)", |f| f.get.mean_us, |r, i| r.get_us[i]),
         ("PUT Lat. (µs)", |f| f.put.mean_us, |r, i| r.put_us[i]),
         ("All Lat. (µs)", |f| f.all.mean_us, |r, i| r.all_us[i]),
-        ("Sent (MB/s; paper: GB total)", |f| f.all.remote_bytes_total as f64 / f.elapsed_s.max(1e-9) / 1e6, |r, i| r.sent_gb[i]),
+        (
+            "Sent (MB/s; paper: GB total)",
+            |f| f.all.remote_bytes_total as f64 / f.elapsed_s.max(1e-9) / 1e6,
+            |r, i| r.sent_gb[i],
+        ),
     ];
     for (name, pick, pick_paper) in rows {
         for (s, prow) in paper_rows {

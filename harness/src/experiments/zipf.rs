@@ -4,7 +4,9 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{
+    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
+};
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 
@@ -39,12 +41,18 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             vec![256, 2 << 10, 16 << 10, 128 << 10]
         }
     });
-    let ratios = args
-        .get_ratios
-        .unwrap_or_else(|| if quick { vec![0.5, 0.99] } else { paper::SWEEP_GET_RATIOS.to_vec() });
+    let ratios = args.get_ratios.unwrap_or_else(|| {
+        if quick {
+            vec![0.5, 0.99]
+        } else {
+            paper::SWEEP_GET_RATIOS.to_vec()
+        }
+    });
     let systems = ctx.systems(&[System::Cd, System::Sd]);
     if !systems.contains(&System::Cd) || !systems.contains(&System::Sd) {
-        return Err(HarnessError::Usage("zipf compares CD with SD: --systems must include cd and sd".into()));
+        return Err(HarnessError::Usage(
+            "zipf compares CD with SD: --systems must include cd and sd".into(),
+        ));
     }
     let duration = ctx.duration_ms(4_000, 1_200);
     let dist = KeyDistribution::Zipf { theta: args.theta };
@@ -54,14 +62,22 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             let w = ctx.workload(size, ratio, dist);
             w.validate()?;
             for &s in &systems {
-                let label = format!("{}-{}-{}get-zipf", s.label(), bytes_label(size as f64), percent(ratio));
+                let label = format!(
+                    "{}-{}-{}get-zipf",
+                    s.label(),
+                    bytes_label(size as f64),
+                    percent(ratio)
+                );
                 specs.push(ctx.spec(label, s, w.clone(), duration));
             }
         }
     }
     let mut report = Report::new(
         "zipf",
-        &format!("Fig. 12: Zipf (θ = {}) keys, CD goodput relative to SD", args.theta),
+        &format!(
+            "Fig. 12: Zipf (θ = {}) keys, CD goodput relative to SD",
+            args.theta
+        ),
         serde_json::json!({
             "value_sizes": sizes, "get_ratios": ratios, "theta": args.theta, "systems": systems,
             "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
@@ -71,10 +87,15 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
     let done = ctx.run_all(specs, &mut report)?;
     let goodput = |s: System, size: usize, ratio: f64| {
         runs_of(&done, s)
-            .find(|(spec, _)| spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
             .map(|(_, f)| f.goodput_mb_s)
     };
-    let rel = |size, ratio| match (goodput(System::Cd, size, ratio), goodput(System::Sd, size, ratio)) {
+    let rel = |size, ratio| match (
+        goodput(System::Cd, size, ratio),
+        goodput(System::Sd, size, ratio),
+    ) {
         (Some(c), Some(s)) if s > 0.0 => Some(c / s - 1.0),
         _ => None,
     };
@@ -134,7 +155,10 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         };
         report.comparisons.push(Comparison {
             source: format!("Fig. 12 ({}% GET)", percent(ratio)),
-            paper: format!("CD below SD at 256 B; large values: CD over {} above SD", pct(claim)),
+            paper: format!(
+                "CD below SD at 256 B; large values: CD over {} above SD",
+                pct(claim)
+            ),
             ours,
             verdict,
         });

@@ -101,10 +101,22 @@ impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let esc = |s: &str| s.replace('|', "\\|");
-        let _ = writeln!(out, "| {} |", self.columns.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(
+            out,
+            "| {} |",
+            self.columns
+                .iter()
+                .map(|c| esc(c))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
         let _ = writeln!(out, "|{}", "---|".repeat(self.columns.len()));
         for r in &self.rows {
-            let _ = writeln!(out, "| {} |", r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(
+                out,
+                "| {} |",
+                r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | ")
+            );
         }
         out
     }
@@ -326,8 +338,16 @@ impl Report {
             md,
             "- setup: one process per node on one host, `shm` fabric (one-sided verbs are memory copies and atomics, not RDMA); the paper used 15 nodes with 10 GbE RDMA NICs. Compare shapes, not absolute numbers.\n"
         );
-        let _ = writeln!(md, "## Parameters\n\n```json\n{}\n```\n", serde_json::to_string_pretty(&self.params).unwrap_or_default());
-        let skipped: Vec<&RunRecord> = self.runs.iter().filter(|r| r.status != RunStatus::Ok).collect();
+        let _ = writeln!(
+            md,
+            "## Parameters\n\n```json\n{}\n```\n",
+            serde_json::to_string_pretty(&self.params).unwrap_or_default()
+        );
+        let skipped: Vec<&RunRecord> = self
+            .runs
+            .iter()
+            .filter(|r| r.status != RunStatus::Ok)
+            .collect();
         if !skipped.is_empty() {
             let _ = writeln!(md, "## Runs not measured\n");
             for r in skipped {
@@ -335,25 +355,45 @@ impl Report {
                     md,
                     "- {} ({}): {}",
                     r.label,
-                    if r.status == RunStatus::Skipped { "skipped" } else { "failed" },
+                    if r.status == RunStatus::Skipped {
+                        "skipped"
+                    } else {
+                        "failed"
+                    },
                     r.reason.as_deref().unwrap_or("")
                 );
             }
             md.push('\n');
         }
         for t in &self.tables {
-            let _ = writeln!(md, "## {}\n\n{}\n(`{}.csv`)\n", t.title, t.markdown(), t.name);
+            let _ = writeln!(
+                md,
+                "## {}\n\n{}\n(`{}.csv`)\n",
+                t.title,
+                t.markdown(),
+                t.name
+            );
         }
         if !self.figures.is_empty() {
             let _ = writeln!(md, "## Figures\n");
             for f in &self.figures {
-                let _ = writeln!(md, "### {}\n\n![{name}]({name}.svg)\n\n(`{name}.png` too)\n", f.title, name = f.name);
+                let _ = writeln!(
+                    md,
+                    "### {}\n\n![{name}]({name}.svg)\n\n(`{name}.png` too)\n",
+                    f.title,
+                    name = f.name
+                );
             }
         }
         if !self.comparisons.is_empty() {
             let mut t = Table::new("", "", &["paper", "published", "ours", "verdict"]);
             for c in &self.comparisons {
-                t.row(vec![c.source.clone(), c.paper.clone(), c.ours.clone(), c.verdict.label().to_owned()]);
+                t.row(vec![
+                    c.source.clone(),
+                    c.paper.clone(),
+                    c.ours.clone(),
+                    c.verdict.label().to_owned(),
+                ]);
             }
             let _ = writeln!(md, "## Beside the paper\n\n{}", t.markdown());
         }
@@ -440,7 +480,13 @@ mod tests {
         let mut t = Table::new("summary", "Summary", &["system", "ops/s"]);
         t.row(vec!["CD".into(), "1,000".into()]);
         r.tables.push(t);
-        let mut f = Figure::new("throughput", "Throughput", FigureKind::Bar, "system", "ops/s");
+        let mut f = Figure::new(
+            "throughput",
+            "Throughput",
+            FigureKind::Bar,
+            "system",
+            "ops/s",
+        );
         f.categories = vec!["CD".into(), "SD".into()];
         f.series("throughput", vec![(0.0, 10.0), (1.0, 5.0)]);
         r.figures.push(f);
@@ -478,13 +524,18 @@ mod tests {
             "cdf.png",
         ] {
             let p = dir.path().join(name);
-            assert!(p.exists(), "{name} missing; wrote {files:?}; notes {:?}", r.notes);
+            assert!(
+                p.exists(),
+                "{name} missing; wrote {files:?}; notes {:?}",
+                r.notes
+            );
             assert!(std::fs::metadata(&p).unwrap().len() > 0, "{name} empty");
         }
         let csv = std::fs::read_to_string(dir.path().join("summary.csv")).unwrap();
         assert_eq!(csv, "system,ops/s\nCD,\"1,000\"\n");
         let json: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap())
+                .unwrap();
         assert_eq!(json["experiment"], "compare");
         assert_eq!(json["figures"][0]["series"][0]["points"][0][1], 10.0);
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();

@@ -55,7 +55,9 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = values
         .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
@@ -84,7 +86,11 @@ fn y_format(v: &f64) -> String {
     }
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bool) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    text: bool,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(err)?;
     match f.kind {
         FigureKind::Bar => bars(root, f, text),
@@ -109,15 +115,25 @@ fn builder<'a, 'b, DB: DrawingBackend>(
     b
 }
 
-fn lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bool) -> Result<(), String> {
+fn lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    text: bool,
+) -> Result<(), String> {
     let cdf = f.kind == FigureKind::Cdf;
     let tx = |x: f64| if f.log2_x_bytes { x.max(1.0).log2() } else { x };
-    let xs = f.series.iter().flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+    let xs = f
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| tx(p.0)));
     let (x0, x1) = range(xs, cdf);
     let (y0, y1) = if cdf {
         (0.0, 1.02)
     } else {
-        range(f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true)
+        range(
+            f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+            true,
+        )
     };
     let mut chart = builder(root, f, text)
         .build_cartesian_2d(x0..x1, y0..y1)
@@ -160,9 +176,9 @@ fn lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bo
             .draw_series(LineSeries::new(path, color.stroke_width(2)))
             .map_err(err)?;
         if text {
-            series
-                .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            series.label(s.name.as_str()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         }
         if !cdf {
             chart
@@ -173,7 +189,11 @@ fn lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bo
     if text && !f.series.is_empty() {
         chart
             .configure_series_labels()
-            .position(if cdf { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperLeft })
+            .position(if cdf {
+                SeriesLabelPosition::LowerRight
+            } else {
+                SeriesLabelPosition::UpperLeft
+            })
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
@@ -182,15 +202,24 @@ fn lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bo
     Ok(())
 }
 
-fn bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: bool) -> Result<(), String> {
+fn bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    text: bool,
+) -> Result<(), String> {
     let n = f.categories.len().max(1);
-    let (_, y1) = range(f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
+    let (_, y1) = range(
+        f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        true,
+    );
     let mut chart = builder(root, f, text)
         .build_cartesian_2d(0.0..n as f64, 0.0..y1)
         .map_err(err)?;
     {
         let mut mesh = chart.configure_mesh();
-        mesh.disable_x_mesh().x_labels(0).y_label_formatter(&y_format);
+        mesh.disable_x_mesh()
+            .x_labels(0)
+            .y_label_formatter(&y_format);
         if text {
             mesh.y_desc(f.y_label.as_str()).x_desc(f.x_label.as_str());
         } else {
@@ -204,13 +233,16 @@ fn bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure, text: boo
         let color = COLORS[i % COLORS.len()];
         let left = 0.1 + i as f64 * width;
         let rects = s.points.iter().map(|&(c, y)| {
-            Rectangle::new([(c + left, 0.0), (c + left + width * 0.95, y)], color.filled())
+            Rectangle::new(
+                [(c + left, 0.0), (c + left + width * 0.95, y)],
+                color.filled(),
+            )
         });
         let series = chart.draw_series(rects).map_err(err)?;
         if text && f.series.len() > 1 {
-            series
-                .label(s.name.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+            series.label(s.name.as_str()).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+            });
         }
     }
     if text {
