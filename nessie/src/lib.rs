@@ -12,7 +12,9 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+mod client;
 pub mod clock;
+mod cluster;
 mod config;
 pub mod data;
 mod error;
@@ -20,10 +22,17 @@ pub mod fabric;
 pub mod index;
 mod kv;
 pub mod layout;
+mod node;
+mod protocol;
 mod stats;
+mod store;
 
+pub use client::Client;
 pub use clock::{Clock, WallClock};
+pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
 pub use error::Error;
 pub use kv::KvClient;
+pub use node::Node;
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
+pub use store::store_regions;
