@@ -79,6 +79,7 @@ impl Client {
                 hasher: self.shared.hasher(),
                 clock: &self.clock,
                 data: &self.data,
+                scan_fabric: self.shared.scan_fabric().as_ref(),
                 slot_bytes: self.shared.slot_bytes(),
                 class_caps: self.shared.class_caps(),
             };

@@ -139,16 +139,18 @@ impl ClusterBuilder {
                 vec![wall; config.nodes]
             }
         };
-        let mut fabric: Arc<dyn Fabric> =
+        let local: Arc<dyn Fabric> =
             Arc::new(LocalFabric::new(config.nodes, &store_regions(&config)));
-        if let Some(wrap) = self.wrap {
-            fabric = wrap(fabric);
-        }
+        let fabric = match self.wrap {
+            Some(wrap) => wrap(Arc::clone(&local)),
+            None => Arc::clone(&local),
+        };
         let hosted: Vec<NodeId> = (0..config.nodes).collect();
         let period = recycle_period(&config);
         let shared = Arc::new(Shared::new(
             config,
-            Arc::clone(&fabric),
+            fabric,
+            Arc::clone(&local),
             &hosted,
             clocks,
             self.seed,
@@ -156,7 +158,7 @@ impl ClusterBuilder {
         let recycler = if self.recycler {
             Some(Recycler::start(
                 shared.hosted_data(),
-                fabric,
+                local,
                 Arc::clone(shared.clock(0)),
                 period,
             )?)

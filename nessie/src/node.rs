@@ -70,6 +70,7 @@ impl Node {
         let shared = Arc::new(Shared::new(
             config.clone(),
             Arc::clone(&fabric),
+            Arc::clone(&fabric),
             &[node_id],
             vec![Arc::clone(&clock); config.nodes],
             seed,

@@ -30,6 +30,11 @@ pub(crate) struct Shared {
     config: Config,
     hasher: KeyHasher,
     fabric: Arc<dyn Fabric>,
+    /// The fabric the allocator scans its own node's memory through:
+    /// the unwrapped backend, since a scan is local bookkeeping, not a verb
+    /// of an operation (and must not yield to a simulator while the
+    /// allocator's lock is held).
+    scan_fabric: Arc<dyn Fabric>,
     data: Vec<Option<Arc<NodeData>>>,
     clocks: Vec<Arc<dyn Clock>>,
     slot_bytes: Vec<usize>,
@@ -40,10 +45,12 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// `hosted` lists the nodes whose data tables this process allocates
-    /// from; `clocks` has one clock per node.
+    /// from; `clocks` has one clock per node; `scan_fabric` is `fabric`
+    /// without any wrapper.
     pub(crate) fn new(
         config: Config,
         fabric: Arc<dyn Fabric>,
+        scan_fabric: Arc<dyn Fabric>,
         hosted: &[NodeId],
         clocks: Vec<Arc<dyn Clock>>,
         seed: u64,
@@ -60,6 +67,7 @@ impl Shared {
                 .collect(),
             class_caps: classes,
             fabric,
+            scan_fabric,
             data,
             clocks,
             seed,
@@ -78,6 +86,10 @@ impl Shared {
 
     pub(crate) fn fabric(&self) -> &Arc<dyn Fabric> {
         &self.fabric
+    }
+
+    pub(crate) fn scan_fabric(&self) -> &Arc<dyn Fabric> {
+        &self.scan_fabric
     }
 
     pub(crate) fn clock(&self, node: NodeId) -> &Arc<dyn Clock> {

@@ -1,3 +1,7 @@
 //! Cross-crate integration tests of Nessie and its baselines, and the tools
 //! they share: a linearizability checker, history recording, and the
 //! deterministic simulator.
+
+pub mod sim;
+// pub mod simulation;
+pub mod scripted;

@@ -37,7 +37,7 @@ mod write;
 use crate::cache::DteCache;
 use crate::clock::Clock;
 use crate::data::{dte_addr, NodeData};
-use crate::fabric::{Endpoint, RemoteAddr, Verb};
+use crate::fabric::{Endpoint, Fabric, RemoteAddr, Verb};
 use crate::index::{Candidate, KeyHasher};
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
 use crate::layout::{round_up_words, Ite, SlotRef};
@@ -65,6 +65,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) ep: &'a mut Endpoint,
     pub(crate) clock: &'a dyn Clock,
     pub(crate) data: &'a NodeData,
+    pub(crate) scan_fabric: &'a dyn Fabric,
     pub(crate) slot_bytes: &'a [usize],
     pub(crate) class_caps: &'a [usize],
     pub(crate) cache: &'a mut DteCache,
@@ -380,10 +381,7 @@ impl<'a> Ctx<'a> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
-        let Some(slot) = self
-            .data
-            .allocate(class, self.ep.fabric().as_ref(), self.clock)?
-        else {
+        let Some(slot) = self.data.allocate(class, self.scan_fabric, self.clock)? else {
             return Ok(None);
         };
         let h = header(slot.generation);
@@ -401,6 +399,7 @@ pub(crate) struct OpEnv<'a> {
     pub(crate) hasher: &'a KeyHasher,
     pub(crate) clock: &'a Arc<dyn Clock>,
     pub(crate) data: &'a NodeData,
+    pub(crate) scan_fabric: &'a dyn Fabric,
     pub(crate) slot_bytes: &'a [usize],
     pub(crate) class_caps: &'a [usize],
 }
@@ -420,6 +419,7 @@ impl OpEnv<'_> {
             ep,
             clock: self.clock.as_ref(),
             data: self.data,
+            scan_fabric: self.scan_fabric,
             slot_bytes: self.slot_bytes,
             class_caps: self.class_caps,
             cache,
