@@ -5,3 +5,5 @@
 pub mod sim;
 // pub mod simulation;
 pub mod scripted;
+pub mod proc_history;
+pub mod stress;
