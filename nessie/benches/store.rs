@@ -29,7 +29,13 @@ fn key(i: usize) -> Vec<u8> {
     format!("bench-key-{i:08}").into_bytes()
 }
 
-fn bench_pair(c: &mut Criterion, fabric: &str, reader: &mut Client, writer: &mut Client, cached: bool) {
+fn bench_pair(
+    c: &mut Criterion,
+    fabric: &str,
+    reader: &mut Client,
+    writer: &mut Client,
+    cached: bool,
+) {
     let mut group = c.benchmark_group(format!("store/{fabric}"));
     group
         .warm_up_time(Duration::from_millis(500))

@@ -2,8 +2,10 @@
 //! they share: a linearizability checker, history recording, and the
 //! deterministic simulator.
 
-pub mod sim;
-// pub mod simulation;
-pub mod scripted;
+pub mod history;
+pub mod linearizability;
 pub mod proc_history;
+pub mod scripted;
+pub mod sim;
+pub mod simulation;
 pub mod stress;

@@ -65,7 +65,13 @@ impl ProcLog {
         self.next += 1;
         let line = match call {
             Call::Get(k) => format!("I {} {id} {} get {}\n", self.client, now_ns(), hex(k)),
-            Call::Put(k, v) => format!("I {} {id} {} put {} {}\n", self.client, now_ns(), hex(k), hex(v)),
+            Call::Put(k, v) => format!(
+                "I {} {id} {} put {} {}\n",
+                self.client,
+                now_ns(),
+                hex(k),
+                hex(v)
+            ),
             Call::Delete(k) => format!("I {} {id} {} del {}\n", self.client, now_ns(), hex(k)),
         };
         self.file.write_all(line.as_bytes())?;
@@ -98,7 +104,10 @@ pub fn read_logs(dir: &Path) -> std::io::Result<History> {
     let mut history = History::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("hist-")) {
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("hist-"))
+        {
             continue;
         }
         let mut calls: HashMap<(u64, u64), (Call, u64)> = HashMap::new();

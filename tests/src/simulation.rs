@@ -202,7 +202,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
 
     let mut clients: Vec<Client> = Vec::new();
     for c in 0..scenario.clients {
-        clients.push(cluster.client(c % scenario.nodes).map_err(|e| e.to_string())?);
+        clients.push(
+            cluster
+                .client(c % scenario.nodes)
+                .map_err(|e| e.to_string())?,
+        );
     }
     let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let mut handles = Vec::new();
@@ -231,7 +235,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
                     };
                     match result {
                         Ok(ret) => recorder.returned(pending, ret),
-                        Err(Error::Timeout | Error::IndexFull | Error::DataTableFull) => recorder.unknown(pending),
+                        Err(Error::Timeout | Error::IndexFull | Error::DataTableFull) => {
+                            recorder.unknown(pending)
+                        }
                         Err(e) => {
                             recorder.unknown(pending);
                             errors
@@ -268,30 +274,45 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
     if outcome.scheduler.exhausted {
         return Err(format!("seed {seed}: livelock: the step budget ran out"));
     }
-    if let Some(e) = errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).first() {
+    if let Some(e) = errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .first()
+    {
         return Err(format!("seed {seed}: {e}"));
     }
 
     // Audit: once every crashed owner is dead, every key must be readable
     // within one op_timeout (no wedge), and the reads join the history.
     sched.advance(scenario.op_timeout_us + 2 * scenario.skew_us + 1);
-    let mut auditor = cluster.client(1 % scenario.nodes).map_err(|e| e.to_string())?;
-    let keys: Vec<Vec<u8>> = (0..scenario.keys).map(key).chain((0..scenario.fillers).map(filler)).collect();
+    let mut auditor = cluster
+        .client(1 % scenario.nodes)
+        .map_err(|e| e.to_string())?;
+    let keys: Vec<Vec<u8>> = (0..scenario.keys)
+        .map(key)
+        .chain((0..scenario.fillers).map(filler))
+        .collect();
     for k in keys {
         let p = recorder.invoke(u64::MAX - 1, Call::get(k.clone()));
         match auditor.get(&k) {
             Ok(v) => recorder.returned(p, Ret::Get(v)),
             Err(e) => {
                 return Err(format!(
-                    "seed {seed}: key {} wedged after its owners died: {e}",
-                    String::from_utf8_lossy(&k)
+                    "seed {seed}: key {} wedged after its owners died: {e} (auditor: {:?})\n{}",
+                    String::from_utf8_lossy(&k),
+                    auditor.stats().get,
+                    dump_key(&cluster, &k)
                 ))
             }
         }
     }
     let history = recorder.history();
     outcome.ops = history.len();
-    outcome.unknown = history.ops().iter().filter(|o| o.responded().is_none()).count();
+    outcome.unknown = history
+        .ops()
+        .iter()
+        .filter(|o| o.responded().is_none())
+        .count();
     check(&history).map_err(|e| format!("seed {seed}: {e}"))?;
     Ok(outcome)
 }
@@ -300,7 +321,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
 /// many (default `default`).
 #[must_use]
 pub fn seeds(default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("NESSIE_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+    if let Some(seed) = std::env::var("NESSIE_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         return vec![seed];
     }
     let n = std::env::var("NESSIE_SIM_SEEDS")
@@ -308,4 +332,38 @@ pub fn seeds(default: u64) -> Vec<u64> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default);
     (0..n).collect()
+}
+
+/// The key's candidate ITEs and the headers they point at, for diagnostics.
+fn dump_key(cluster: &Cluster, key: &[u8]) -> String {
+    use nessie::index::KeyHasher;
+    use nessie::layout::{dte::DteHeader, Ite};
+    let config = cluster.config();
+    let fabric = cluster.fabric();
+    let mut out = String::new();
+    for c in KeyHasher::new(config).candidates(key) {
+        let mut w = [0u8; 8];
+        let _ = fabric.read(c.addr(), &mut w);
+        let ite = Ite(u64::from_le_bytes(w));
+        out.push_str(&format!("  {c:?}: {:?}\n", ite.kind()));
+        if let Some(t) = ite.target() {
+            let bytes = config.class_slot_bytes(usize::from(t.class));
+            let mut buf = vec![0u8; bytes];
+            let _ = fabric.read(nessie::data::dte_addr(t, bytes), &mut buf);
+            let h = DteHeader::decode(&buf);
+            out.push_str(&format!(
+                "    -> gen {} status {:?} migrated {} tomb {} key {:?} created {} expires {} prev {:?} replaced {:?}\n",
+                h.state.generation(),
+                h.state.status(),
+                h.state.is_migrated(),
+                h.state.is_tombstone(),
+                String::from_utf8_lossy(&buf[56..56 + h.state.key_len().min(16)]),
+                h.created_at,
+                h.expires_at,
+                Ite(h.prev).kind(),
+                Ite(h.replaced).kind()
+            ));
+        }
+    }
+    out
 }

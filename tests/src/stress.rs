@@ -64,7 +64,9 @@ pub fn run_client(
         };
         match result {
             Ok(ret) => recorder.returned(pending, ret),
-            Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => recorder.unknown(pending),
+            Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {
+                recorder.unknown(pending)
+            }
             Err(e) => return Err(format!("client {id}: {call:?}: {e}")),
         }
     }
@@ -86,10 +88,13 @@ where
     for t in 0..plan.threads {
         let mut client = make_client(t);
         let recorder = Arc::clone(&recorder);
-        handles.push(std::thread::spawn(move || run_client(&mut client, t as u64, plan, &recorder)));
+        handles.push(std::thread::spawn(move || {
+            run_client(&mut client, t as u64, plan, &recorder)
+        }));
     }
     for h in handles {
-        h.join().map_err(|_| "a client thread panicked".to_string())??;
+        h.join()
+            .map_err(|_| "a client thread panicked".to_string())??;
     }
     let history = recorder.history();
     crate::linearizability::check(&history).map_err(|e| e.to_string())?;

@@ -34,7 +34,13 @@ fn config(dir: &Path) -> Config {
 
 fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_node", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_node",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, format!("{node}"))
         .env("NESSIE_PROC_DIR", dir)
         .env("NESSIE_PROC_CLUSTER", cluster)
@@ -80,18 +86,30 @@ fn three_processes_one_killed_stay_linearizable() {
         assert!(status.success(), "node {node} failed: {status}");
     }
     let history = read_logs(&dir).unwrap();
-    let unknown = history.ops().iter().filter(|o| o.responded().is_none()).count();
+    let unknown = history
+        .ops()
+        .iter()
+        .filter(|o| o.responded().is_none())
+        .count();
     assert!(history.len() > 100, "only {} operations ran", history.len());
-    assert!(unknown >= 1, "the killed process left no operation in flight");
+    assert!(
+        unknown >= 1,
+        "the killed process left no operation in flight"
+    );
     tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{} operations, {unknown} with unknown outcome", history.len());
+    eprintln!(
+        "{} operations, {unknown} with unknown outcome",
+        history.len()
+    );
 }
 
 /// The body of a node process (run only when spawned by the test above).
 #[test]
 #[ignore = "run as a child process by three_processes_one_killed_stay_linearizable"]
 fn child_node() {
-    let Ok(node) = std::env::var(CHILD_ENV) else { return };
+    let Ok(node) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let node: usize = node.parse().unwrap();
     let dir = PathBuf::from(std::env::var("NESSIE_PROC_DIR").unwrap());
     let mut cfg = config(&dir);

@@ -117,6 +117,35 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Makes an unlinked committed DTE reusable. A MIGRATE copy may still be
+    /// pointed at by its source's `MOVED` marker (the migrator stalled or
+    /// died before clearing it): readers look behind markers, so the marker
+    /// is cleared first. No marker can appear later: a copy commits only
+    /// after its marker was installed, and a marker is installed once.
+    pub(crate) fn retire(
+        &mut self,
+        at: crate::layout::SlotRef,
+        header: &crate::layout::DteHeader,
+    ) -> Result<(), Error> {
+        if header.state.is_migrated() {
+            let (node, slot) = decode_source(header.source);
+            let source = Candidate {
+                node: usize::from(node),
+                slot,
+            }
+            .addr();
+            let marker = Ite::moved(at);
+            if self.ep.read_word(source)? == marker.0
+                && self.cas(source, marker.0, marker.emptied().0)? == marker.0
+            {
+                if let Some(old) = Ite(header.prev).target() {
+                    self.stage(old)?;
+                }
+            }
+        }
+        self.stage(at)
+    }
+
     /// Clears a marker whose copy committed; the winner stages the source's
     /// old DTE (the copy's `prev`).
     pub(crate) fn clear_marker(

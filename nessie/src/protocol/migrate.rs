@@ -128,9 +128,17 @@ impl Ctx<'_> {
         };
         let state = DteState::new(copy.generation, key_len, value_len, false, true);
         let copy_ite = Ite::occupied(copy, filter);
-        if self.cas(dest_slot, dest_ite.0, copy_ite.0)? != dest_ite.0 {
-            self.data.release_unpublished(copy);
-            return Ok(Freed::Yes);
+        match self.cas(dest_slot, dest_ite.0, copy_ite.0) {
+            Ok(old) if old == dest_ite.0 => {}
+            Ok(_) => {
+                self.data.release_unpublished(copy);
+                return Ok(Freed::Yes);
+            }
+            Err(Error::Timeout) => {
+                self.data.release_unpublished(copy);
+                return Err(Error::Timeout);
+            }
+            Err(e) => return Err(e),
         }
         let marker = Ite::moved(copy);
         if self.cas(slot, src_ite.0, marker.0)? != src_ite.0 {

@@ -23,8 +23,11 @@ struct Plan {
     holder: Option<usize>,
     /// Whether the holder is a committed tombstone.
     holder_is_tombstone: bool,
-    /// Further candidates holding committed entries of the key.
-    duplicates: Vec<usize>,
+    /// The holder's header.
+    holder_header: Option<DteHeader>,
+    /// Further candidates holding committed entries of the key, with their
+    /// headers.
+    duplicates: Vec<(usize, DteHeader)>,
     /// First empty candidate.
     empty: Option<usize>,
 }
@@ -89,6 +92,7 @@ impl Ctx<'_> {
         let mut plan = Plan {
             holder: None,
             holder_is_tombstone: false,
+            holder_header: None,
             duplicates: Vec::new(),
             empty: ites.iter().position(|i| i.is_empty()),
         };
@@ -117,8 +121,9 @@ impl Ctx<'_> {
             if plan.holder.is_none() {
                 plan.holder = Some(i);
                 plan.holder_is_tombstone = view.state().is_tombstone();
+                plan.holder_header = Some(view.header);
             } else {
-                plan.duplicates.push(i);
+                plan.duplicates.push((i, view.header));
             }
         }
         Ok(Step::Done(plan))
@@ -175,18 +180,28 @@ impl Ctx<'_> {
         let state = DteState::new(mine.generation, key_len, value_len, tombstone, false);
         let published = Ite::occupied(mine, filter);
         let slot = cands[target].addr();
-        if self.cas(slot, replaced.0, published.0)? != replaced.0 {
-            self.data.release_unpublished(mine);
-            return Ok(Step::Again(Retry::CasFailed));
+        match self.cas(slot, replaced.0, published.0) {
+            Ok(old) if old == replaced.0 => {}
+            Ok(_) => {
+                self.data.release_unpublished(mine);
+                return Ok(Step::Again(Retry::CasFailed));
+            }
+            Err(Error::Timeout) => {
+                // The deadline check refused the CAS: never published.
+                self.data.release_unpublished(mine);
+                return Err(Error::Timeout);
+            }
+            // A transport error leaves the CAS's fate unknown: keep the slot.
+            Err(e) => return Err(e),
         }
         // Clear the key's other copies; the reverse pass expects them gone.
         let mut expected = ites.clone();
         expected[target] = published;
         let mut cleared = Vec::new();
-        for &d in &plan.duplicates {
+        for &(d, header) in &plan.duplicates {
             expected[d] = ites[d].emptied();
             if self.cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)? == ites[d].0 {
-                cleared.push(d);
+                cleared.push((d, header));
             }
         }
         if self.read_ites(cands, true)? != expected {
@@ -203,12 +218,12 @@ impl Ctx<'_> {
             return Ok(Step::Again(Retry::AbortedByHelper));
         }
         // Committed: only now may what we replaced become reusable.
-        if let Some(old) = replaced.target().filter(|_| replaced.is_occupied()) {
-            self.stage(old)?;
+        if let (Some(old), Some(header)) = (replaced.target(), plan.holder_header) {
+            self.retire(old, &header)?;
         }
-        for d in cleared {
+        for (d, header) in cleared {
             if let Some(old) = ites[d].target() {
-                self.stage(old)?;
+                self.retire(old, &header)?;
             }
         }
         if kind == WriteKind::Delete && !self.past_deadline() {
