@@ -461,7 +461,26 @@ fn brute_force(h: &History) -> bool {
 /// instant inside them (unknown ones after their invocation, or never), and
 /// return what a map would; then, if `corrupt`, half the time one result is
 /// corrupted.
-fn random_history(rng: &mut Rng, ops: usize, keys: u64, span: u64, corrupt: bool) -> History {
+/// Random history parameters.
+struct Shape {
+    ops: usize,
+    keys: u64,
+    /// Invocations fall in `0..span`.
+    span: u64,
+    /// One operation in this many has an unknown outcome.
+    unknown_one_in: u64,
+    /// Whether to corrupt one result half the time.
+    corrupt: bool,
+}
+
+fn random_history(rng: &mut Rng, shape: &Shape) -> History {
+    let Shape {
+        ops,
+        keys,
+        span,
+        unknown_one_in,
+        corrupt,
+    } = *shape;
     struct Gen {
         call: Call,
         inv: u64,
@@ -480,7 +499,7 @@ fn random_history(rng: &mut Rng, ops: usize, keys: u64, span: u64, corrupt: bool
         };
         let inv = rng.below(span);
         let resp = inv + rng.below(6);
-        let unknown = rng.below(6) == 0;
+        let unknown = rng.below(unknown_one_in) == 0;
         let at = if unknown {
             (rng.below(2) == 0).then(|| inv + rng.below(span))
         } else {
@@ -541,14 +560,18 @@ fn random_history(rng: &mut Rng, ops: usize, keys: u64, span: u64, corrupt: bool
     h
 }
 
-#[test]
-fn checker_agrees_with_brute_force_on_small_random_histories() {
-    let mut rng = Rng(42);
+fn compare_with_brute_force(seed: u64, cases: usize, unknown_one_in: u64) {
+    let mut rng = Rng(seed);
     let (mut good, mut bad) = (0, 0);
-    for case in 0..3000 {
-        let ops = 1 + rng.below(7) as usize;
-        let keys = 1 + rng.below(2);
-        let h = random_history(&mut rng, ops, keys, 12, true);
+    for case in 0..cases {
+        let shape = Shape {
+            ops: 1 + rng.below(7) as usize,
+            keys: 1 + rng.below(2),
+            span: 12,
+            unknown_one_in,
+            corrupt: true,
+        };
+        let h = random_history(&mut rng, &shape);
         let expected = brute_force(&h);
         let got = check(&h);
         assert_eq!(
@@ -563,14 +586,34 @@ fn checker_agrees_with_brute_force_on_small_random_histories() {
         }
     }
     // The generator must exercise both answers.
-    assert!(good > 500 && bad > 500, "good {good}, bad {bad}");
+    assert!(
+        good > cases / 20 && bad > cases / 20,
+        "good {good}, bad {bad}"
+    );
+}
+
+#[test]
+fn checker_agrees_with_brute_force_on_small_random_histories() {
+    compare_with_brute_force(42, 3000, 6);
+}
+
+#[test]
+fn checker_agrees_with_brute_force_when_many_outcomes_are_unknown() {
+    compare_with_brute_force(4242, 3000, 2);
 }
 
 #[test]
 fn random_uncorrupted_histories_with_heavy_overlap_pass() {
     let mut rng = Rng(7);
+    let shape = Shape {
+        ops: 400,
+        keys: 3,
+        span: 300,
+        unknown_one_in: 8,
+        corrupt: false,
+    };
     for _ in 0..40 {
-        let h = random_history(&mut rng, 400, 3, 300, false);
+        let h = random_history(&mut rng, &shape);
         if let Err(e) = check(&h) {
             panic!("{e}");
         }
