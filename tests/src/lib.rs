@@ -5,7 +5,10 @@
 //! * [`history`]: [`History`] of operations with known or unknown outcomes,
 //!   and the thread-safe [`Recorder`] clients use to collect one.
 //! * [`linearizability`]: [`check`] a history against a map of registers.
+//! * [`conformance`]: checks every [`nessie::fabric::Fabric`] backend must
+//!   pass, run on each backend by `tests/fabric_conformance.rs`.
 
+pub mod conformance;
 pub mod history;
 pub mod linearizability;
 
