@@ -16,15 +16,14 @@ use std::time::Duration;
 pub const PAPER_LOAD_FACTOR: f64 = 0.4;
 
 /// Expiry-gated slot reuse: a replaced DTE slot comes back only `expiry`
-/// (+ skew) after it was unlinked, so the data tables need room for every PUT
-/// of that window. The sizing allows this many seconds of PUTs.
-const PUT_SLACK_SECS: f64 = 2.0;
-/// Upper bound of the PUT rate a node of this host could sustain, used only
-/// to size the data tables (the files are sparse, so a generous bound costs
-/// address space, not memory).
-const MAX_PUTS_PER_SEC_PER_NODE: f64 = 200_000.0;
-/// Upper bound of the bytes a node could write per second (same purpose).
-const MAX_PUT_BYTES_PER_SEC_PER_NODE: f64 = 2e9;
+/// (+ skew, + the recycler's period) after it was unlinked, so the data
+/// tables need room for every PUT of that window; this many times `expiry`.
+const PUT_WINDOW_EXPIRIES: f64 = 1.5;
+/// Upper bound of the PUT rate a node of one host can sustain, used only to
+/// size the data tables.
+const MAX_PUTS_PER_SEC_PER_NODE: f64 = 100_000.0;
+/// Upper bound of the bytes a node can write per second (same purpose).
+const MAX_PUT_BYTES_PER_SEC_PER_NODE: f64 = 1e9;
 
 /// Closed loop (each worker issues its next operation when the last one
 /// completes) or open loop (Poisson arrivals at a fixed rate).
@@ -177,20 +176,26 @@ impl RunSpec {
 ///
 /// * Index: `keys / (load_factor × nodes)` entries per node, so the cluster's
 ///   index is filled to the paper's load factor (0.4).
-/// * Data: the value's size class needs room for every live key (a node may
-///   end up holding far more than its share: a PUT moves the key's DTE to the
-///   writer's node), so 4 × keys slots, plus the PUTs of [`PUT_SLACK_SECS`]
-///   at the highest rate a node could reach, because replaced slots are
-///   reused only after `expiry`. The data tables split their bytes equally
-///   among size classes, so the total is that times the number of classes;
-///   region files are sparse, so only touched slots take memory.
+/// * Data, in the value's size class: room for twice the node's share of
+///   live keys (a CD PUT moves the key's entry to the writer's node, and SD
+///   homes keys by hash, so shares vary), plus every PUT of
+///   [`PUT_WINDOW_EXPIRIES`] × `expiry` at the highest rate a node could
+///   reach, since replaced slots return only after `expiry`; then a third
+///   more, because the recycler scans only once a class is three quarters
+///   used. No roomier than that: the store hands out fresh slots before
+///   recycled ones, so a larger table only touches more memory. The data
+///   tables split their bytes equally among size classes, so the total is
+///   that times the number of classes; only touched slots take memory
+///   (region files are sparse).
 pub fn size_tables(c: &mut Config, w: &WorkloadSpec, nodes: usize, load_factor: f64) {
     let per_node = (w.keys as f64 / (load_factor * nodes as f64)).ceil() as usize;
     c.index_slots_per_node = per_node.max(1024);
     let put_share = 1.0 - w.get_ratio;
     let put_rate = (MAX_PUTS_PER_SEC_PER_NODE * put_share)
         .min(MAX_PUT_BYTES_PER_SEC_PER_NODE / w.value_size.max(1) as f64);
-    let slots = 4 * w.keys as usize + (put_rate * PUT_SLACK_SECS).ceil() as usize + 1024;
+    let live = 2 * (w.keys as usize).div_ceil(nodes.max(1));
+    let pending = put_rate * PUT_WINDOW_EXPIRIES * c.expiry.as_secs_f64();
+    let slots = ((live as f64 + pending) * 4.0 / 3.0).ceil() as usize + 1024;
     let class = c.class_for(w.value_size).unwrap_or(0);
     let classes = c.size_classes().len();
     c.data_bytes_per_node = slots * c.class_slot_bytes(class) * classes;
@@ -212,7 +217,7 @@ mod tests {
             let spec = RunSpec::new("t", System::Cd, w.clone());
             let c = spec.config("bench-test").unwrap();
             let class = c.class_for(value_size).unwrap();
-            assert!(c.class_slots(class) >= 4 * 5000, "{value_size}");
+            assert!(c.class_slots(class) >= 2 * 5000 / 3, "{value_size}");
             assert!(c.index_slots_per_node * 3 >= (5000.0 / 0.4) as usize);
             assert_eq!(c.shm_dir(), PathBuf::from("/dev/shm/nessie-bench-test"));
         }

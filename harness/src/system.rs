@@ -102,9 +102,7 @@ impl System {
             })
         };
         match self {
-            System::Cd => {
-                missing("nessie::Node is not in this build yet (merge main once it lands)")
-            }
+            System::Cd => Ok(()),
             System::Sd => missing("the nessie-sd crate is not in this build yet"),
             System::Hy => missing("the nessie-hy crate is not in this build yet"),
             System::Redis | System::Memcached => peers::check_installed(self),
@@ -139,9 +137,12 @@ pub fn start_node(
     peer: Option<&PeerTarget>,
 ) -> Result<Box<dyn NodeHandle>> {
     system.check_available()?;
-    let _ = (config, node_id);
     match system {
-        System::Cd | System::Sd | System::Hy => Err(HarnessError::NotAvailable {
+        System::Cd => Ok(Box::new(CdNode(nessie::Node::start(
+            config.clone(),
+            node_id,
+        )?))),
+        System::Sd | System::Hy => Err(HarnessError::NotAvailable {
             system,
             why: "not wired into this build".into(),
         }),
@@ -152,6 +153,16 @@ pub fn start_node(
             Ok(Box::new(peers::PeerNode { system, target }))
         }
         System::Null => Ok(Box::new(NullNode::default())),
+    }
+}
+
+/// A node of the client-driven store.
+#[derive(Debug)]
+struct CdNode(nessie::Node);
+
+impl NodeHandle for CdNode {
+    fn client(&self) -> Result<Box<dyn KvClient>> {
+        Ok(Box::new(self.0.client()?))
     }
 }
 
@@ -237,8 +248,8 @@ mod tests {
     }
 
     #[test]
-    fn missing_systems_say_so() {
-        let e = start_node(System::Sd, &Config::default(), 0, None).unwrap_err();
-        assert!(e.to_string().contains("not available"), "{e}");
+    fn a_cd_node_needs_the_shm_fabric() {
+        let e = start_node(System::Cd, &Config::default(), 0, None).unwrap_err();
+        assert!(e.to_string().contains("shm"), "{e}");
     }
 }
