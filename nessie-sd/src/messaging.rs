@@ -41,9 +41,9 @@
 use crate::poll::Spinner;
 use nessie::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, VerbCounts};
 use nessie::layout::ring::{
-    self, begin_frame, decode_frame_header, finish_frame, frame_bytes, frame_trailer,
-    place_frame, receiver_may_wrap, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader,
-    RingGeometry, RingOp, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS,
+    self, begin_frame, decode_frame_header, finish_frame, frame_bytes, frame_trailer, place_frame,
+    receiver_may_wrap, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
+    HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS,
 };
 use nessie::layout::{round_up_words, WORD};
 use nessie::{Clock, Error};
@@ -205,8 +205,10 @@ impl RpcClient {
         }
         .encode_into(&mut self.frame);
         self.frame.extend_from_slice(req.key);
-        self.frame
-            .resize(self.frame.len() + round_up_words(req.key.len()) - req.key.len(), 0);
+        self.frame.resize(
+            self.frame.len() + round_up_words(req.key.len()) - req.key.len(),
+            0,
+        );
         self.frame.extend_from_slice(req.value);
         let len = finish_frame(&mut self.frame);
 

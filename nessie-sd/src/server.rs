@@ -78,7 +78,13 @@ struct Shared {
 
 impl Shared {
     fn stripe(&self, key: &[u8]) -> usize {
-        self.config.table.candidates(key).first().copied().unwrap_or(0) as usize % STRIPES
+        self.config
+            .table
+            .candidates(key)
+            .first()
+            .copied()
+            .unwrap_or(0) as usize
+            % STRIPES
     }
 }
 
@@ -265,6 +271,8 @@ impl Worker {
     /// Runs one request. `Ok(true)`: done (a GET's value is in
     /// `self.value`); `Ok(false)`: the key was absent.
     fn execute(&mut self, req: &RequestHeader, payload: &[u8]) -> Result<bool, Error> {
+        // Only a GET's reply has a body.
+        self.value.clear();
         let config = &self.shared.config;
         let table = Arc::clone(&config.table);
         let malformed = |what: &str| Error::Corrupt(format!("malformed request: {what}"));
@@ -540,10 +548,11 @@ impl Worker {
         };
         // Copy to a fresh DTE slot so that the destination's new ITE value
         // has never been seen there before (ITE values never repeat).
-        let Some(copy) = shared
-            .config
-            .data
-            .allocate(r.class, shared.config.fabric.as_ref(), shared.config.clock.as_ref())?
+        let Some(copy) = shared.config.data.allocate(
+            r.class,
+            shared.config.fabric.as_ref(),
+            shared.config.clock.as_ref(),
+        )?
         else {
             bump(&mut self.notes.no_free_slot);
             return Ok(false);
@@ -553,7 +562,10 @@ impl Worker {
             .and_then(|()| self.check_deadline(deadline))
             .and_then(|()| {
                 let new = Ite::occupied(copy, 0);
-                Ok(self.ep.cas(table.ite_addr(node, alts[j]), alt_ites[j].0, new.0)? == alt_ites[j].0)
+                Ok(self
+                    .ep
+                    .cas(table.ite_addr(node, alts[j]), alt_ites[j].0, new.0)?
+                    == alt_ites[j].0)
             });
         if !matches!(linked, Ok(true)) {
             shared.config.data.release_unpublished(copy);
@@ -564,7 +576,11 @@ impl Worker {
         }
         // The key is now in both slots with the same value; clear the old.
         let new = Ite::occupied(copy, 0);
-        if self.ep.cas(table.ite_addr(node, slot), ite.0, ite.emptied().0)? != ite.0 {
+        if self
+            .ep
+            .cas(table.ite_addr(node, slot), ite.0, ite.emptied().0)?
+            != ite.0
+        {
             // Only writers of this key change its ITEs, and we hold its
             // stripe, so this does not happen; undo the copy if it does.
             bump(&mut self.notes.cas_failed);
@@ -610,7 +626,9 @@ impl Worker {
     fn write_dte(&mut self, r: SlotRef, key: &[u8], value: &[u8]) -> Result<(), Error> {
         let table = Arc::clone(&self.shared.config.table);
         let addr = table.dte_addr(r).ok_or_else(|| {
-            Error::Corrupt(format!("allocator returned a slot outside the tables: {r:?}"))
+            Error::Corrupt(format!(
+                "allocator returned a slot outside the tables: {r:?}"
+            ))
         })?;
         let header = DteHeader {
             state: DteState::new(r.generation, key.len(), value.len(), false, false)
@@ -630,9 +648,10 @@ impl Worker {
     fn allocate(&mut self, class: u8, deadline: u64) -> Result<SlotRef, Error> {
         let config = &self.shared.config;
         loop {
-            if let Some(r) = config
-                .data
-                .allocate(class, config.fabric.as_ref(), config.clock.as_ref())?
+            if let Some(r) =
+                config
+                    .data
+                    .allocate(class, config.fabric.as_ref(), config.clock.as_ref())?
             {
                 return Ok(r);
             }

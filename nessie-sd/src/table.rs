@@ -144,14 +144,16 @@ impl Table {
     pub fn dte_addr(&self, r: SlotRef) -> Option<RemoteAddr> {
         let class = usize::from(r.class);
         let bytes = *self.slot_bytes.get(class)?;
-        ((r.slot as usize) < self.class_slots[class])
-            .then(|| nessie::data::dte_addr(r, bytes))
+        ((r.slot as usize) < self.class_slots[class]).then(|| nessie::data::dte_addr(r, bytes))
     }
 
     /// Value capacity of size class `class`.
     #[must_use]
     pub fn class_capacity(&self, class: u8) -> usize {
-        self.class_caps.get(usize::from(class)).copied().unwrap_or(0)
+        self.class_caps
+            .get(usize::from(class))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The smallest size class holding `value_len` bytes.
@@ -220,7 +222,10 @@ pub fn read_ites(
         .collect();
     ep.post(&mut batch)?;
     drop(batch);
-    Ok(words.into_iter().map(|w| Ite(u64::from_le_bytes(w))).collect())
+    Ok(words
+        .into_iter()
+        .map(|w| Ite(u64::from_le_bytes(w)))
+        .collect())
 }
 
 /// What reading the DTE an ITE points at found out about a key.
@@ -270,9 +275,10 @@ pub fn probe(
 /// [`Error::Corrupt`] if it is not an occupied entry of `node`.
 pub fn target(table: &Table, node: NodeId, ite: Ite) -> Result<SlotRef, Error> {
     match ite.target() {
-        Some(r) if ite.is_occupied() && usize::from(r.node) == node => {
-            table.dte_addr(r).map(|_| r).ok_or_else(|| bad_ite(node, ite))
-        }
+        Some(r) if ite.is_occupied() && usize::from(r.node) == node => table
+            .dte_addr(r)
+            .map(|_| r)
+            .ok_or_else(|| bad_ite(node, ite)),
         _ => Err(bad_ite(node, ite)),
     }
 }
@@ -409,10 +415,7 @@ mod tests {
         assert_eq!(t.class_for(1000), Some(2));
         assert_eq!(t.class_for(1001), None);
         assert!(matches!(t.check_key(b""), Err(Error::EmptyKey)));
-        assert!(matches!(
-            t.check_key(&[0; 129]),
-            Err(Error::KeyTooLarge)
-        ));
+        assert!(matches!(t.check_key(&[0; 129]), Err(Error::KeyTooLarge)));
         assert!(matches!(
             t.check_value(&[0; 1001]),
             Err(Error::ValueTooLarge)

@@ -75,10 +75,16 @@ fn full_index_is_reported_and_keeps_what_it_has() {
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(full > 0 && stored.len() <= 8 && stored.len() >= 4, "{stored:?}");
+    assert!(
+        full > 0 && stored.len() <= 8 && stored.len() >= 4,
+        "{stored:?}"
+    );
     assert!(c.stats().put.migrations > 0, "displacement was tried");
     for key in &stored {
-        assert_eq!(c.get(key.as_bytes()).unwrap(), Some(key.as_bytes().to_vec()));
+        assert_eq!(
+            c.get(key.as_bytes()).unwrap(),
+            Some(key.as_bytes().to_vec())
+        );
     }
     // Overwriting a stored key needs no new index slot.
     c.put(stored[0].as_bytes(), b"new").unwrap();
@@ -125,7 +131,10 @@ fn client_slots_are_limited_and_reused() {
         .map(|_| cluster.client(1).unwrap())
         .collect();
     assert!(matches!(cluster.client(1), Err(Error::Config(_))));
-    assert!(cluster.client(0).is_ok(), "other nodes have their own slots");
+    assert!(
+        cluster.client(0).is_ok(),
+        "other nodes have their own slots"
+    );
     drop(clients);
     // A reused slot continues its rings where the last client left them.
     let mut slot = None;
@@ -139,7 +148,10 @@ fn client_slots_are_limited_and_reused() {
     }
     assert!(matches!(
         cluster.client(3),
-        Err(Error::Fabric(FabricError::UnknownNode { node: 3, nodes: 3 }))
+        Err(Error::Fabric(FabricError::UnknownNode {
+            node: 3,
+            nodes: 3
+        }))
     ));
 }
 
@@ -165,6 +177,9 @@ fn dropping_a_cluster_with_live_clients_stops_cleanly() {
     c.put(b"a", b"b").unwrap();
     drop(cluster);
     // The servers are gone: requests fail instead of hanging.
-    let key = (0..).map(|i| format!("own{i}")).find(|k| c.table().home(k.as_bytes()) == 0).unwrap();
+    let key = (0..)
+        .map(|i| format!("own{i}"))
+        .find(|k| c.table().home(k.as_bytes()) == 0)
+        .unwrap();
     assert!(matches!(c.get(key.as_bytes()), Err(Error::Timeout)));
 }

@@ -75,7 +75,9 @@ pub fn many_keys<S: Store>(s: &S, count: usize) {
         );
     }
     for i in (0..count).step_by(2) {
-        assert!(clients[i % 3].delete(format!("key-{i}").as_bytes()).unwrap());
+        assert!(clients[i % 3]
+            .delete(format!("key-{i}").as_bytes())
+            .unwrap());
     }
     for i in 0..count {
         let key = format!("key-{i}");
@@ -271,7 +273,7 @@ pub fn run_node_processes(child_test: &str) {
 
 fn barrier(dir: &Path, phase: &str, node: usize) {
     std::fs::write(dir.join(format!("{phase}-{node}")), b"").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !(0..NODES).all(|n| dir.join(format!("{phase}-{n}")).exists()) {
         assert!(Instant::now() < deadline, "peers never reached {phase}");
         std::thread::sleep(Duration::from_millis(5));
@@ -305,13 +307,15 @@ pub fn node_process<N, C: KvClient>(
     for node in 0..NODES {
         for i in 0..KEYS_PER_NODE {
             let k = key(node, i);
-            assert_eq!(
-                c.get(k.as_bytes()).unwrap(),
-                Some(value(&k, 10 + i * 97)),
-                "{k}"
+            let got = c.get(k.as_bytes()).unwrap();
+            assert!(
+                got.as_ref() == Some(&value(&k, 10 + i * 97)),
+                "node {id} read {k}: {:?} bytes",
+                got.map(|v| v.len())
             );
         }
     }
+    barrier(&sync, "read", id);
     for i in (0..KEYS_PER_NODE).step_by(3) {
         assert!(c.delete(key(id, i).as_bytes()).unwrap());
     }
@@ -320,7 +324,12 @@ pub fn node_process<N, C: KvClient>(
         for i in 0..KEYS_PER_NODE {
             let k = key(node, i);
             let expect = (i % 3 != 0).then(|| value(&k, 10 + i * 97));
-            assert_eq!(c.get(k.as_bytes()).unwrap(), expect, "{k}");
+            let got = c.get(k.as_bytes()).unwrap();
+            assert!(
+                got == expect,
+                "node {id} read {k}: {:?} bytes",
+                got.map(|v| v.len())
+            );
         }
     }
     // Nobody stops serving before everybody is done.
