@@ -1,5 +1,6 @@
 //! Every byte layout that lives in remote memory: index table entries (ITEs),
-//! data table entries (DTEs) and region file headers.
+//! data table entries (DTEs), region file headers and the baselines' ring
+//! frames.
 //!
 //! All multi-byte fields are little-endian. Field widths are named constants,
 //! checked at compile time, so that processes of one build agree on every bit;
@@ -9,6 +10,7 @@
 pub mod dte;
 pub mod ite;
 pub mod region;
+pub mod ring;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
 pub use ite::{Ite, IteKind, SlotRef};
