@@ -245,6 +245,13 @@ impl TcpFabric {
         options: &TcpOptions,
         listener: TcpListener,
     ) -> Result<TcpFabric, FabricError> {
+        let fabric = TcpFabric::serve(options, listener)?;
+        fabric.attach(options.attach_timeout)?;
+        Ok(fabric)
+    }
+
+    /// Starts serving, without connecting to anyone yet.
+    fn serve(options: &TcpOptions, listener: TcpListener) -> Result<TcpFabric, FabricError> {
         if options.node >= options.nodes {
             return Err(FabricError::UnknownNode {
                 node: options.node,
@@ -291,7 +298,7 @@ impl TcpFabric {
             },
         )
         .map_err(bind)?;
-        let fabric = TcpFabric {
+        Ok(TcpFabric {
             _service: service,
             node: options.node,
             nodes: options.nodes,
@@ -309,9 +316,7 @@ impl TcpFabric {
             },
             counters,
             local_addr,
-        };
-        fabric.attach(options.attach_timeout)?;
-        Ok(fabric)
+        })
     }
 
     /// Opens one connection to every peer, retrying with back-off until
@@ -481,5 +486,181 @@ impl Fabric for TcpFabric {
             }
         }
         first.map_or(Ok(()), |(_, e)| Err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::frame::{
+        put_word, FrameHeader, VerbHeader, OP_READ, REQUEST_MAGIC, RESPONSE_MAGIC,
+        STATUS_OK, STATUS_RESPONSE_TOO_LARGE,
+    };
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    const LIMIT: u64 = 4096;
+
+    /// Node 0 of a two-node cluster, serving; the test plays node 1.
+    fn server() -> (TcpFabric, Arc<Identity>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let regions = vec![RegionSpec {
+            id: RegionId::INDEX,
+            len: 1024,
+        }];
+        let options = TcpOptions {
+            node: 0,
+            nodes: 2,
+            cluster_id: 9,
+            regions: regions.clone(),
+            peers: vec![listener.local_addr().unwrap().to_string(), "127.0.0.1:1".into()],
+            secret: "unit-test-secret".into(),
+            threads: 1,
+            attach_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(5),
+            frame_limit: LIMIT,
+        };
+        let fabric = TcpFabric::serve(&options, listener).unwrap();
+        let me = Arc::new(Identity {
+            cluster_id: 9,
+            node: 1,
+            nodes: 2,
+            regions,
+            frame_limit: LIMIT,
+            secret: b"unit-test-secret".to_vec(),
+        });
+        (fabric, me)
+    }
+
+    fn connect(fabric: &TcpFabric, me: &Identity) -> TcpStream {
+        let mut s = TcpStream::connect(fabric.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        handshake::client(&mut s, me, 0).unwrap();
+        s
+    }
+
+    fn read_frame(fabric: &TcpFabric, me: &Identity, verbs: u32, each: u64) -> Vec<u8> {
+        let mut req = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs,
+            payload: u64::from(verbs) * VERB_HEADER_BYTES as u64,
+        }
+        .encode()
+        .to_vec();
+        for _ in 0..verbs {
+            VerbHeader {
+                op: OP_READ,
+                region: 0,
+                offset: 0,
+                len: each,
+            }
+            .encode_into(&mut req);
+        }
+        let mut s = connect(fabric, me);
+        s.write_all(&req).unwrap();
+        let mut head = [0u8; FRAME_HEADER_BYTES];
+        s.read_exact(&mut head).unwrap();
+        let h = FrameHeader::decode(&head);
+        assert_eq!((h.magic, h.verbs), (RESPONSE_MAGIC, verbs));
+        let mut body = vec![0u8; h.payload as usize];
+        s.read_exact(&mut body).unwrap();
+        body
+    }
+
+    /// The connection ends (EOF or reset) without an answer.
+    fn closed(mut s: TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    #[test]
+    fn hostile_bytes_close_the_connection_and_are_counted() {
+        let (fabric, me) = server();
+        // Not a nessie peer at all.
+        let mut s = TcpStream::connect(fabric.local_addr()).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert!(closed(s));
+        // Oversized: the header announces more than the limit.
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: 1,
+            payload: LIMIT + 8,
+        };
+        s.write_all(&h.encode()).unwrap();
+        assert!(closed(s));
+        // Truncated: the payload stops short, then the peer hangs up.
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: 1,
+            payload: 64,
+        };
+        s.write_all(&h.encode()).unwrap();
+        s.write_all(&[0u8; 16]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(closed(s));
+        // Malformed: an unknown op, then a WRITE longer than the frame.
+        for op in [77u16, crate::layout::frame::OP_WRITE] {
+            let mut s = connect(&fabric, &me);
+            let mut req = FrameHeader {
+                magic: REQUEST_MAGIC,
+                verbs: 1,
+                payload: VERB_HEADER_BYTES as u64,
+            }
+            .encode()
+            .to_vec();
+            VerbHeader {
+                op,
+                region: 0,
+                offset: 0,
+                len: 1 << 40,
+            }
+            .encode_into(&mut req);
+            s.write_all(&req).unwrap();
+            assert!(closed(s));
+        }
+        // A lying verb count (more verbs than the payload can hold).
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: u32::MAX,
+            payload: 8,
+        };
+        s.write_all(&h.encode()).unwrap();
+        assert!(closed(s));
+        let stats = fabric.stats();
+        assert_eq!(stats.handshake_failures, 1, "{stats:?}");
+        assert_eq!(stats.oversized_frames, 1, "{stats:?}");
+        assert_eq!(stats.truncated_frames, 1, "{stats:?}");
+        assert_eq!(stats.malformed_frames, 3, "{stats:?}");
+        // The service still serves well-formed frames.
+        let body = read_frame(&fabric, &me, 1, 16);
+        let mut expected = Vec::new();
+        put_word(&mut expected, STATUS_OK);
+        expected.extend_from_slice(&[0u8; 16]);
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn reads_past_the_frame_limit_are_refused_not_buffered() {
+        let (fabric, me) = server();
+        // Five 1 KiB READs: the fifth would take the response past 4 KiB.
+        let body = read_frame(&fabric, &me, 5, 1024);
+        let statuses: Vec<u64> = {
+            let mut at = 0;
+            let mut out = Vec::new();
+            for _ in 0..5 {
+                let st = crate::layout::frame::word(&body[at..], 0).unwrap();
+                out.push(st);
+                at += 8 + if st == STATUS_OK { 1024 } else { 8 };
+            }
+            assert_eq!(at, body.len());
+            out
+        };
+        assert_eq!(&statuses[..3], &[STATUS_OK; 3]);
+        assert_eq!(statuses[4], STATUS_RESPONSE_TOO_LARGE);
+        assert!(fabric.stats().refused_other >= 1);
     }
 }

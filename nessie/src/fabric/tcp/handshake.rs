@@ -294,6 +294,32 @@ mod tests {
         assert!(matches!(s, Err(HandshakeFailure::RegionSize { .. })));
     }
 
+    #[test]
+    fn other_version_is_named_on_both_sides() {
+        let server_id = identity(1, "k");
+        let mut future = identity(0, "k").hello(1);
+        future.format_version = FORMAT_VERSION + 1;
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let s = std::thread::scope(|s| {
+            let srv = s.spawn(|| server(&mut b, &server_id));
+            a.write_all(&future.encode()).unwrap();
+            srv.join().unwrap()
+        });
+        assert!(
+            matches!(s, Err(HandshakeFailure::Version { found, expected })
+                if found == FORMAT_VERSION + 1 && expected == FORMAT_VERSION),
+            "{s:?}"
+        );
+        // The server told the peer its own version, so the peer (of the
+        // other build) reports the mismatch too.
+        let mut prefix = [0u8; 16];
+        a.read_exact(&mut prefix).unwrap();
+        assert_eq!(
+            Hello::total_len(&prefix, FORMAT_VERSION + 1),
+            Err(HelloError::Version(FORMAT_VERSION))
+        );
+    }
+
     /// A proof recorded on one connection does not open another: the
     /// server's nonce is fresh each time.
     #[test]
