@@ -12,11 +12,17 @@ use std::time::Duration;
 const SIZES: [usize; 3] = [256, 16 << 10, 128 << 10];
 const KEYS: usize = 64;
 
+/// PUTs in a tight loop consume a slot each, reusable `expiry` later: a short
+/// expiry and generous (lazily touched) tables keep the loop from running
+/// the data table dry.
 fn config(cache: bool) -> Config {
     Config {
         nodes: 2,
         index_slots_per_node: 1 << 14,
-        data_bytes_per_node: 1 << 30,
+        data_bytes_per_node: 8 << 30,
+        expiry: Duration::from_millis(200),
+        op_timeout: Duration::from_millis(100),
+        max_clock_skew: Duration::from_millis(5),
         optimizations: Optimizations {
             cache,
             ..Optimizations::default()

@@ -71,6 +71,7 @@ impl Client {
         kind: OpKind,
         op: impl FnOnce(&mut Ctx<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.shared.skew(self.ep.node())?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {

@@ -7,6 +7,7 @@ use crate::clock::{Clock, WallClock};
 use crate::data::Recycler;
 use crate::fabric::{Fabric, LocalFabric, NodeId};
 use crate::store::{store_regions, Shared};
+use crate::watch::ClockWatch;
 use crate::{Config, Error};
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ type FabricWrapper = Box<dyn FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric>>;
 pub struct Cluster {
     shared: Arc<Shared>,
     _recycler: Option<Recycler>,
+    _watch: Option<ClockWatch>,
 }
 
 impl Cluster {
@@ -102,8 +104,10 @@ impl ClusterBuilder {
         self
     }
 
-    /// Whether to run the background recycler thread (default on; slots are
-    /// also recycled on demand when a free list runs dry).
+    /// Whether to run the background threads (default on): the recycler
+    /// (slots are also recycled on demand when a free list runs dry) and the
+    /// clock watch (skew detection). The deterministic simulator turns them
+    /// off.
     #[must_use]
     pub fn recycler(mut self, on: bool) -> Self {
         self.recycler = on;
@@ -146,6 +150,7 @@ impl ClusterBuilder {
             None => Arc::clone(&local),
         };
         let hosted: Vec<NodeId> = (0..config.nodes).collect();
+        let hosted_nodes = hosted.clone();
         let period = recycle_period(&config);
         let shared = Arc::new(Shared::new(
             config,
@@ -165,9 +170,15 @@ impl ClusterBuilder {
         } else {
             None
         };
+        let watch = if self.recycler {
+            Some(ClockWatch::start(Arc::clone(&shared), hosted_nodes)?)
+        } else {
+            None
+        };
         Ok(Cluster {
             shared,
             _recycler: recycler,
+            _watch: watch,
         })
     }
 }

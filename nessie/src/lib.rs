@@ -78,6 +78,7 @@ mod node;
 mod protocol;
 mod stats;
 mod store;
+mod watch;
 
 pub use client::Client;
 pub use clock::{Clock, WallClock};

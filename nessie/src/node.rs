@@ -6,6 +6,7 @@ use crate::cluster::recycle_period;
 use crate::data::Recycler;
 use crate::fabric::{Fabric, NodeId, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
 use crate::store::{store_regions, Shared};
+use crate::watch::ClockWatch;
 use crate::{Config, Error, FabricConfig};
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ pub struct Node {
     shared: Arc<Shared>,
     id: NodeId,
     _recycler: Recycler,
+    _watch: ClockWatch,
 }
 
 impl Node {
@@ -86,10 +88,12 @@ impl Node {
             seed,
         ));
         let recycler = Recycler::start(shared.hosted_data(), fabric, clock, period)?;
+        let watch = ClockWatch::start(Arc::clone(&shared), vec![node_id])?;
         Ok(Node {
             shared,
             id: node_id,
             _recycler: recycler,
+            _watch: watch,
         })
     }
 

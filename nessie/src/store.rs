@@ -2,7 +2,7 @@
 //! hashing, clocks and the data tables of the nodes this process hosts.
 
 use crate::client::Client;
-use crate::clock::Clock;
+use crate::clock::{Clock, SkewVerdict};
 use crate::data::{data_regions, NodeData};
 use crate::fabric::{Fabric, NodeId, RegionId, RegionSpec};
 use crate::index::KeyHasher;
@@ -17,10 +17,16 @@ use std::sync::Arc;
 /// table and one data table per size class.
 #[must_use]
 pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
-    let mut regions = vec![RegionSpec {
-        id: RegionId::INDEX,
-        len: (config.index_slots_per_node * WORD) as u64,
-    }];
+    let mut regions = vec![
+        RegionSpec {
+            id: RegionId::INDEX,
+            len: (config.index_slots_per_node * WORD) as u64,
+        },
+        RegionSpec {
+            id: RegionId::META,
+            len: crate::clock::META_BYTES,
+        },
+    ];
     regions.extend(data_regions(config));
     regions
 }
@@ -41,6 +47,9 @@ pub(crate) struct Shared {
     class_caps: Vec<usize>,
     seed: u64,
     clients: AtomicU64,
+    /// Per node: 0 while clocks agree, else the skew verdict packed as
+    /// `peer << 48 | skew_us` (see [`Shared::skew`]).
+    skew: Vec<AtomicU64>,
 }
 
 impl Shared {
@@ -72,6 +81,7 @@ impl Shared {
             clocks,
             seed,
             clients: AtomicU64::new(0),
+            skew: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
             config,
         }
     }
@@ -102,6 +112,29 @@ impl Shared {
 
     pub(crate) fn class_caps(&self) -> &[usize] {
         &self.class_caps
+    }
+
+    /// Records the clock watch's verdict for `node`.
+    pub(crate) fn set_skew(&self, node: NodeId, verdict: SkewVerdict) {
+        let packed = match verdict {
+            SkewVerdict::Agreed => 0,
+            SkewVerdict::Skewed {
+                node: peer,
+                skew_us,
+            } => (peer as u64) << 48 | skew_us.min((1 << 48) - 1) | 1,
+        };
+        self.skew[node].store(packed, Ordering::Relaxed);
+    }
+
+    /// [`Error::ClockSkew`] if `node` currently refuses operations.
+    pub(crate) fn skew(&self, node: NodeId) -> Result<(), Error> {
+        match self.skew[node].load(Ordering::Relaxed) {
+            0 => Ok(()),
+            packed => Err(Error::ClockSkew {
+                node: (packed >> 48) as usize,
+                skew_us: packed & ((1 << 48) - 1),
+            }),
+        }
     }
 
     pub(crate) fn hosted_data(&self) -> Vec<Arc<NodeData>> {

@@ -138,3 +138,37 @@ fn a_crowded_index_migrates_then_reports_index_full() {
         );
     }
 }
+
+#[test]
+fn a_corrupt_entry_is_reported_not_returned() {
+    use nessie::index::KeyHasher;
+    use nessie::layout::Ite;
+    let config = small(Config::default());
+    let cluster = Cluster::local(config.clone()).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    c.put(b"k", b"a value that will rot").unwrap();
+    // Flip a byte of the value in the node's memory, behind the store's back.
+    let fabric = cluster.fabric();
+    let hasher = KeyHasher::new(&config);
+    let ite = hasher
+        .candidates(b"k")
+        .into_iter()
+        .map(|cand| {
+            let mut w = [0u8; 8];
+            fabric.read(cand.addr(), &mut w).unwrap();
+            Ite(u64::from_le_bytes(w))
+        })
+        .find(|i| i.is_occupied())
+        .unwrap();
+    let at = ite.target().unwrap();
+    let slot = config.class_slot_bytes(usize::from(at.class));
+    let value_at =
+        nessie::data::dte_addr(at, slot).add(nessie::layout::dte::value_offset(1) as u64);
+    let mut word = [0u8; 8];
+    fabric.read(value_at, &mut word).unwrap();
+    word[0] ^= 0xff;
+    fabric.write(value_at, &word).unwrap();
+    let mut other = cluster.client(1).unwrap();
+    assert!(matches!(other.get(b"k"), Err(Error::Corrupt(_))));
+    assert!(other.stats().get.retries.torn > 0);
+}

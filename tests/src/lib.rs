@@ -5,11 +5,13 @@
 //!   and the thread-safe [`Recorder`] clients use to collect one;
 //!   [`proc_history`] for histories written by separate processes.
 //! * [`linearizability`]: [`check`] a history against a map of registers.
+//! * [`conformance`]: the suite every fabric backend must pass.
 //! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
 //!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
 //!   counterexamples step by step.
 //! * [`stress`]: real-thread stress runs of any [`nessie::KvClient`].
 
+pub mod conformance;
 pub mod history;
 pub mod linearizability;
 pub mod proc_history;

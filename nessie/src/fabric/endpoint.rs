@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::{Add, AddAssign, Sub};
 use std::sync::Arc;
 
-/// Counts of the verbs one client issued. Deterministic for a given sequence
+/// Counts of the verbs one client issued (failed verbs included). Deterministic for a given sequence
 /// of operations, so tests assert on them and the harness plots them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerbCounts {

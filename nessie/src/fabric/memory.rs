@@ -4,14 +4,15 @@
 //! code are the only places of the crate that use `unsafe`.
 //!
 //! Every access is a 64-bit atomic on an 8-byte aligned word: READ and WRITE
-//! copy word by word (acquire loads, release stores), CAS is
-//! `compare_exchange` (sequentially consistent). Peers may touch the same
+//! copy word by word (relaxed loads then an acquire fence; a release fence
+//! then relaxed stores), CAS is `compare_exchange` (sequentially
+//! consistent). Peers may touch the same
 //! words at any time, even from other processes, so plain (non-atomic)
 //! accesses would be data races.
 
 use super::{FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
 use crate::layout::WORD;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// A span of memory registered as one region: word aligned, valid for the
 /// lifetime of the backend that owns it, and accessed only atomically.
@@ -52,20 +53,42 @@ impl RegionMemory {
         unsafe { AtomicU64::from_ptr(self.base.add(index)) }
     }
 
+    /// The words `first..first + n`, checked once.
+    fn words(&self, first: usize, n: usize) -> *mut u64 {
+        assert!(
+            first.checked_add(n).is_some_and(|end| end <= self.words),
+            "word range checked by MemoryMap"
+        );
+        // SAFETY: `first <= words` (asserted), so the offset stays within
+        // (or one past) the allocation.
+        unsafe { self.base.add(first) }
+    }
+
     fn read(&self, first_word: usize, buf: &mut [u8]) {
+        let base = self.words(first_word, buf.len() / WORD);
         for (i, chunk) in buf.chunks_exact_mut(WORD).enumerate() {
-            let w = self.word(first_word + i).load(Ordering::Acquire);
+            // SAFETY: `i < n`, within the range checked by `words`; aligned
+            // and live per the constructor contract; accessed atomically.
+            let w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
             // A byte-for-byte copy: native order in, native order out.
             chunk.copy_from_slice(&w.to_ne_bytes());
         }
+        // One fence orders the whole copy like acquire loads would, word by
+        // word, at the cost of one.
+        fence(Ordering::Acquire);
     }
 
     fn write(&self, first_word: usize, data: &[u8]) {
+        let base = self.words(first_word, data.len() / WORD);
+        // Release before the stores: a peer that reads any of them with
+        // acquire ordering sees everything written before this WRITE.
+        fence(Ordering::Release);
         for (i, chunk) in data.chunks_exact(WORD).enumerate() {
             let mut b = [0u8; WORD];
             b.copy_from_slice(chunk);
-            self.word(first_word + i)
-                .store(u64::from_ne_bytes(b), Ordering::Release);
+            // SAFETY: as in `read`.
+            unsafe { AtomicU64::from_ptr(base.add(i)) }
+                .store(u64::from_ne_bytes(b), Ordering::Relaxed);
         }
     }
 

@@ -154,8 +154,7 @@ impl Ctx<'_> {
         }
         out.clear();
         out.extend_from_slice(view.value());
-        let value = view.value().to_vec();
-        self.cache_entry(ite, view, Some(&value));
+        self.cache_entry(ite, view, Some(view.value()));
         Ok(Pass::Found)
     }
 
