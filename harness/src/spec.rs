@@ -137,6 +137,14 @@ impl RunSpec {
                 self.load_factor
             ));
         }
+        if self.system.has_server_workers() && self.clients_per_node > nessie_sd::CLIENT_SLOTS {
+            return bad(format!(
+                "{} client workers per node: {} allows at most {}",
+                self.clients_per_node,
+                self.system,
+                nessie_sd::CLIENT_SLOTS
+            ));
+        }
         if let Load::Open { ops_per_sec } = self.load {
             if !(ops_per_sec.is_finite() && ops_per_sec > 0.0) {
                 return bad(format!("open-loop rate {ops_per_sec}/s is not positive"));
