@@ -296,15 +296,12 @@ impl Report {
     pub fn write(&mut self, dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).map_err(HarnessError::io("creating", dir))?;
         let cores = self.host["cores"].as_f64().unwrap_or(0.0);
-        let loads = [self.host["load_average_at_start"].as_f64(), load_average()];
-        if let Some(busy) = loads
-            .into_iter()
-            .flatten()
-            .reduce(f64::max)
-            .filter(|&l| cores > 0.0 && l > cores)
-        {
+        // Only the load before the first run: during runs it counts our own
+        // node processes.
+        let at_start = self.host["load_average_at_start"].as_f64();
+        if let Some(busy) = at_start.filter(|&l| cores > 0.0 && l > cores / 2.0) {
             let note = format!(
-                "the host was busy (1-minute load average up to {busy:.1} on {cores} cores, other processes included): expect noisy numbers"
+                "the host was busy before the runs started (1-minute load average {busy:.1} on {cores} cores): other processes competed for the CPU, expect noisy numbers"
             );
             if !self.notes.contains(&note) {
                 self.notes.push(note);
