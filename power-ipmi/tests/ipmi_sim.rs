@@ -20,7 +20,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use power_ipmi::{
-    EnergyReport, EnergySampler, IpmiConfig, IpmiReport, IpmiSampler, IpmiTool, PowerError, PowerSource,
+    EnergyReport, EnergySampler, IpmiConfig, IpmiReport, IpmiSampler, IpmiTool, PowerError,
+    PowerSource,
 };
 use support::{Simulator, POWER, PSU2, TEMP};
 
@@ -52,7 +53,10 @@ fn step_run(sim: &Simulator, mut s: IpmiSampler) -> IpmiReport {
 
     // Every reading is one of the two values set, both appear, in order.
     let watts: Vec<f64> = r.trace.samples().iter().map(|p| p.watts).collect();
-    assert!(watts.iter().all(|&w| w == 100.0 || w == 200.0), "readings {watts:?}");
+    assert!(
+        watts.iter().all(|&w| w == 100.0 || w == 200.0),
+        "readings {watts:?}"
+    );
     assert_eq!(watts.first(), Some(&100.0), "readings {watts:?}");
     assert_eq!(watts.last(), Some(&200.0), "readings {watts:?}");
     assert!(watts.windows(2).all(|w| w[0] <= w[1]), "readings {watts:?}");
@@ -81,10 +85,17 @@ fn step_run(sim: &Simulator, mut s: IpmiSampler) -> IpmiReport {
 
 #[test]
 fn sensor_energy_matches_the_power_set_in_the_simulator() {
-    let Some(sim) = Simulator::start("sensor_energy_matches_the_power_set_in_the_simulator", &[POWER], false) else {
+    let Some(sim) = Simulator::start(
+        "sensor_energy_matches_the_power_set_in_the_simulator",
+        &[POWER],
+        false,
+    ) else {
         return;
     };
-    let r = step_run(&sim, sampler(&sim, PowerSource::Sensors(vec![POWER.name.into()]), 250));
+    let r = step_run(
+        &sim,
+        sampler(&sim, PowerSource::Sensors(vec![POWER.name.into()]), 250),
+    );
     assert_eq!(r.source, "sensor:Pwr Consumption");
     assert_eq!(r.failed_samples, 0, "{:?}", r.last_error);
 }
@@ -98,7 +109,9 @@ fn auto_falls_back_to_the_sensor_when_the_bmc_has_no_dcmi() {
     // The stock simulator rejects DCMI: a DCMI-only sampler cannot start...
     let mut dcmi = sampler(&sim, PowerSource::Dcmi, 250);
     match dcmi.start() {
-        Err(PowerError::DcmiUnsupported { detail }) => assert!(detail.contains("Invalid command"), "{detail}"),
+        Err(PowerError::DcmiUnsupported { detail }) => {
+            assert!(detail.contains("Invalid command"), "{detail}")
+        }
         other => panic!("expected DcmiUnsupported, got {other:?}"),
     }
     // ... and Auto finds the one sensor reading in Watts (not the
@@ -187,7 +200,9 @@ fn sensor_errors_are_typed() {
     wrong.password = "not-the-password".into();
     let mut bad = IpmiSampler::new(IpmiConfig::lan(wrong));
     match bad.start() {
-        Err(PowerError::ToolFailed { command, output, .. }) => {
+        Err(PowerError::ToolFailed {
+            command, output, ..
+        }) => {
             assert!(!command.contains("not-the-password"), "{command}");
             assert!(!output.is_empty());
         }
@@ -202,7 +217,10 @@ fn dcmi_energy_matches_the_power_set_in_the_simulator() {
         return;
     };
     // With the DCMI module loaded, Auto prefers DCMI over the sensor.
-    let r = step_run(&sim, sampler(&sim, PowerSource::Auto { sensors: vec![] }, 250));
+    let r = step_run(
+        &sim,
+        sampler(&sim, PowerSource::Auto { sensors: vec![] }, 250),
+    );
     assert_eq!(r.source, "dcmi");
     assert_eq!(r.failed_samples, 0, "{:?}", r.last_error);
     let reading = IpmiTool::lan(sim.lan()).dcmi_power_reading().expect("dcmi");

@@ -35,7 +35,8 @@ pub fn in_path(program: &str) -> bool {
     })
 }
 
-/// Prints a loud skip notice, or fails when `NESSIE_REQUIRE_IPMI_SIM` is
+/// Prints a loud skip notice (even when the harness captures output), or
+/// fails when `NESSIE_REQUIRE_IPMI_SIM` is
 /// set (so that CI cannot skip silently).
 pub fn skip(test: &str, why: &str) {
     let msg = format!(
@@ -44,7 +45,10 @@ pub fn skip(test: &str, why: &str) {
     if std::env::var_os("NESSIE_REQUIRE_IPMI_SIM").is_some() {
         panic!("{msg}*** NESSIE_REQUIRE_IPMI_SIM is set, so this is a failure");
     }
-    eprintln!("{msg}");
+    // Straight to the process's stderr: the test harness captures
+    // `eprintln!` of passing tests, and this must be seen.
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(msg.as_bytes());
 }
 
 /// An analog sensor of the simulated BMC.
@@ -101,29 +105,53 @@ fn full_sensor_record(s: &SimSensor) -> Vec<u8> {
     assert!(s.name.len() <= 16);
     let sensor_type = if s.unit == 6 { 0x03 } else { 0x01 }; // Current / Temperature
     let mut r = vec![
-        0x00, 0x00, // record id (assigned by the repository)
+        0x00,
+        0x00, // record id (assigned by the repository)
         0x51, // SDR version
         0x01, // full sensor record
         0x00, // remaining length, set below
-        0x20, 0x00, s.number, // owner, LUN, sensor number
-        0x07, 0x01, // entity: system board, instance 1
+        0x20,
+        0x00,
+        s.number, // owner, LUN, sensor number
+        0x07,
+        0x01, // entity: system board, instance 1
         0x41, // initialisation: scanning
         0x40, // capabilities: auto re-arm, no thresholds
-        sensor_type, 0x01, // threshold-based
-        0, 0, 0, 0, 0, 0, // event and reading masks
-        0x00, s.unit, 0x00, // unsigned, base unit, no modifier
+        sensor_type,
+        0x01, // threshold-based
+        0,
+        0,
+        0,
+        0,
+        0,
+        0, // event and reading masks
+        0x00,
+        s.unit,
+        0x00, // unsigned, base unit, no modifier
         0x00, // linear
-        s.m, 0x00, // M, tolerance
-        0x00, 0x00, // B, accuracy
+        s.m,
+        0x00, // M, tolerance
+        0x00,
+        0x00, // B, accuracy
         0x00, // accuracy, direction
         0x00, // R and B exponents
         0x00, // analog flags
-        0, 0, 0, // nominal, normal max, normal min
-        0xff, 0x00, // sensor max, min
-        0, 0, 0, 0, 0, 0, // thresholds
-        0, 0, // hysteresis
-        0, 0, // reserved
-        0, // OEM
+        0,
+        0,
+        0, // nominal, normal max, normal min
+        0xff,
+        0x00, // sensor max, min
+        0,
+        0,
+        0,
+        0,
+        0,
+        0, // thresholds
+        0,
+        0, // hysteresis
+        0,
+        0,                         // reserved
+        0,                         // OEM
         0xc0 | s.name.len() as u8, // 8-bit ASCII id string
     ];
     r.extend_from_slice(s.name.as_bytes());
@@ -151,7 +179,10 @@ fn build_dcmi_module(dir: &Path) -> Result<PathBuf, String> {
         .output()
         .map_err(|e| format!("no C compiler (cc): {e}"))?;
     if !status.status.success() {
-        return Err(format!("cc failed: {}", String::from_utf8_lossy(&status.stderr)));
+        return Err(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        ));
     }
     Ok(out)
 }
@@ -173,7 +204,10 @@ fn wait_ready(child: &mut Child, port: u16, limit: Duration) -> bool {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
-        if ipmitool(port, &["mc", "info"]).output().is_ok_and(|o| o.status.success()) {
+        if ipmitool(port, &["mc", "info"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
             return true;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -197,7 +231,10 @@ impl Simulator {
             match build_dcmi_module(dir.path()) {
                 Ok(m) => Some(m),
                 Err(why) => {
-                    skip(test, &format!("cannot build the DCMI module for ipmi_sim: {why}"));
+                    skip(
+                        test,
+                        &format!("cannot build the DCMI module for ipmi_sim: {why}"),
+                    );
                     return None;
                 }
             }
@@ -210,7 +247,10 @@ impl Simulator {
              mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\n",
         );
         for s in sensors {
-            let bytes: Vec<String> = full_sensor_record(s).iter().map(|b| format!("0x{b:02x}")).collect();
+            let bytes: Vec<String> = full_sensor_record(s)
+                .iter()
+                .map(|b| format!("0x{b:02x}"))
+                .collect();
             let file = dir.path().join(format!("sensor{}.val", s.number));
             std::fs::write(&file, "0\n").expect("sensor file");
             emu.push_str(&format!(
@@ -304,7 +344,10 @@ impl Simulator {
     /// number.
     pub fn set(&self, sensor: SimSensor, value: f64) {
         let raw = (value / f64::from(sensor.m)).round();
-        assert!((0.0..=255.0).contains(&raw), "{value} out of the sensor's range");
+        assert!(
+            (0.0..=255.0).contains(&raw),
+            "{value} out of the sensor's range"
+        );
         self.write_atomically(&format!("sensor{}.val", sensor.number), &format!("{raw}\n"));
         if sensor.unit == 6 {
             self.write_atomically("dcmi.val", &format!("{}\n", raw * f64::from(sensor.m)));
@@ -323,11 +366,21 @@ impl Simulator {
         let deadline = Instant::now() + Duration::from_secs(10);
         let want = format!(": {} (", value.round());
         loop {
-            let out = self.ipmitool(&["sdr", "get", sensor.name]).output().expect("run ipmitool");
-            if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains("Sensor Reading") && l.contains(&want)) {
+            let out = self
+                .ipmitool(&["sdr", "get", sensor.name])
+                .output()
+                .expect("run ipmitool");
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.contains("Sensor Reading") && l.contains(&want))
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "sensor {} never read {value}", sensor.name);
+            assert!(
+                Instant::now() < deadline,
+                "sensor {} never read {value}",
+                sensor.name
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
