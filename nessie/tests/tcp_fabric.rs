@@ -182,7 +182,7 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
     ];
     f[1].post(&mut reads).unwrap();
     assert!(matches!(reads[3], Verb::Cas { old: 0, .. }), "failed CAS reports the word");
-    drop(reads);
+    let _ = reads;
     assert_eq!(r1, big);
     assert_eq!(r2, small);
     assert_eq!(u64::from_le_bytes(r3.try_into().unwrap()), 12);

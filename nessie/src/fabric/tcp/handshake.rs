@@ -332,8 +332,7 @@ mod tests {
             let srv = s.spawn(|| server(&mut b, &server_id));
             client(&mut a, &me, 1).unwrap();
             srv.join().unwrap().unwrap();
-            let hello_c = me.hello(1).encode();
-            hello_c
+            me.hello(1).encode()
         });
         // Replay: an attacker without the key re-sends a hello and a proof
         // computed over an old server hello.
