@@ -3,8 +3,8 @@
 //! handshake failures, unreachable peers and reconnection.
 
 use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric,
-    TcpOptions, Verb,
+    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions,
+    Verb,
 };
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -64,7 +64,13 @@ fn open_all(opts: Vec<TcpOptions>, ls: Vec<TcpListener>) -> Vec<Arc<TcpFabric>> 
         handles
             .into_iter()
             .enumerate()
-            .map(|(n, h)| Arc::new(h.join().unwrap().unwrap_or_else(|e| panic!("node {n}: {e}"))))
+            .map(|(n, h)| {
+                Arc::new(
+                    h.join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("node {n}: {e}")),
+                )
+            })
             .collect()
     })
 }
@@ -181,8 +187,11 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
         },
     ];
     f[1].post(&mut reads).unwrap();
-    assert!(matches!(reads[3], Verb::Cas { old: 0, .. }), "failed CAS reports the word");
-    drop(reads);
+    assert!(
+        matches!(reads[3], Verb::Cas { old: 0, .. }),
+        "failed CAS reports the word"
+    );
+    let _ = reads;
     assert_eq!(r1, big);
     assert_eq!(r2, small);
     assert_eq!(u64::from_le_bytes(r3.try_into().unwrap()), 12);
@@ -230,7 +239,14 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
     assert!(matches!(e, FabricError::OutOfBounds { .. }), "{e}");
     let e = f[0].cas(RemoteAddr::new(1, SMALL, 4), 0, 1).unwrap_err();
     assert!(
-        matches!(e, FabricError::Misaligned { node: 1, offset: 4, .. }),
+        matches!(
+            e,
+            FabricError::Misaligned {
+                node: 1,
+                offset: 4,
+                ..
+            }
+        ),
         "{e}"
     );
     let e = f[0]
@@ -240,11 +256,15 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
     let e = f[0]
         .read(RemoteAddr::new(1, RegionId::data(9), 0), &mut buf)
         .unwrap_err();
-    assert!(matches!(e, FabricError::UnknownRegion { node: 1, .. }), "{e}");
-    let e = f[0]
-        .cas(RemoteAddr::new(2, SMALL, 0), 0, 1)
-        .unwrap_err();
-    assert!(matches!(e, FabricError::UnknownNode { node: 2, nodes: 2 }), "{e}");
+    assert!(
+        matches!(e, FabricError::UnknownRegion { node: 1, .. }),
+        "{e}"
+    );
+    let e = f[0].cas(RemoteAddr::new(2, SMALL, 0), 0, 1).unwrap_err();
+    assert!(
+        matches!(e, FabricError::UnknownNode { node: 2, nodes: 2 }),
+        "{e}"
+    );
     // In a batch: the first bad verb is reported, the good ones still ran.
     let data = [5u8; 8];
     let mut batch = [
@@ -258,9 +278,15 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
         },
     ];
     let e = f[0].post(&mut batch).unwrap_err();
-    assert!(matches!(e, FabricError::OutOfBounds { offset: 4096, .. }), "{e}");
+    assert!(
+        matches!(e, FabricError::OutOfBounds { offset: 4096, .. }),
+        "{e}"
+    );
     let after = f[1].stats();
-    assert_eq!(after.refused_out_of_bounds - before.refused_out_of_bounds, 3);
+    assert_eq!(
+        after.refused_out_of_bounds - before.refused_out_of_bounds,
+        3
+    );
     assert_eq!(after.refused_misaligned - before.refused_misaligned, 2);
     assert_eq!(
         after.refused_unknown_region - before.refused_unknown_region,

@@ -172,7 +172,10 @@ pub(super) fn client<S: Read + Write>(
     me.mac(SERVER_LABEL, &hello_c, &hello_s)
         .verify_slice(&mac_s)
         .map_err(|_| HandshakeFailure::Authentication)?;
-    let mac_c = me.mac(CLIENT_LABEL, &hello_c, &hello_s).finalize().into_bytes();
+    let mac_c = me
+        .mac(CLIENT_LABEL, &hello_c, &hello_s)
+        .finalize()
+        .into_bytes();
     stream.write_all(&mac_c).map_err(io)?;
     let mut verdict = [0u8; WORD];
     stream.read_exact(&mut verdict).map_err(io)?;
@@ -197,7 +200,10 @@ pub(super) fn server<S: Read + Write>(
         Err(e) => return Err(e),
     };
     let hello_s = me.hello(client.from).encode();
-    let mac_s = me.mac(SERVER_LABEL, &hello_c, &hello_s).finalize().into_bytes();
+    let mac_s = me
+        .mac(SERVER_LABEL, &hello_c, &hello_s)
+        .finalize()
+        .into_bytes();
     let mut reply = hello_s.clone();
     reply.extend_from_slice(&mac_s);
     stream.write_all(&reply).map_err(io)?;
@@ -212,7 +218,9 @@ pub(super) fn server<S: Read + Write>(
         let _ = stream.write_all(&VERDICT_BAD_PROOF.to_le_bytes());
         return Err(HandshakeFailure::Authentication);
     }
-    stream.write_all(&VERDICT_ACCEPT.to_le_bytes()).map_err(io)?;
+    stream
+        .write_all(&VERDICT_ACCEPT.to_le_bytes())
+        .map_err(io)?;
     Ok((client.from as NodeId, client.frame_limit))
 }
 
@@ -274,7 +282,13 @@ mod tests {
     fn wrong_node_and_sizes_are_named() {
         let (c, _) = run(&identity(0, "k"), &identity(2, "k"), 1);
         assert!(
-            matches!(c, Err(HandshakeFailure::Node { found: 2, expected: 1 })),
+            matches!(
+                c,
+                Err(HandshakeFailure::Node {
+                    found: 2,
+                    expected: 1
+                })
+            ),
             "{c:?}"
         );
         let mut big = identity(1, "k");
@@ -332,8 +346,7 @@ mod tests {
             let srv = s.spawn(|| server(&mut b, &server_id));
             client(&mut a, &me, 1).unwrap();
             srv.join().unwrap().unwrap();
-            let hello_c = me.hello(1).encode();
-            hello_c
+            me.hello(1).encode()
         });
         // Replay: an attacker without the key re-sends a hello and a proof
         // computed over an old server hello.
