@@ -24,7 +24,7 @@
 //! their stdin closes.
 
 use crate::error::{HarnessError, Result};
-use crate::measure::{self, Merged, NodeReport, PreloadReport, RunFigures};
+use crate::measure::{self, Merged, NodeReport, PowerFigures, PreloadReport, RunFigures};
 use crate::peers::PeerServer;
 use crate::spec::{Load, RunSpec};
 use crate::system::System;
@@ -404,6 +404,26 @@ impl Running {
     }
 }
 
+fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
+    let mut f = PowerFigures {
+        sampler: o.sampler,
+        ..PowerFigures::default()
+    };
+    match o.measurement {
+        power_ipmi::Measurement::Measured(report) => {
+            f.joules = report.joules();
+            f.watts = f.joules.map(|j| j / report.elapsed_s().max(1e-9));
+            f.joules_per_op = report.per_operation(ops).and_then(|p| p.joules);
+            if let power_ipmi::EnergyReport::Ipmi(ipmi) = &report {
+                f.watts = Some(ipmi.mean_watts);
+                f.above_idle_watts = ipmi.above_idle_watts;
+            }
+        }
+        power_ipmi::Measurement::Unavailable(why) => f.unavailable = Some(why),
+    }
+    f
+}
+
 /// Runs `spec` on a fresh cluster of node processes of this binary (`exe`),
 /// keeping its files in `run_dir`, and reports progress to `progress`.
 ///
@@ -532,6 +552,11 @@ pub fn run(
         Ok(preloaded == nodes)
     })?;
 
+    let mut meters = r.spec.measure_power.then(|| {
+        power_ipmi::MeterSet::new()
+            .with(power_ipmi::RaplSampler::system())
+            .with(power_ipmi::IpmiSampler::new(power_ipmi::IpmiConfig::local()))
+    });
     let external: Vec<u32> = r
         .guard
         .peer
@@ -554,6 +579,9 @@ pub fn run(
     r.wait("the run", deadline, |r, e| {
         if cpu_at_warm.is_none() && started.elapsed() >= warmup {
             cpu_at_warm = Some(external_cpu());
+            if let Some(m) = meters.as_mut() {
+                m.start();
+            }
         }
         match e {
             NodeEvent::Progress { node, ops } => {
@@ -578,6 +606,10 @@ pub fn run(
         Ok(reports.iter().all(Option::is_some))
     })?;
     let cpu_external = external_cpu() - cpu_at_warm.unwrap_or(0.0);
+    let power = meters
+        .as_mut()
+        .map(power_ipmi::MeterSet::stop)
+        .unwrap_or_default();
     progress(Progress {
         phase: "stop",
         run_elapsed: started.elapsed(),
@@ -609,12 +641,16 @@ pub fn run(
         Load::Closed => 0.0,
         Load::Open { ops_per_sec } => ops_per_sec,
     };
-    let (figures, merged) = measure::summarize(
+    let (mut figures, merged) = measure::summarize(
         &reports,
         r.spec.workload.value_size,
         offered,
         cpu_external.max(0.0),
     )?;
+    figures.power = power
+        .into_iter()
+        .map(|o| power_figures(o, figures.all.ok))
+        .collect();
     Ok(RunOutput {
         figures,
         merged,
