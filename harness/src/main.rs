@@ -1,7 +1,87 @@
 //! `nessie-bench`: drives the client-driven store and its baselines with the
-//! same workloads and reproduces the experiments of the Nessie paper.
+//! same workloads and reproduces the experiments of the Nessie paper. See
+//! the `harness` library for the architecture.
+
+use clap::{Parser, Subcommand};
+use harness::experiments::{
+    self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
+    ZipfArgs,
+};
+use harness::node::{self, NodeArgs};
+use harness::{cluster, HarnessError};
+
+/// Benchmarks for Nessie (CD) and its server-driven (SD) and hybrid (HY)
+/// baselines: each subcommand reproduces one experiment of the paper on a
+/// cluster of node processes on this host. Reports go to
+/// results/<subcommand>-<timestamp>/ (results.json, CSV, SVG/PNG, report.md).
+#[derive(Debug, Parser)]
+#[command(name = "nessie-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// CD vs SD vs HY on the default workload (16 KiB values, 90% GETs,
+    /// uniform keys, 3 nodes): table and plots.
+    Compare(CompareArgs),
+    /// Fig. 4: throughput as background CPU hogs are added.
+    Contention(ContentionArgs),
+    /// Figs. 5–7 and Table 1: value sizes 256 B … 128 KiB × 50/90/99% GETs.
+    Sweep(SweepArgs),
+    /// Figs. 8–11: CDFs of verbs and bytes per GET and PUT.
+    Cdf(CdfArgs),
+    /// Fig. 12: Zipf keys, CD goodput relative to SD.
+    Zipf(ZipfArgs),
+    /// Fig. 13: CD with its optimisations switched on one by one.
+    Breakdown(BreakdownArgs),
+    /// Fig. 14: CPU cost (energy proxy) at fractions of peak load.
+    Energy(EnergyArgs),
+    /// The same workload against Redis and memcached on loopback.
+    Peers(PeersArgs),
+    /// Run one node of a cluster (the harness starts these itself).
+    Node(NodeArgs),
+    /// A busy loop until stdin closes (background CPU hog).
+    #[command(hide = true)]
+    Hog,
+}
 
 fn main() {
-    eprintln!("nessie-bench: not yet built (the harness lands with its own issue)");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Node(args) => std::process::exit(node::main(&args)),
+        Cmd::Hog => std::process::exit(node::hog()),
+        command => {
+            cluster::install_signal_handlers();
+            match command {
+                Cmd::Compare(a) => experiments::compare::run(a),
+                Cmd::Contention(a) => experiments::contention::run(a),
+                Cmd::Sweep(a) => experiments::sweep::run(a),
+                Cmd::Cdf(a) => experiments::cdf::run(a),
+                Cmd::Zipf(a) => experiments::zipf::run(a),
+                Cmd::Breakdown(a) => experiments::breakdown::run(a),
+                Cmd::Energy(a) => experiments::energy::run(a),
+                Cmd::Peers(a) => experiments::peers::run(a),
+                Cmd::Node(_) | Cmd::Hog => unreachable!("handled above"),
+            }
+        }
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(HarnessError::Interrupted) => {
+            eprintln!(
+                "nessie-bench: interrupted; every node process and shared-memory file was removed"
+            );
+            std::process::exit(130);
+        }
+        Err(e @ HarnessError::Usage(_)) => {
+            eprintln!("nessie-bench: {e}");
+            std::process::exit(2);
+        }
+        Err(e) => {
+            eprintln!("nessie-bench: {e}");
+            std::process::exit(1);
+        }
+    }
 }

@@ -46,3 +46,119 @@ impl Clock for WallClock {
         }
     }
 }
+
+/// Offset of the clock heartbeat word in a node's metadata region.
+pub const HEARTBEAT_OFFSET: u64 = 0;
+/// Offset of the skew alarm words (one per node) in the metadata region.
+pub const ALARMS_OFFSET: u64 = 8;
+/// Bytes of a node's metadata region: the heartbeat and one alarm word per
+/// node the index can address.
+pub const META_BYTES: u64 = 8 * (1 + crate::layout::ite::MAX_NODES as u64);
+
+/// Detects clock skew beyond `max_clock_skew` between nodes, with one-sided
+/// verbs only.
+///
+/// Every node WRITEs its clock into its own heartbeat word periodically (a
+/// word that is never CAS'd) and READs its peers' heartbeats. A heartbeat
+/// `h` was written before it was read, so a peer whose `h` exceeds the
+/// reader's clock by more than `max_skew` is certainly ahead by more than
+/// that; a late or stalled heartbeat can only hide skew, never invent it.
+/// Nothing comparable proves a peer is *behind* (its heartbeat may just be
+/// old), so the slow node raises an alarm about the fast one in its own
+/// metadata region ([`ALARMS_OFFSET`]), which the fast node reads. Both then
+/// refuse operations ([`crate::Error::ClockSkew`]) until the heartbeats
+/// agree again: expiry and dead-owner decisions assume bounded skew, and a
+/// refused operation is better than a stale read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkewVerdict {
+    /// No peer is known to disagree.
+    Agreed,
+    /// A peer disagrees by at least `skew_us`.
+    Skewed {
+        /// The peer.
+        node: usize,
+        /// Lower bound of the difference, µs.
+        skew_us: u64,
+    },
+}
+
+/// The alarm words node `me` should publish: for each peer, by how much its
+/// heartbeat is ahead of `now_us` beyond `max_skew_us` (0 when it is not).
+#[must_use]
+pub fn alarms(me: usize, now_us: u64, beats: &[u64], max_skew_us: u64) -> Vec<u64> {
+    beats
+        .iter()
+        .enumerate()
+        .map(|(peer, &h)| {
+            if peer != me && h > now_us.saturating_add(max_skew_us) {
+                h - now_us
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// The verdict for node `me` from its own alarms and the alarms every peer
+/// published (`about_me[p]` = peer `p`'s alarm word for `me`).
+#[must_use]
+pub fn verdict(own_alarms: &[u64], about_me: &[u64]) -> SkewVerdict {
+    let first = |words: &[u64]| {
+        words
+            .iter()
+            .enumerate()
+            .find(|(_, &w)| w != 0)
+            .map(|(node, &skew_us)| SkewVerdict::Skewed { node, skew_us })
+    };
+    first(own_alarms)
+        .or_else(|| first(about_me))
+        .unwrap_or(SkewVerdict::Agreed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_000_000_000;
+
+    #[test]
+    fn peers_within_bounds_or_behind_raise_no_alarm() {
+        assert_eq!(
+            alarms(0, NOW, &[NOW, NOW + 9_000, NOW - 500_000, 0], 10_000),
+            vec![0; 4]
+        );
+    }
+
+    #[test]
+    fn a_peer_ahead_raises_an_alarm() {
+        assert_eq!(
+            alarms(0, NOW, &[NOW, NOW + 12_000, NOW], 10_000),
+            vec![0, 12_000, 0]
+        );
+        assert_eq!(
+            alarms(1, NOW, &[NOW, NOW + 12_000, NOW], 10_000),
+            vec![0, 0, 0],
+            "not about itself"
+        );
+    }
+
+    #[test]
+    fn both_sides_refuse() {
+        // Node 0 sees node 1 ahead; node 1 reads node 0's alarm about it.
+        assert_eq!(
+            verdict(&[0, 12_000, 0], &[0, 0, 0]),
+            SkewVerdict::Skewed {
+                node: 1,
+                skew_us: 12_000
+            }
+        );
+        assert_eq!(
+            verdict(&[0, 0, 0], &[12_000, 0, 0]),
+            SkewVerdict::Skewed {
+                node: 0,
+                skew_us: 12_000
+            }
+        );
+        assert_eq!(verdict(&[0, 0, 0], &[0, 0, 0]), SkewVerdict::Agreed);
+    }
+}

@@ -72,7 +72,29 @@ pub enum FabricConfig {
         #[serde(default)]
         dir: Option<PathBuf>,
     },
+    /// One process per node on any hosts; verbs travel over TCP to a
+    /// software NIC in each node (see [`crate::fabric::TcpFabric`]).
+    Tcp {
+        /// `host:port` of every node, indexed by node id; a node listens on
+        /// its own entry.
+        peers: Vec<String>,
+        /// Cluster secret: every connection proves both sides know it
+        /// (HMAC-SHA256 challenge–response). Use 16 bytes or more of
+        /// randomness.
+        secret: String,
+        /// Connections a node opens to each peer at most (so worker threads
+        /// a node runs per peer).
+        #[serde(default = "default_tcp_threads")]
+        threads: usize,
+    },
 }
+
+fn default_tcp_threads() -> usize {
+    4
+}
+
+/// Secrets shorter than this get a warning.
+const SHORT_SECRET: usize = 16;
 
 /// Configuration of a cluster. Every process of a cluster must use the same
 /// values (region sizes are checked when peers attach).
@@ -266,6 +288,7 @@ impl Config {
                 self.value_size_max
             )));
         }
+        self.validate_fabric()?;
         let classes = self.size_classes();
         if classes.len() > ite::MAX_CLASSES {
             return Err(bad(format!(
@@ -287,6 +310,47 @@ impl Config {
                     "size class {class} has {slots} slots, more than an index entry can address"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    fn validate_fabric(&self) -> Result<(), Error> {
+        let FabricConfig::Tcp {
+            peers,
+            secret,
+            threads,
+        } = &self.fabric
+        else {
+            return Ok(());
+        };
+        if peers.len() != self.nodes {
+            return Err(bad(format!(
+                "fabric.peers lists {} addresses for {} nodes",
+                peers.len(),
+                self.nodes
+            )));
+        }
+        for (node, peer) in peers.iter().enumerate() {
+            let port = peer.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                return Err(bad(format!(
+                    "fabric.peers[{node}] = {peer:?} is not host:port"
+                )));
+            }
+        }
+        if secret.is_empty() {
+            return Err(bad("fabric.secret must not be empty".into()));
+        }
+        if secret.len() < SHORT_SECRET {
+            tracing::warn!(
+                "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
+                secret.len()
+            );
+        }
+        if *threads == 0 || *threads > 1024 {
+            return Err(bad(format!(
+                "fabric.threads = {threads} must be between 1 and 1024"
+            )));
         }
         Ok(())
     }
@@ -419,6 +483,42 @@ mod tests {
             let m = msg(&c);
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
+    }
+
+    #[test]
+    fn tcp_fabric_is_parsed_and_checked() {
+        let c = Config::from_toml(
+            "nodes = 2\n[fabric]\nkind = \"tcp\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\nsecret = \"0123456789abcdef\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.fabric,
+            FabricConfig::Tcp {
+                peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                secret: "0123456789abcdef".into(),
+                threads: 4,
+            }
+        );
+        let tcp = |peers: &[&str], secret: &str, threads| Config {
+            nodes: 2,
+            fabric: FabricConfig::Tcp {
+                peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                secret: secret.into(),
+                threads,
+            },
+            ..Config::default()
+        };
+        for (c, field) in [
+            (tcp(&["a:1"], "s", 1), "fabric.peers"),
+            (tcp(&["a:1", "b"], "s", 1), "fabric.peers[1]"),
+            (tcp(&["a:1", "b:99999"], "s", 1), "fabric.peers[1]"),
+            (tcp(&["a:1", "b:2"], "", 1), "fabric.secret"),
+            (tcp(&["a:1", "b:2"], "s", 0), "fabric.threads"),
+        ] {
+            let m = msg(&c);
+            assert!(m.contains(field), "message {m:?} should name {field}");
+        }
+        tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
     }
 
     #[test]

@@ -28,6 +28,18 @@ pub enum Error {
     /// unknown: it may or may not have taken effect.
     #[error("operation timed out after op_timeout; its outcome is unknown")]
     Timeout,
+    /// A peer's clock differs from this node's by more than
+    /// `max_clock_skew`: expiry and dead-owner decisions would be unsafe, so
+    /// the node refuses operations until the clocks agree again.
+    #[error(
+        "clock skew beyond max_clock_skew: node {node} is {skew_us} µs off; refusing operations"
+    )]
+    ClockSkew {
+        /// The peer whose clock disagrees.
+        node: usize,
+        /// Measured difference, µs (lower bound).
+        skew_us: u64,
+    },
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -7,12 +7,66 @@
 //! threads run GET, PUT and DELETE against the whole cluster without any
 //! remote CPU taking part.
 //!
-//! (The rest of the crate documentation is filled in with the protocol.)
+//! ```
+//! use nessie::{Cluster, Config};
+//!
+//! let config = Config {
+//!     index_slots_per_node: 1024,
+//!     data_bytes_per_node: 16 << 20,
+//!     ..Config::default()
+//! };
+//! let cluster = Cluster::local(config)?;   // three nodes in this process
+//! let mut a = cluster.client(0)?;
+//! let mut b = cluster.client(2)?;
+//! a.put(b"job/map/0/reduce/1", b"partition")?;
+//! assert_eq!(b.get(b"job/map/0/reduce/1")?.as_deref(), Some(&b"partition"[..]));
+//! assert!(b.delete(b"job/map/0/reduce/1")?);
+//! assert_eq!(a.get(b"job/map/0/reduce/1")?, None);
+//! # Ok::<(), nessie::Error>(())
+//! ```
+//!
+//! ## Architecture
+//!
+//! * [`fabric`] — the only way to touch another node's memory: a [`fabric::Fabric`]
+//!   executes READ, WRITE and CAS on registered regions, singly or as a batch;
+//!   an [`fabric::Endpoint`] counts what one client issues. Backends:
+//!   [`fabric::LocalFabric`] (all nodes in one process) and
+//!   [`fabric::ShmFabric`] (one process per node, regions in shared files).
+//! * [`layout`] — every byte layout in remote memory: index entries
+//!   ([`layout::Ite`]), data entries ([`layout::DteHeader`]) and region file
+//!   headers, little-endian, field widths checked at compile time.
+//! * [`index`] — where a key may live: `H` candidate slots over all nodes'
+//!   index tables, and filter bits.
+//! * [`data`] — size classes, per-node slot allocation, expiry-gated reuse and
+//!   the background recycler.
+//! * [`cache`] — each client's LRU of committed entries keyed by ITE value.
+//! * `protocol` (private) — GET, PUT, DELETE, MIGRATE and helping; its module
+//!   documentation states the invariants it keeps.
+//! * [`Cluster`] (in-process) and [`Node`] (one process of a multi-process
+//!   cluster) hand out [`Client`]s; every store of the project implements
+//!   [`KvClient`].
+//!
+//! ## Thread safety
+//!
+//! `Cluster` and `Node` are `Send + Sync`; a [`Client`] is `Send` but not
+//! `Sync`: use one per thread. Clients of one process share the node's
+//! allocator and fabric.
+//!
+//! ## Failure model
+//!
+//! An operation that returns `Ok` has taken effect exactly once. One that
+//! returns [`Error::Timeout`] (or whose process dies) may or may not have;
+//! its half-done entries are finished or undone by whichever client meets
+//! them once its owner is past `op_timeout + 2·max_clock_skew`. Data lives in
+//! the memory of the node that wrote it: losing a host loses its entries
+//! (there is no replication).
 
 #![deny(missing_docs)]
 
 pub mod cache;
+mod client;
 pub mod clock;
+mod cluster;
 mod config;
 pub mod data;
 mod error;
@@ -20,10 +74,18 @@ pub mod fabric;
 pub mod index;
 mod kv;
 pub mod layout;
+mod node;
+mod protocol;
 mod stats;
+mod store;
+mod watch;
 
+pub use client::Client;
 pub use clock::{Clock, WallClock};
+pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
 pub use error::Error;
 pub use kv::KvClient;
+pub use node::Node;
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
+pub use store::store_regions;

@@ -1,3 +1,27 @@
 //! Cross-crate integration tests of Nessie and its baselines, and the tools
-//! they share: a linearizability checker, history recording, and the
-//! deterministic simulator.
+//! they share.
+//!
+//! * [`history`]: [`History`] of operations with known or unknown outcomes,
+//!   and the thread-safe [`Recorder`] clients use to collect one;
+//!   [`proc_history`] for histories written by separate processes.
+//! * [`linearizability`]: [`check`] a history against a map of registers.
+//! * [`conformance`]: the suite every fabric backend must pass.
+//! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
+//!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
+//!   counterexamples step by step.
+//! * [`stress`]: real-thread stress runs of any [`nessie::KvClient`].
+//! * [`chaos`]: multi-process runs with kills, stalls, full tables and a
+//!   crowded index.
+
+pub mod chaos;
+pub mod conformance;
+pub mod history;
+pub mod linearizability;
+pub mod proc_history;
+pub mod scripted;
+pub mod sim;
+pub mod simulation;
+pub mod stress;
+
+pub use history::{Call, ClientId, History, Operation, Outcome, Pending, Recorder, Ret};
+pub use linearizability::{check, CheckError, NumberedOp, Violation};

@@ -141,6 +141,18 @@ impl NodeData {
                 }
             }
         };
+        // Clear the previous occupant's `expires_at` before anyone can scan
+        // this slot again: until the new entry is written, a stale expired
+        // stamp would let a scan hand the slot out a second time.
+        let at = RemoteAddr::new(
+            self.node,
+            RegionId::data(class),
+            u64::from(slot) * self.slot_bytes(class) as u64 + EXPIRES_AT_OFFSET as u64,
+        );
+        if let Err(e) = fabric.write(at, &0u64.to_le_bytes()) {
+            table.free.push(slot);
+            return Err(e);
+        }
         let generation = next_generation(table.generations[slot as usize]);
         table.generations[slot as usize] = generation;
         table.in_use.push(slot);

@@ -12,22 +12,26 @@
 //! [`Fabric::cas`], even by its own node, and no WRITE ever targets it. A READ
 //! of several words is not atomic; readers verify checksums.
 //!
-//! Backends: [`LocalFabric`] (all nodes in one process) and [`ShmFabric`]
-//! (one process per node, regions in shared files). An [`Endpoint`] wraps a
-//! fabric for one client and counts every verb it issues.
+//! Backends: [`LocalFabric`] (all nodes in one process), [`ShmFabric`]
+//! (one process per node, regions in shared files) and [`TcpFabric`] (one
+//! process per node on any hosts, a software NIC serving verbs over TCP).
+//! An [`Endpoint`] wraps a fabric for one client and counts every verb it
+//! issues.
 
 mod endpoint;
 mod error;
 mod local;
 mod memory;
 mod shm;
+mod tcp;
 
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::FabricError;
+pub use error::{FabricError, HandshakeFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 
 pub use crate::layout::RegionId;
 

@@ -128,6 +128,12 @@ impl ShmFabric {
     }
 }
 
+impl ShmFabric {
+    fn memory_map(&self) -> &MemoryMap {
+        &self.map
+    }
+}
+
 impl Drop for ShmFabric {
     fn drop(&mut self) {
         self.map = MemoryMap::default();
@@ -254,10 +260,18 @@ fn check_region(
             region: spec.id,
         });
     }
-    if header.len != spec.len || meta.len() != REGION_HEADER_BYTES as u64 + spec.len {
+    if header.len != spec.len {
         return Err(FabricError::WrongSize {
             path: path_buf(),
             found: header.len,
+            expected: spec.len,
+        });
+    }
+    if meta.len() != REGION_HEADER_BYTES as u64 + spec.len {
+        // The header agrees but the file does not: report the file's length.
+        return Err(FabricError::WrongSize {
+            path: path_buf(),
+            found: meta.len().saturating_sub(REGION_HEADER_BYTES as u64),
             expected: spec.len,
         });
     }

@@ -12,6 +12,9 @@ pub struct RegionId(pub u16);
 impl RegionId {
     /// The node's index table.
     pub const INDEX: RegionId = RegionId(0);
+    /// The node's metadata page (its clock heartbeat, see
+    /// [`crate::clock::SkewMonitor`]).
+    pub const META: RegionId = RegionId(Self::FIRST_EXTERNAL - 1);
     /// First id free for regions of other stores (baselines' rings, ...).
     pub const FIRST_EXTERNAL: u16 = 64;
 
@@ -24,7 +27,7 @@ impl RegionId {
     /// The size class of a data table region, if this is one.
     #[must_use]
     pub fn data_class(self) -> Option<u8> {
-        (1..Self::FIRST_EXTERNAL)
+        (1..Self::META.0)
             .contains(&self.0)
             .then(|| (self.0 - 1) as u8)
     }
@@ -34,6 +37,7 @@ impl std::fmt::Display for RegionId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
             0 => write!(f, "index"),
+            n if n == Self::META.0 => write!(f, "meta"),
             n if n < Self::FIRST_EXTERNAL => write!(f, "data{}", n - 1),
             n => write!(f, "region{n}"),
         }
@@ -130,6 +134,8 @@ mod tests {
         assert_eq!(RegionId::data(5).data_class(), Some(5));
         assert_eq!(RegionId::INDEX.data_class(), None);
         assert_eq!(RegionId(RegionId::FIRST_EXTERNAL).data_class(), None);
+        assert_eq!(RegionId::META.data_class(), None);
+        assert!(usize::from(RegionId::META.0) > crate::layout::ite::MAX_CLASSES);
         assert_eq!(RegionId::data(2).to_string(), "data2");
     }
 }

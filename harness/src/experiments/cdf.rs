@@ -1,0 +1,258 @@
+//! `cdf` (paper Figs. 8–11): distributions of the verbs and the network
+//! bytes each GET and PUT costs, 50 % GETs, 16 KiB values, uniform keys. The
+//! node processes record every operation's cost (from the store's verb
+//! counters) in histograms; this plots their CDFs.
+
+use super::{parse_fraction, parse_size, Common, Ctx, Done};
+use crate::error::Result;
+use crate::measure::Hist;
+use crate::paper;
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::system::System;
+use crate::workload::{KeyDistribution, OpKind};
+
+/// Flags of `cdf`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CdfArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Value size.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs.
+    #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+}
+
+/// The distributions plotted, one figure each.
+#[derive(Clone, Copy)]
+struct Metric {
+    fig: &'static str,
+    file: &'static str,
+    kind: OpKind,
+    what: &'static str,
+    hist: fn(&crate::measure::KindReport) -> &Hist,
+}
+
+const METRICS: [Metric; 6] = [
+    Metric {
+        fig: "Fig. 8",
+        file: "fig8-verbs-get",
+        kind: OpKind::Get,
+        what: "verbs per GET (all targets)",
+        hist: |k| &k.verbs,
+    },
+    Metric {
+        fig: "Fig. 9",
+        file: "fig9-verbs-put",
+        kind: OpKind::Put,
+        what: "verbs per PUT (all targets)",
+        hist: |k| &k.verbs,
+    },
+    Metric {
+        fig: "Fig. 10",
+        file: "fig10-bytes-get",
+        kind: OpKind::Get,
+        what: "network bytes per GET",
+        hist: |k| &k.remote_bytes,
+    },
+    Metric {
+        fig: "Fig. 11",
+        file: "fig11-bytes-put",
+        kind: OpKind::Put,
+        what: "network bytes per PUT",
+        hist: |k| &k.remote_bytes,
+    },
+    Metric {
+        fig: "Figs. 8/9",
+        file: "remote-verbs-get",
+        kind: OpKind::Get,
+        what: "remote verbs per GET",
+        hist: |k| &k.remote_verbs,
+    },
+    Metric {
+        fig: "Figs. 8/9",
+        file: "remote-verbs-put",
+        kind: OpKind::Put,
+        what: "remote verbs per PUT",
+        hist: |k| &k.remote_verbs,
+    },
+];
+
+/// Runs `cdf`; returns the exit code.
+///
+/// # Errors
+/// Ctrl-C or a report that cannot be written.
+pub fn run(args: CdfArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("cdf", args.common)?;
+    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    workload.validate()?;
+    let duration = ctx.duration_ms(5_000, 1_500);
+    let systems = ctx.systems(&System::PAPER);
+    let specs = systems
+        .iter()
+        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
+        .collect();
+    let mut report = Report::new(
+        "cdf",
+        &format!(
+            "Figs. 8–11: verbs and bytes per operation, {}",
+            workload.describe()
+        ),
+        serde_json::json!({
+            "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
+            "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
+        }),
+    );
+    let done = ctx.run_all(specs, &mut report)?;
+    let measured: Vec<&Done> = done.iter().filter(|d| d.merged.is_some()).collect();
+
+    let mut table = Table::new(
+        "cost",
+        "Cost per operation: mean and percentiles of each distribution",
+        &[
+            "system",
+            "op",
+            "metric",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            "share = 0",
+        ],
+    );
+    for m in METRICS {
+        let mut fig = Figure::new(
+            m.file,
+            &format!("{}: CDF of {}", m.fig, m.what),
+            FigureKind::Cdf,
+            m.what,
+            "fraction of operations",
+        );
+        for d in &measured {
+            let Some(merged) = &d.merged else { continue };
+            let h = (m.hist)(merged.kind(m.kind));
+            if h.0.is_empty() {
+                continue;
+            }
+            fig.series(
+                format!("{}-{}", d.record.system.label(), m.kind.name()),
+                h.cdf(),
+            );
+            let q = |q: f64| num(h.0.value_at_quantile(q) as f64);
+            table.row(vec![
+                d.record.system.label().to_owned(),
+                m.kind.name().to_owned(),
+                m.what.to_owned(),
+                num(h.0.mean()),
+                q(0.5),
+                q(0.9),
+                q(0.99),
+                num(h.0.max() as f64),
+                pct(h.0.count_between(0, 0) as f64 / h.0.len() as f64)
+                    .trim_start_matches('+')
+                    .to_owned(),
+            ]);
+        }
+        report.figures.push(fig);
+    }
+    report.tables.push(table);
+
+    let mean = |s: System, kind: OpKind, pick: fn(&crate::measure::KindReport) -> &Hist| {
+        measured
+            .iter()
+            .find(|d| d.record.system == s)
+            .and_then(|d| d.merged.as_ref())
+            .map(|m| pick(m.kind(kind)).0.mean())
+    };
+    let cd_put_bytes = mean(System::Cd, OpKind::Put, |k| &k.remote_bytes);
+    let sd_put_bytes = mean(System::Sd, OpKind::Put, |k| &k.remote_bytes);
+    let (ours, verdict) = match (cd_put_bytes, sd_put_bytes) {
+        (Some(c), Some(s)) => (
+            format!("mean net bytes/PUT: CD {} SD {}", num(c), num(s)),
+            Verdict::of(c < s),
+        ),
+        _ => ("needs CD and SD".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Fig. 11".into(),
+        paper: "CD PUTs move far fewer bytes than SD and HY PUTs".into(),
+        ours,
+        verdict,
+    });
+    let cd_put_verbs = mean(System::Cd, OpKind::Put, |k| &k.verbs);
+    let sd_put_verbs = mean(System::Sd, OpKind::Put, |k| &k.verbs);
+    let (ours, verdict) = match (cd_put_verbs, sd_put_verbs) {
+        (Some(c), Some(s)) => (
+            format!("mean verbs/PUT: CD {} SD {}", num(c), num(s)),
+            Verdict::of(c > s),
+        ),
+        _ => ("needs CD and SD".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Fig. 9".into(),
+        paper: format!(
+            "CD PUTs use more verbs than SD's two WRITEs (at least {} in the paper)",
+            paper::FIG9_CD_PUT_MIN_VERBS
+        ),
+        ours,
+        verdict,
+    });
+    let cd_get = mean(System::Cd, OpKind::Get, |k| &k.remote_bytes);
+    let sd_get = mean(System::Sd, OpKind::Get, |k| &k.remote_bytes);
+    let (ours, verdict) = match (cd_get, sd_get) {
+        (Some(c), Some(s)) if s > 0.0 => (
+            format!(
+                "mean net bytes/GET: CD {} SD {} ({})",
+                num(c),
+                num(s),
+                pct(c / s - 1.0)
+            ),
+            Verdict::of((c / s - 1.0).abs() <= 0.5),
+        ),
+        _ => ("needs CD and SD".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Fig. 10".into(),
+        paper: "CD and SD move similar bytes per GET".into(),
+        ours,
+        verdict,
+    });
+    let sd_local = measured
+        .iter()
+        .find(|d| d.record.system == System::Sd)
+        .and_then(|d| d.merged.as_ref())
+        .map(|m| {
+            let h = &m.get.remote_verbs.0;
+            h.count_between(0, 0) as f64 / h.len().max(1) as f64
+        });
+    let nodes = f64::from(ctx.common.nodes);
+    let (ours, verdict) = match sd_local {
+        Some(share) => (
+            format!(
+                "{} of SD GETs use no network ({} nodes: expect {})",
+                pct(share).trim_start_matches('+'),
+                nodes,
+                pct(1.0 / nodes).trim_start_matches('+')
+            ),
+            Verdict::of((share - 1.0 / nodes).abs() < 0.1),
+        ),
+        None => ("needs SD".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Figs. 8/9 (locality)".into(),
+        paper: format!(
+            "about {} of SD operations are local (1 of {} nodes)",
+            pct(paper::FIG8_SD_LOCAL_SHARE).trim_start_matches('+'),
+            paper::NODES
+        ),
+        ours,
+        verdict,
+    });
+    report.notes.push(
+        "Figs. 8/9 count every verb, local ones included (the paper's CD reads ITEs with RDMA even on its own node); the remote-verbs plots count only verbs to other nodes. Bytes are those moved to or from other nodes.".into(),
+    );
+    ctx.finish(report)
+}

@@ -1,0 +1,139 @@
+//! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
+//! 90 % GETs, uniform keys), with the summary table and plots.
+
+use super::{
+    parse_fraction, parse_size, summary_figures, summary_table, throughput_of, Common, Ctx,
+};
+use crate::error::Result;
+use crate::paper;
+use crate::report::{num, pct, Comparison, Report, Verdict};
+use crate::system::System;
+use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+
+/// Flags of `compare`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CompareArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Value size (e.g. 16KiB, 256, 2m).
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs (0.9 or 90%).
+    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+    /// Zipf-distributed keys (θ = 0.99) instead of uniform.
+    #[arg(long)]
+    pub zipf: bool,
+}
+
+/// Runs `compare`; returns the exit code.
+///
+/// # Errors
+/// Ctrl-C or a report that cannot be written.
+pub fn run(args: CompareArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("compare", args.common)?;
+    let dist = if args.zipf {
+        KeyDistribution::Zipf { theta: YCSB_THETA }
+    } else {
+        KeyDistribution::Uniform
+    };
+    let workload = ctx.workload(args.value_size, args.get_ratio, dist);
+    workload.validate()?;
+    let duration = ctx.duration_ms(10_000, 2_000);
+    let systems = ctx.systems(&System::PAPER);
+    let specs = systems
+        .iter()
+        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
+        .collect();
+    let mut report = Report::new(
+        "compare",
+        &format!("CD vs SD vs HY, {}", workload.describe()),
+        serde_json::json!({
+            "workload": workload,
+            "systems": systems,
+            "nodes": ctx.common.nodes,
+            "threads_per_node": ctx.common.threads,
+            "server_workers": ctx.common.server_workers,
+            "duration_ms": duration,
+            "quick": ctx.common.quick,
+        }),
+    );
+    let done = ctx.run_all(specs, &mut report)?;
+    report.tables.push(summary_table(
+        "summary",
+        &format!("Summary: {}", workload.describe()),
+        &done,
+    ));
+    report.figures.extend(summary_figures("", &done));
+
+    let (cd, sd, hy) = (
+        throughput_of(&done, System::Cd),
+        throughput_of(&done, System::Sd),
+        throughput_of(&done, System::Hy),
+    );
+    let fig = if (args.get_ratio - 0.9).abs() < 1e-9 {
+        "Fig. 6"
+    } else if (args.get_ratio - 0.5).abs() < 1e-9 {
+        "Fig. 5"
+    } else {
+        "Figs. 5–7"
+    };
+    let (ours, verdict) = match (cd, sd, hy) {
+        (Some(cd), Some(sd), Some(hy)) => (
+            format!(
+                "CD {} SD {} HY {} kops/s (CD vs SD {})",
+                num(cd / 1e3),
+                num(sd / 1e3),
+                num(hy / 1e3),
+                pct(cd / sd - 1.0)
+            ),
+            Verdict::of(cd >= 0.75 * sd && hy <= cd.max(sd)),
+        ),
+        (Some(cd), Some(sd), None) => (
+            format!(
+                "CD {} SD {} kops/s; HY not measured",
+                num(cd / 1e3),
+                num(sd / 1e3)
+            ),
+            Verdict::Unknown,
+        ),
+        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: format!(
+            "{fig} at {} ({}% GET)",
+            crate::report::bytes_label(args.value_size as f64),
+            percent(args.get_ratio)
+        ),
+        paper: "GET-heavy, ≥16 KB: CD ≈ SD; HY consistently lower".into(),
+        ours,
+        verdict,
+    });
+    let put_bytes = |s| {
+        super::runs_of(&done, s)
+            .next()
+            .map(|(_, f)| f.put.remote_bytes_per_op)
+    };
+    let (ours, verdict) = match (put_bytes(System::Cd), put_bytes(System::Sd)) {
+        (Some(c), Some(s)) => (
+            format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
+            Verdict::of(c < s),
+        ),
+        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Figs. 10/11".into(),
+        paper: paper::FIG11_CLAIM.into(),
+        ours,
+        verdict,
+    });
+    report.notes.push(format!(
+        "the paper ran {} nodes with 12 cores each; this run has {} node processes sharing {} cores, each with {} worker threads",
+        paper::NODES,
+        ctx.common.nodes,
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        ctx.common.threads
+    ));
+    ctx.finish(report)
+}

@@ -1,0 +1,214 @@
+//! `energy` (paper Fig. 14): cost at several offered loads, as a fraction of
+//! each system's measured peak (Poisson arrivals, 16 KiB values, 90 %
+//! GETs).
+//!
+//! The paper measured watts with IPMI. Until the `power-ipmi` crate lands,
+//! this reports the always-available proxy: CPU seconds of the node
+//! processes, as cores busy per node and CPU µs per operation. Server-driven
+//! systems poll, so their CPU stays up when the load falls; the client-driven
+//! store's idle workers sleep.
+
+use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use crate::error::{HarnessError, Result};
+use crate::paper;
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::spec::Load;
+use crate::system::System;
+use crate::workload::{percent, KeyDistribution};
+
+/// Flags of `energy`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EnergyArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Offered loads as fractions of the peak (default 0.05,0.2,0.4,0.6,0.8;
+    /// --quick 0.2,0.8).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
+    pub loads: Option<Vec<f64>>,
+    /// Value size.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs.
+    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+}
+
+/// Runs `energy`; returns the exit code.
+///
+/// # Errors
+/// Bad flags, Ctrl-C or a report that cannot be written.
+pub fn run(args: EnergyArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("energy", args.common)?;
+    let quick = ctx.common.quick;
+    let loads = args.loads.unwrap_or_else(|| {
+        if quick {
+            vec![0.2, 0.8]
+        } else {
+            paper::FIG14_LOADS.to_vec()
+        }
+    });
+    if loads.iter().any(|&l| l <= 0.0) {
+        return Err(HarnessError::Usage("every load must be above 0".into()));
+    }
+    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    workload.validate()?;
+    let duration = ctx.duration_ms(5_000, 1_000);
+    let systems = ctx.systems(&System::PAPER);
+    let mut report = Report::new(
+        "energy",
+        &format!("Fig. 14: cost vs offered load, {}", workload.describe()),
+        serde_json::json!({
+            "workload": workload, "systems": systems, "loads": loads,
+            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
+            "duration_ms": duration, "quick": quick,
+            "power": "unavailable: power-ipmi is not wired in yet; CPU time is the proxy",
+        }),
+    );
+    let peaks = systems
+        .iter()
+        .map(|&s| ctx.spec(format!("{}-peak", s.label()), s, workload.clone(), duration))
+        .collect();
+    let peak_runs = ctx.run_all(peaks, &mut report)?;
+    let mut specs = Vec::new();
+    for &s in &systems {
+        let Some(peak) = super::throughput_of(&peak_runs, s).filter(|&p| p > 0.0) else {
+            continue;
+        };
+        for &l in &loads {
+            let mut spec = ctx.spec(
+                format!("{}-{}pct", s.label(), percent(l)),
+                s,
+                workload.clone(),
+                duration,
+            );
+            spec.load = Load::Open {
+                ops_per_sec: peak * l,
+            };
+            specs.push(spec);
+        }
+    }
+    // Peak runs first: `throughput_of` picks a system's first measured run.
+    let mut done = peak_runs;
+    done.extend(ctx.run_all(specs, &mut report)?);
+
+    let mut util = Figure::new(
+        "fig14-cpu",
+        "Fig. 14 (proxy): CPU cores busy per node vs offered load",
+        FigureKind::Line,
+        "offered load (% of peak)",
+        "CPU cores per node",
+    );
+    let mut per_op = Figure::new(
+        "fig14-cpu-per-op",
+        "CPU µs per operation vs offered load",
+        FigureKind::Line,
+        "offered load (% of peak)",
+        "CPU µs per op",
+    );
+    let mut table = Table::new(
+        "fig14",
+        "Cost vs offered load (Fig. 14, CPU proxy)",
+        &[
+            "system",
+            "load",
+            "offered ops/s",
+            "achieved ops/s",
+            "CPU cores/node",
+            "CPU µs/op",
+            "GET p50 µs",
+            "GET p99 µs",
+            "late ops",
+        ],
+    );
+    let mut rel_at = Vec::new();
+    for &s in &systems {
+        let peak = super::throughput_of(&done, s);
+        let mut rows: Vec<(f64, &crate::measure::RunFigures)> = runs_of(&done, s)
+            .map(|(spec, f)| match (spec.load, peak) {
+                (Load::Open { ops_per_sec }, Some(p)) if p > 0.0 => (ops_per_sec / p, f),
+                _ => (1.0, f),
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        util.series(
+            s.label(),
+            rows.iter()
+                .map(|(l, f)| (l * 100.0, f.cpu_util_per_node))
+                .collect(),
+        );
+        per_op.series(
+            s.label(),
+            rows.iter()
+                .map(|(l, f)| (l * 100.0, f.cpu_us_per_op))
+                .collect(),
+        );
+        let top = rows
+            .last()
+            .map(|r| r.1.cpu_util_per_node)
+            .filter(|&u| u > 0.0);
+        for (l, f) in &rows {
+            table.row(vec![
+                s.label().to_owned(),
+                format!("{}%", percent(*l)),
+                if f.offered_ops_s > 0.0 {
+                    num(f.offered_ops_s)
+                } else {
+                    "closed loop".into()
+                },
+                num(f.throughput_ops_s),
+                num(f.cpu_util_per_node),
+                num(f.cpu_us_per_op),
+                num(f.get.p50_us),
+                num(f.get.p99_us),
+                f.late_ops.to_string(),
+            ]);
+            if let Some(top) = top {
+                rel_at.push((s, *l, f.cpu_util_per_node / top));
+            }
+        }
+    }
+    report.figures.push(util);
+    report.figures.push(per_op);
+    report.tables.push(table);
+
+    for (load, (sd_w, cd_w)) in [(0.2, paper::FIG14_AT_20), (0.8, paper::FIG14_AT_80)] {
+        let find = |s: System| {
+            rel_at
+                .iter()
+                .find(|r| r.0 == s && (r.1 - load).abs() < 1e-9)
+                .map(|r| r.2)
+        };
+        let (ours, verdict) = match (find(System::Cd), find(System::Sd)) {
+            (Some(c), Some(s)) => (
+                format!(
+                    "CPU at {}% load, share of own peak: CD {} SD {}",
+                    percent(load),
+                    pct(c).trim_start_matches('+'),
+                    pct(s).trim_start_matches('+')
+                ),
+                Verdict::of(c < s),
+            ),
+            _ => (
+                format!("needs CD and SD at {}% load", percent(load)),
+                Verdict::Unknown,
+            ),
+        };
+        report.comparisons.push(Comparison {
+            source: format!("Fig. 14 ({}% load)", percent(load)),
+            paper: format!(
+                "SD {sd_w} W vs CD {cd_w} W (idle {}, peak {}): share of dynamic power SD {} CD {}",
+                paper::FIG14_IDLE_W,
+                paper::FIG14_PEAK_W,
+                pct(paper::fig14_dynamic_share(sd_w)).trim_start_matches('+'),
+                pct(paper::fig14_dynamic_share(cd_w)).trim_start_matches('+')
+            ),
+            ours,
+            verdict,
+        });
+    }
+    report.notes.push(
+        "power is not measured yet (power-ipmi pending): CPU time of the node processes is the proxy; hogs and the harness itself are not counted".into(),
+    );
+    ctx.finish(report)
+}

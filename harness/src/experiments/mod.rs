@@ -1,0 +1,562 @@
+//! The paper's experiments, one module per subcommand, and what they share:
+//! common flags, run planning, the progress bar, running a list of runs and
+//! finishing the report.
+
+pub mod breakdown;
+pub mod cdf;
+pub mod compare;
+pub mod contention;
+pub mod energy;
+pub mod peers;
+pub mod sweep;
+pub mod zipf;
+
+pub use breakdown::BreakdownArgs;
+pub use cdf::CdfArgs;
+pub use compare::CompareArgs;
+pub use contention::ContentionArgs;
+pub use energy::EnergyArgs;
+pub use peers::PeersArgs;
+pub use sweep::SweepArgs;
+pub use zipf::ZipfArgs;
+
+use crate::cluster::{self, Progress};
+use crate::error::{HarnessError, Result};
+use crate::measure::{Merged, RunFigures};
+use crate::report::{num, Figure, FigureKind, Report, RunRecord, RunStatus, Table};
+use crate::spec::RunSpec;
+use crate::system::System;
+use crate::workload::{KeyDistribution, WorkloadSpec};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags every experiment takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Common {
+    /// A complete but short run (under a minute on 2 cores): fewer points,
+    /// fewer keys, shorter phases.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the report (default `results/<subcommand>-<timestamp>`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print only machine-readable JSON (results.json) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Systems to run (default: the experiment's own list).
+    #[arg(long, value_delimiter = ',', value_name = "SYSTEM,...")]
+    pub systems: Option<Vec<System>>,
+    /// Node processes per cluster.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub nodes: u16,
+    /// Worker threads per node. CD and the peers' clients use them all;
+    /// SD and HY give `--server-workers` of them to server threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Server worker threads per node of SD and HY.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub server_workers: u16,
+    /// Number of keys (default: from the value size, about 256 MiB of data,
+    /// 32 MiB with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: Option<u64>,
+    /// Key size in bytes.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(8..=1024))]
+    pub key_size: u16,
+    /// Seed of every random stream.
+    #[arg(long, default_value_t = WorkloadSpec::default().seed)]
+    pub seed: u64,
+    /// Measured phase of every run, ms (overrides the experiment's default).
+    #[arg(long, hide = true)]
+    pub duration_ms: Option<u64>,
+    /// Warm-up of every run, ms (overrides the default).
+    #[arg(long, hide = true)]
+    pub warmup_ms: Option<u64>,
+}
+
+/// Parses a size: `16384`, `16k`, `16KiB`, `2m`.
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits.parse().map_err(|_| format!("`{s}` is not a size"))?;
+    let mult = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        _ => return Err(format!("`{s}`: unknown unit (use B, KiB or MiB)")),
+    };
+    match n.checked_mul(mult) {
+        Some(v) if (1..=nessie::MAX_VALUE_SIZE).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not between 1 B and 1 GiB")),
+    }
+}
+
+/// Parses a fraction: `0.9` or `90%`.
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_fraction(s: &str) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+        None => t.parse::<f64>(),
+    }
+    .map_err(|_| format!("`{s}` is not a fraction (e.g. 0.9 or 90%)"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("`{s}` is not within 0 and 1 (0 % and 100 %)"))
+    }
+}
+
+/// A run that was planned: its spec and, once run, its record and merged
+/// histograms.
+#[derive(Debug)]
+pub struct Done {
+    /// The record that goes into results.json.
+    pub record: RunRecord,
+    /// Merged histograms of a completed run.
+    pub merged: Option<Merged>,
+}
+
+impl Done {
+    /// The figures of a completed run.
+    #[must_use]
+    pub fn figures(&self) -> Option<&RunFigures> {
+        self.record.figures.as_ref()
+    }
+}
+
+/// An experiment in progress: flags, output directory, progress bar.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The common flags.
+    pub common: Common,
+    /// The report directory.
+    pub out: PathBuf,
+    exe: PathBuf,
+    bar: ProgressBar,
+    runs: usize,
+}
+
+impl Ctx {
+    /// Starts experiment `name`: resolves the output directory and this
+    /// binary's path, and sweeps stale shared memory of killed harnesses.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if the binary's path is unknown.
+    pub fn new(name: &str, common: Common) -> Result<Self> {
+        let exe = std::env::current_exe()
+            .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
+        let out = common.out.clone().unwrap_or_else(|| {
+            PathBuf::from("results").join(format!(
+                "{name}-{}",
+                chrono::Local::now().format("%Y%m%d-%H%M%S")
+            ))
+        });
+        cluster::sweep_stale_shm();
+        let bar = if common.json {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Ok(Ctx {
+            common,
+            out,
+            exe,
+            bar,
+            runs: 0,
+        })
+    }
+
+    /// The systems to run: `--systems` or the experiment's default.
+    #[must_use]
+    pub fn systems(&self, default: &[System]) -> Vec<System> {
+        self.common
+            .systems
+            .clone()
+            .unwrap_or_else(|| default.to_vec())
+    }
+
+    /// The measured duration: `--duration-ms`, else `quick_ms` or `full_ms`.
+    #[must_use]
+    pub fn duration_ms(&self, full_ms: u64, quick_ms: u64) -> u64 {
+        self.common
+            .duration_ms
+            .unwrap_or(if self.common.quick { quick_ms } else { full_ms })
+    }
+
+    /// A workload with the common flags applied; the key count defaults to
+    /// about 256 MiB of values (32 MiB with `--quick`).
+    #[must_use]
+    pub fn workload(
+        &self,
+        value_size: usize,
+        get_ratio: f64,
+        distribution: KeyDistribution,
+    ) -> WorkloadSpec {
+        let (budget, lo, hi) = if self.common.quick {
+            (32u64 << 20, 512, 20_000)
+        } else {
+            (256u64 << 20, 1_000, 200_000)
+        };
+        let keys = self
+            .common
+            .keys
+            .unwrap_or_else(|| (budget / value_size.max(1) as u64).clamp(lo, hi));
+        WorkloadSpec {
+            keys,
+            key_size: usize::from(self.common.key_size),
+            value_size,
+            get_ratio,
+            distribution,
+            seed: self.common.seed,
+        }
+    }
+
+    /// A run spec with the common flags applied; measured for `duration_ms`
+    /// after a warm-up of a fifth of that (at most 1 s) unless overridden.
+    #[must_use]
+    pub fn spec(
+        &self,
+        label: String,
+        system: System,
+        workload: WorkloadSpec,
+        duration_ms: u64,
+    ) -> RunSpec {
+        let mut s = RunSpec::new(label, system, workload).with_threads(
+            usize::from(self.common.threads),
+            usize::from(self.common.server_workers),
+        );
+        s.nodes = usize::from(self.common.nodes);
+        s.duration_ms = duration_ms;
+        s.warmup_ms = self.common.warmup_ms.unwrap_or((duration_ms / 5).min(1000));
+        s
+    }
+
+    /// Runs `specs` one after another with a progress bar, recording each in
+    /// `report`. Unavailable systems are skipped and failed runs recorded,
+    /// and the experiment goes on; a Ctrl-C stops it after writing the
+    /// partial report.
+    ///
+    /// # Errors
+    /// [`HarnessError::Interrupted`] on Ctrl-C, with every process and file
+    /// of the current run already cleaned up.
+    pub fn run_all(&mut self, specs: Vec<RunSpec>, report: &mut Report) -> Result<Vec<Done>> {
+        let overhead = Duration::from_millis(800);
+        let total: Duration = specs.iter().map(|s| s.run_time() + overhead).sum();
+        self.bar.set_length(total.as_millis() as u64);
+        self.bar.set_position(0);
+        let mut base = Duration::ZERO;
+        let mut done = Vec::with_capacity(specs.len());
+        let count = specs.len();
+        for (i, spec) in specs.into_iter().enumerate() {
+            self.runs += 1;
+            let dir =
+                self.out
+                    .join("runs")
+                    .join(format!("{:03}-{}", self.runs, sanitize(&spec.label)));
+            let head = format!("[{}/{count}] {}", i + 1, spec.label);
+            let bar = self.bar.clone();
+            let run_time = spec.run_time();
+            let mut on_progress = |p: Progress| {
+                let at = base + p.run_elapsed.min(run_time);
+                bar.set_position(at.as_millis() as u64);
+                let rate = if p.run_elapsed.as_secs_f64() > 0.0 {
+                    format!(" {} ops/s", num(p.ops as f64 / p.run_elapsed.as_secs_f64()))
+                } else {
+                    String::new()
+                };
+                bar.set_message(format!("{head}: {}{rate}", p.phase));
+            };
+            let result = match spec.system.check_available() {
+                Err(e) => Err(e),
+                Ok(()) => cluster::run(&self.exe, &spec, &dir, &mut on_progress),
+            };
+            base += run_time + overhead;
+            self.bar.set_position(base.as_millis() as u64);
+            let mut record = RunRecord {
+                label: spec.label.clone(),
+                system: spec.system,
+                status: RunStatus::Ok,
+                reason: None,
+                spec,
+                figures: None,
+                dir,
+            };
+            let merged = match result {
+                Ok(out) => {
+                    check_sanity(&record, &out.figures, report);
+                    record.figures = Some(out.figures);
+                    Some(out.merged)
+                }
+                Err(HarnessError::Interrupted) => {
+                    self.bar.abandon_with_message("interrupted");
+                    report.runs.push(record);
+                    report.notes.push(
+                        "interrupted by the user: the report holds the runs completed so far"
+                            .into(),
+                    );
+                    if report.write(&self.out).is_ok() {
+                        eprintln!("nessie-bench: partial report in {}", self.out.display());
+                    }
+                    return Err(HarnessError::Interrupted);
+                }
+                Err(e @ HarnessError::NotAvailable { .. }) => {
+                    record.status = RunStatus::Skipped;
+                    record.reason = Some(e.to_string());
+                    None
+                }
+                Err(e) => {
+                    self.bar
+                        .suspend(|| eprintln!("nessie-bench: run {} failed: {e}", record.label));
+                    record.status = RunStatus::Failed;
+                    record.reason = Some(e.to_string());
+                    None
+                }
+            };
+            report.runs.push(record.clone());
+            done.push(Done { record, merged });
+        }
+        self.bar.finish_and_clear();
+        Ok(done)
+    }
+
+    /// Writes the report and prints it (markdown tables, or results.json
+    /// with `--json`); the exit code is 1 if any run failed.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if the report cannot be written.
+    pub fn finish(self, mut report: Report) -> Result<i32> {
+        for s in report
+            .runs
+            .iter()
+            .filter(|r| r.status == RunStatus::Skipped)
+            .map(|r| r.system)
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            if let Err(e) = s.check_available() {
+                report.notes.push(format!("skipped: {e}"));
+            }
+        }
+        report.write(&self.out)?;
+        if self.common.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            for t in &report.tables {
+                println!("{}\n\n{}", t.title, t.markdown());
+            }
+            for c in &report.comparisons {
+                println!(
+                    "{}: paper {} | ours {} | {:?}",
+                    c.source, c.paper, c.ours, c.verdict
+                );
+            }
+            for n in &report.notes {
+                println!("note: {n}");
+            }
+            println!("\nreport: {}", self.out.join("report.md").display());
+        }
+        let failed = report.runs.iter().any(|r| r.status == RunStatus::Failed);
+        Ok(i32::from(failed))
+    }
+}
+
+fn sanitize(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Adds a note when a run's numbers cannot be trusted as they stand.
+fn check_sanity(record: &RunRecord, f: &RunFigures, report: &mut Report) {
+    if f.preload_errors > 0 {
+        report.notes.push(format!(
+            "{}: {} preload PUTs failed",
+            record.label, f.preload_errors
+        ));
+    }
+    if f.get.misses > 0 {
+        report.notes.push(format!(
+            "{}: {} GETs found no value although every key was preloaded",
+            record.label, f.get.misses
+        ));
+    }
+    let errors = f.all.errors;
+    if errors > 0 {
+        let top = f
+            .errors
+            .iter()
+            .max_by_key(|e| e.1)
+            .map(|(m, n)| format!(" (most: {n}× {m})"))
+            .unwrap_or_default();
+        report.notes.push(format!(
+            "{}: {errors} operations failed of {}{top}",
+            record.label,
+            errors + f.all.ok
+        ));
+    }
+}
+
+/// The measured runs among `done` of `system`.
+pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec, &RunFigures)> {
+    done.iter()
+        .filter(move |d| d.record.system == system)
+        .filter_map(|d| d.figures().map(|f| (&d.record.spec, f)))
+}
+
+/// The summary table of a set of runs (compare, peers): throughput,
+/// goodput, latency, cost per operation, CPU.
+#[must_use]
+pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
+    let mut t = Table::new(
+        name,
+        title,
+        &[
+            "system",
+            "kops/s",
+            "goodput MB/s",
+            "GET p50 µs",
+            "GET p99 µs",
+            "GET p99.9 µs",
+            "PUT p50 µs",
+            "PUT p99 µs",
+            "PUT p99.9 µs",
+            "verbs/GET",
+            "verbs/PUT",
+            "net B/GET",
+            "net B/PUT",
+            "CPU µs/op",
+            "CPU cores/node",
+            "errors",
+        ],
+    );
+    for d in done {
+        let Some(f) = d.figures() else {
+            let why = match d.record.status {
+                RunStatus::Skipped => "not available",
+                _ => "failed",
+            };
+            let mut row = vec![d.record.system.label().to_owned(), why.to_owned()];
+            row.resize(t.columns.len(), "-".into());
+            t.row(row);
+            continue;
+        };
+        t.row(vec![
+            d.record.system.label().to_owned(),
+            num(f.throughput_ops_s / 1e3),
+            num(f.goodput_mb_s),
+            num(f.get.p50_us),
+            num(f.get.p99_us),
+            num(f.get.p999_us),
+            num(f.put.p50_us),
+            num(f.put.p99_us),
+            num(f.put.p999_us),
+            num(f.get.verbs_per_op),
+            num(f.put.verbs_per_op),
+            num(f.get.remote_bytes_per_op),
+            num(f.put.remote_bytes_per_op),
+            num(f.cpu_us_per_op),
+            num(f.cpu_util_per_node),
+            f.all.errors.to_string(),
+        ]);
+    }
+    t
+}
+
+/// Bar charts of throughput, latency percentiles and network bytes per
+/// operation, one bar group per measured run.
+#[must_use]
+pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
+    let measured: Vec<(&str, &RunFigures)> = done
+        .iter()
+        .filter_map(|d| d.figures().map(|f| (d.record.system.label(), f)))
+        .collect();
+    let categories: Vec<String> = measured.iter().map(|(l, _)| (*l).to_owned()).collect();
+    let points = |get: &dyn Fn(&RunFigures) -> f64| -> Vec<(f64, f64)> {
+        measured
+            .iter()
+            .enumerate()
+            .map(|(i, (_, f))| (i as f64, get(f)))
+            .collect()
+    };
+    let mut tp = Figure::new(
+        &format!("{prefix}throughput"),
+        "Throughput (successful operations per second)",
+        FigureKind::Bar,
+        "system",
+        "kops/s",
+    );
+    tp.categories.clone_from(&categories);
+    tp.series("throughput", points(&|f| f.throughput_ops_s / 1e3));
+    let mut lat = Figure::new(
+        &format!("{prefix}latency"),
+        "Latency percentiles",
+        FigureKind::Bar,
+        "system",
+        "µs",
+    );
+    lat.categories.clone_from(&categories);
+    lat.series("GET p50", points(&|f| f.get.p50_us));
+    lat.series("GET p99", points(&|f| f.get.p99_us));
+    lat.series("PUT p50", points(&|f| f.put.p50_us));
+    lat.series("PUT p99", points(&|f| f.put.p99_us));
+    let mut bytes = Figure::new(
+        &format!("{prefix}bytes"),
+        "Bytes moved between nodes per operation",
+        FigureKind::Bar,
+        "system",
+        "bytes/op",
+    );
+    bytes.categories = categories;
+    bytes.series("GET", points(&|f| f.get.remote_bytes_per_op));
+    bytes.series("PUT", points(&|f| f.put.remote_bytes_per_op));
+    vec![tp, lat, bytes]
+}
+
+/// Throughput of the first measured run of `system` among `done`.
+#[must_use]
+pub fn throughput_of(done: &[Done], system: System) -> Option<f64> {
+    runs_of(done, system)
+        .next()
+        .map(|(_, f)| f.throughput_ops_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_fractions_parse() {
+        assert_eq!(parse_size("16KiB"), Ok(16384));
+        assert_eq!(parse_size("16k"), Ok(16384));
+        assert_eq!(parse_size("256"), Ok(256));
+        assert_eq!(parse_size("2m"), Ok(2 << 20));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12q").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert_eq!(parse_fraction("90%"), Ok(0.9));
+        assert_eq!(parse_fraction("0.5"), Ok(0.5));
+        assert!(parse_fraction("1.5").is_err());
+        assert!(parse_fraction("x").is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! `peers`: the same workload against Redis and memcached on loopback, with
+//! CD as the reference point. Servers that are not installed are skipped
+//! with a note. The paper has no such experiment; this places the store
+//! among familiar ones.
+
+use super::{parse_fraction, parse_size, summary_figures, summary_table, Common, Ctx};
+use crate::error::Result;
+use crate::report::Report;
+use crate::system::System;
+use crate::workload::KeyDistribution;
+
+/// Flags of `peers`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PeersArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Value size.
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs.
+    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+}
+
+/// Runs `peers`; returns the exit code.
+///
+/// # Errors
+/// Ctrl-C or a report that cannot be written.
+pub fn run(args: PeersArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("peers", args.common)?;
+    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    workload.validate()?;
+    let duration = ctx.duration_ms(5_000, 1_500);
+    let systems = ctx.systems(&[System::Cd, System::Redis, System::Memcached]);
+    let specs = systems
+        .iter()
+        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
+        .collect();
+    let mut report = Report::new(
+        "peers",
+        &format!(
+            "CD beside Redis and memcached on loopback, {}",
+            workload.describe()
+        ),
+        serde_json::json!({
+            "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
+            "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
+        }),
+    );
+    let done = ctx.run_all(specs, &mut report)?;
+    report.tables.push(summary_table(
+        "summary",
+        &format!("Summary: {}", workload.describe()),
+        &done,
+    ));
+    report.figures.extend(summary_figures("", &done));
+    report.notes.push(format!(
+        "Redis and memcached run as one server process on loopback TCP (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
+        ctx.common.nodes
+    ));
+    ctx.finish(report)
+}

@@ -1,0 +1,313 @@
+//! `sweep` (paper Figs. 5–7 and Table 1): goodput of CD, SD and HY over
+//! value sizes 256 B … 128 KiB at 50, 90 and 99 % GETs, uniform keys; and the
+//! latency and bytes table of the 50 % GET runs.
+
+use super::{parse_fraction, parse_size, runs_of, Common, Ctx, Done};
+use crate::error::Result;
+use crate::measure::RunFigures;
+use crate::paper::{self, Table1Row};
+use crate::report::{
+    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
+};
+use crate::system::System;
+use crate::workload::{percent, KeyDistribution};
+
+/// Flags of `sweep`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SweepArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Value sizes (default 256 B … 128 KiB; --quick 2KiB,16KiB,128KiB).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub value_sizes: Option<Vec<usize>>,
+    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.9).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
+    pub get_ratios: Option<Vec<f64>>,
+}
+
+fn fig_of(ratio: f64) -> &'static str {
+    if (ratio - 0.5).abs() < 1e-9 {
+        "Fig. 5"
+    } else if (ratio - 0.9).abs() < 1e-9 {
+        "Fig. 6"
+    } else if (ratio - 0.99).abs() < 1e-9 {
+        "Fig. 7"
+    } else {
+        "Figs. 5–7"
+    }
+}
+
+/// The file-name stem of the figure of `ratio`.
+fn fig_file(ratio: f64) -> &'static str {
+    match fig_of(ratio) {
+        "Fig. 5" => "fig5",
+        "Fig. 6" => "fig6",
+        "Fig. 7" => "fig7",
+        _ => "figs5-7",
+    }
+}
+
+/// Runs `sweep`; returns the exit code.
+///
+/// # Errors
+/// Ctrl-C or a report that cannot be written.
+pub fn run(args: SweepArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("sweep", args.common)?;
+    let quick = ctx.common.quick;
+    let sizes = args.value_sizes.unwrap_or_else(|| {
+        if quick {
+            vec![2 << 10, 16 << 10, 128 << 10]
+        } else {
+            paper::SWEEP_VALUE_SIZES.to_vec()
+        }
+    });
+    let ratios = args.get_ratios.unwrap_or_else(|| {
+        if quick {
+            vec![0.5, 0.9]
+        } else {
+            paper::SWEEP_GET_RATIOS.to_vec()
+        }
+    });
+    let duration = ctx.duration_ms(4_000, 800);
+    let systems = ctx.systems(&System::PAPER);
+    let mut specs = Vec::new();
+    for &ratio in &ratios {
+        for &size in &sizes {
+            let w = ctx.workload(size, ratio, KeyDistribution::Uniform);
+            w.validate()?;
+            for &s in &systems {
+                let label = format!(
+                    "{}-{}-{}get",
+                    s.label(),
+                    bytes_label(size as f64),
+                    percent(ratio)
+                );
+                specs.push(ctx.spec(label, s, w.clone(), duration));
+            }
+        }
+    }
+    let mut report = Report::new(
+        "sweep",
+        "Figs. 5–7 and Table 1: value-size sweep, uniform keys",
+        serde_json::json!({
+            "value_sizes": sizes, "get_ratios": ratios, "systems": systems,
+            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
+            "duration_ms": duration, "quick": quick, "seed": ctx.common.seed,
+        }),
+    );
+    let done = ctx.run_all(specs, &mut report)?;
+
+    let at = |s: System, size: usize, ratio: f64| -> Option<&RunFigures> {
+        runs_of(&done, s)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
+            .map(|(_, f)| f)
+    };
+    let mut goodput = Table::new(
+        "goodput",
+        "Goodput (MB/s) by value size and GET ratio (Figs. 5–7)",
+        &[
+            "GET %",
+            "value size",
+            "CD MB/s",
+            "SD MB/s",
+            "HY MB/s",
+            "CD vs SD",
+        ],
+    );
+    for &ratio in &ratios {
+        let mut fig = Figure::new(
+            &format!("{}-goodput-{}get", fig_file(ratio), percent(ratio)),
+            &format!("{}: uniform keys, {}% GETs", fig_of(ratio), percent(ratio)),
+            FigureKind::Line,
+            "value size",
+            "goodput MB/s",
+        );
+        fig.log2_x_bytes = true;
+        for &s in &systems {
+            let pts = sizes
+                .iter()
+                .filter_map(|&z| at(s, z, ratio).map(|f| (z as f64, f.goodput_mb_s)))
+                .collect();
+            fig.series(s.label(), pts);
+        }
+        report.figures.push(fig);
+        for &size in &sizes {
+            let g = |s| at(s, size, ratio).map_or("-".to_owned(), |f| num(f.goodput_mb_s));
+            let rel = match (at(System::Cd, size, ratio), at(System::Sd, size, ratio)) {
+                (Some(c), Some(s)) if s.goodput_mb_s > 0.0 => {
+                    pct(c.goodput_mb_s / s.goodput_mb_s - 1.0)
+                }
+                _ => "-".into(),
+            };
+            goodput.row(vec![
+                percent(ratio),
+                bytes_label(size as f64),
+                g(System::Cd),
+                g(System::Sd),
+                g(System::Hy),
+                rel,
+            ]);
+        }
+    }
+    report.tables.push(goodput);
+    if let Some(&r50) = ratios.iter().find(|&&r| (r - 0.5).abs() < 1e-9) {
+        table1(&mut report, &done, &sizes, r50);
+        crossover(&mut report, &sizes, |s, z| {
+            at(s, z, r50).map(|f| f.goodput_mb_s)
+        });
+    } else {
+        report.notes.push(
+            "Table 1 and the Fig. 5 comparison need the 50 % GET runs (--get-ratios 0.5,…)".into(),
+        );
+    }
+    ctx.finish(report)
+}
+
+/// Fig. 5's shape: CD's goodput relative to SD's grows with the value size.
+fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usize) -> Option<f64>) {
+    let rel: Vec<(usize, f64)> = sizes
+        .iter()
+        .filter_map(
+            |&z| match (goodput(System::Cd, z), goodput(System::Sd, z)) {
+                (Some(c), Some(s)) if s > 0.0 => Some((z, c / s - 1.0)),
+                _ => None,
+            },
+        )
+        .collect();
+    let (ours, verdict) = match (rel.first(), rel.last()) {
+        (Some(a), Some(b)) if rel.len() >= 2 => (
+            format!(
+                "CD vs SD: {} at {}, {} at {}",
+                pct(a.1),
+                bytes_label(a.0 as f64),
+                pct(b.1),
+                bytes_label(b.0 as f64)
+            ),
+            Verdict::of(b.1 > a.1),
+        ),
+        _ => (
+            "needs CD and SD at two sizes or more".into(),
+            Verdict::Unknown,
+        ),
+    };
+    report.comparisons.push(Comparison {
+        source: "Fig. 5 (50% GET)".into(),
+        paper: format!(
+            "CD vs SD {} at 2 KB, overtakes at {}, {} at 128 KB",
+            pct(paper::FIG5_CD_VS_SD_2KB),
+            bytes_label(paper::FIG5_CROSSOVER_BYTES as f64),
+            pct(paper::FIG5_CD_VS_SD_128KB)
+        ),
+        ours,
+        verdict,
+    });
+}
+
+/// Table 1: mean GET / PUT / all latencies and bytes sent, 50 % GETs, ours
+/// beside the paper's where the size matches.
+fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
+    let at = |s: System, size: usize| {
+        runs_of(done, s)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
+            .map(|(_, f)| f)
+    };
+    let mut cols = vec!["row".to_owned()];
+    cols.extend(sizes.iter().map(|&z| bytes_label(z as f64)));
+    let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+    let mut ours = Table::new(
+        "table1",
+        "Table 1 (ours): mean latency and bytes sent, 50% GETs",
+        &col_refs,
+    );
+    let mut theirs = Table::new(
+        "table1-paper",
+        "Table 1 (paper, 15 nodes, RDMA) at the same sizes",
+        &col_refs,
+    );
+    let paper_rows: [(System, &Table1Row); 3] = [
+        (System::Cd, &paper::TABLE1_CD),
+        (System::Sd, &paper::TABLE1_SD),
+        (System::Hy, &paper::TABLE1_HY),
+    ];
+    let paper_col = |size: usize| {
+        paper::TABLE1_SIZES_KB
+            .iter()
+            .position(|&kb| kb << 10 == size)
+    };
+    type Pick = fn(&RunFigures) -> f64;
+    type PickPaper = fn(&Table1Row, usize) -> f64;
+    let rows: [(&str, Pick, PickPaper); 4] = [
+        ("GET Lat. (µs)", |f| f.get.mean_us, |r, i| r.get_us[i]),
+        ("PUT Lat. (µs)", |f| f.put.mean_us, |r, i| r.put_us[i]),
+        ("All Lat. (µs)", |f| f.all.mean_us, |r, i| r.all_us[i]),
+        (
+            "Sent (MB/s; paper: GB total)",
+            |f| f.all.remote_bytes_total as f64 / f.elapsed_s.max(1e-9) / 1e6,
+            |r, i| r.sent_gb[i],
+        ),
+    ];
+    for (name, pick, pick_paper) in rows {
+        for (s, prow) in paper_rows {
+            let mut row = vec![format!("{} {name}", s.label())];
+            let mut prow_cells = vec![format!("{} {name}", s.label())];
+            for &z in sizes {
+                row.push(at(s, z).map_or("-".into(), |f| num(pick(f))));
+                prow_cells.push(paper_col(z).map_or("-".into(), |i| num(pick_paper(prow, i))));
+            }
+            ours.row(row);
+            theirs.row(prow_cells);
+        }
+    }
+    report.tables.push(ours);
+    report.tables.push(theirs);
+
+    // Claim 1: CD sends fewer bytes than SD at every size.
+    let per_op = |s, z| at(s, z).map(|f| f.all.remote_bytes_per_op);
+    let pairs: Vec<(usize, f64, f64)> = sizes
+        .iter()
+        .filter_map(|&z| Some((z, per_op(System::Cd, z)?, per_op(System::Sd, z)?)))
+        .collect();
+    let (text, verdict) = if pairs.is_empty() {
+        ("needs CD and SD".to_owned(), Verdict::Unknown)
+    } else {
+        let ratios: Vec<String> = pairs
+            .iter()
+            .map(|(z, c, s)| format!("{} {}", bytes_label(*z as f64), num(c / s.max(1e-9))))
+            .collect();
+        (
+            format!("net bytes/op CD÷SD: {}", ratios.join(", ")),
+            Verdict::of(pairs.iter().all(|(_, c, s)| c < s)),
+        )
+    };
+    report.comparisons.push(Comparison {
+        source: "Table 1 (sent)".into(),
+        paper: "CD sends fewer bytes than SD and HY at every size (0.41–0.86× SD)".into(),
+        ours: text,
+        verdict,
+    });
+    // Claim 2: at large values CD's GET latency is below SD's.
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let (text, verdict) = match (at(System::Cd, largest), at(System::Sd, largest)) {
+        (Some(c), Some(s)) => (
+            format!(
+                "mean GET latency at {}: CD {} µs, SD {} µs",
+                bytes_label(largest as f64),
+                num(c.get.mean_us),
+                num(s.get.mean_us)
+            ),
+            Verdict::of(c.get.mean_us < s.get.mean_us),
+        ),
+        _ => ("needs CD and SD".into(), Verdict::Unknown),
+    };
+    report.comparisons.push(Comparison {
+        source: "Table 1 (GET latency)".into(),
+        paper: "CD GET latency below SD's at every size (811 vs 1732 µs at 128 KB)".into(),
+        ours: text,
+        verdict,
+    });
+}

@@ -1,0 +1,167 @@
+//! `zipf` (paper Fig. 12): CD's goodput relative to SD's under scrambled
+//! Zipf (θ = 0.99) keys, over value sizes and GET ratios.
+
+use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use crate::error::{HarnessError, Result};
+use crate::paper;
+use crate::report::{
+    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
+};
+use crate::system::System;
+use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+
+/// Flags of `zipf`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ZipfArgs {
+    /// Common flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Value sizes (default 256B,2KiB,16KiB,128KiB; --quick 256B,16KiB).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub value_sizes: Option<Vec<usize>>,
+    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.99).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
+    pub get_ratios: Option<Vec<f64>>,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = YCSB_THETA)]
+    pub theta: f64,
+}
+
+/// Runs `zipf`; returns the exit code.
+///
+/// # Errors
+/// Bad flags, Ctrl-C or a report that cannot be written.
+pub fn run(args: ZipfArgs) -> Result<i32> {
+    let mut ctx = Ctx::new("zipf", args.common)?;
+    let quick = ctx.common.quick;
+    let sizes = args.value_sizes.unwrap_or_else(|| {
+        if quick {
+            vec![256, 16 << 10]
+        } else {
+            vec![256, 2 << 10, 16 << 10, 128 << 10]
+        }
+    });
+    let ratios = args.get_ratios.unwrap_or_else(|| {
+        if quick {
+            vec![0.5, 0.99]
+        } else {
+            paper::SWEEP_GET_RATIOS.to_vec()
+        }
+    });
+    let systems = ctx.systems(&[System::Cd, System::Sd]);
+    if !systems.contains(&System::Cd) || !systems.contains(&System::Sd) {
+        return Err(HarnessError::Usage(
+            "zipf compares CD with SD: --systems must include cd and sd".into(),
+        ));
+    }
+    let duration = ctx.duration_ms(4_000, 1_200);
+    let dist = KeyDistribution::Zipf { theta: args.theta };
+    let mut specs = Vec::new();
+    for &ratio in &ratios {
+        for &size in &sizes {
+            let w = ctx.workload(size, ratio, dist);
+            w.validate()?;
+            for &s in &systems {
+                let label = format!(
+                    "{}-{}-{}get-zipf",
+                    s.label(),
+                    bytes_label(size as f64),
+                    percent(ratio)
+                );
+                specs.push(ctx.spec(label, s, w.clone(), duration));
+            }
+        }
+    }
+    let mut report = Report::new(
+        "zipf",
+        &format!(
+            "Fig. 12: Zipf (θ = {}) keys, CD goodput relative to SD",
+            args.theta
+        ),
+        serde_json::json!({
+            "value_sizes": sizes, "get_ratios": ratios, "theta": args.theta, "systems": systems,
+            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
+            "duration_ms": duration, "quick": quick,
+        }),
+    );
+    let done = ctx.run_all(specs, &mut report)?;
+    let goodput = |s: System, size: usize, ratio: f64| {
+        runs_of(&done, s)
+            .find(|(spec, _)| {
+                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
+            })
+            .map(|(_, f)| f.goodput_mb_s)
+    };
+    let rel = |size, ratio| match (
+        goodput(System::Cd, size, ratio),
+        goodput(System::Sd, size, ratio),
+    ) {
+        (Some(c), Some(s)) if s > 0.0 => Some(c / s - 1.0),
+        _ => None,
+    };
+    let mut fig = Figure::new(
+        "fig12-zipf",
+        "Fig. 12: Zipf keys, CD goodput vs SD",
+        FigureKind::Line,
+        "value size",
+        "relative goodput CD vs SD (%)",
+    );
+    fig.log2_x_bytes = true;
+    let mut table = Table::new(
+        "fig12",
+        "Zipf goodput (MB/s), CD vs SD (Fig. 12)",
+        &["GET %", "value size", "CD MB/s", "SD MB/s", "CD vs SD"],
+    );
+    for &ratio in &ratios {
+        let pts = sizes
+            .iter()
+            .filter_map(|&z| rel(z, ratio).map(|r| (z as f64, r * 100.0)))
+            .collect();
+        fig.series(format!("{}% GET", percent(ratio)), pts);
+        for &size in &sizes {
+            let g = |s| goodput(s, size, ratio).map_or("-".into(), num);
+            table.row(vec![
+                percent(ratio),
+                bytes_label(size as f64),
+                g(System::Cd),
+                g(System::Sd),
+                rel(size, ratio).map_or("-".into(), pct),
+            ]);
+        }
+    }
+    report.figures.push(fig);
+    report.tables.push(table);
+
+    let (small, large) = (
+        sizes.iter().copied().min().unwrap_or(0),
+        sizes.iter().copied().max().unwrap_or(0),
+    );
+    for (ratio, claim) in [(0.5, paper::FIG12_LARGE_50), (0.99, paper::FIG12_LARGE_99)] {
+        if !ratios.iter().any(|&r| (r - ratio).abs() < 1e-9) {
+            continue;
+        }
+        let (ours, verdict) = match (rel(small, ratio), rel(large, ratio)) {
+            (Some(a), Some(b)) if small != large => (
+                format!(
+                    "CD vs SD {} at {}, {} at {}",
+                    pct(a),
+                    bytes_label(small as f64),
+                    pct(b),
+                    bytes_label(large as f64)
+                ),
+                Verdict::of(b > a && b > 0.0),
+            ),
+            _ => ("needs CD and SD at two sizes".into(), Verdict::Unknown),
+        };
+        report.comparisons.push(Comparison {
+            source: format!("Fig. 12 ({}% GET)", percent(ratio)),
+            paper: format!(
+                "CD below SD at 256 B; large values: CD over {} above SD",
+                pct(claim)
+            ),
+            ours,
+            verdict,
+        });
+    }
+    ctx.finish(report)
+}

@@ -1,0 +1,39 @@
+//! # harness: `nessie-bench`
+//!
+//! Drives the client-driven store (`nessie`, CD) and its server-driven (SD)
+//! and hybrid (HY) baselines — and, for reference, Redis and memcached — with
+//! the same YCSB-style workloads, and reproduces the experiments of the Nessie
+//! paper (§6, Figs. 4–14 and Table 1), one subcommand each.
+//!
+//! Every run starts a real cluster: one process per node on the `shm` fabric,
+//! each a re-execution of this binary (`nessie-bench node`), coordinated over
+//! stdin/stdout and torn down completely afterwards (also on Ctrl-C or when a
+//! node crashes).
+//!
+//! Modules:
+//! * [`workload`] — keys, values, uniform and scrambled-Zipf key choice,
+//!   GET/PUT mix, Poisson arrivals; all seeded.
+//! * [`system`] — the stores behind one [`system::NodeHandle`] abstraction
+//!   that hands out boxed [`nessie::KvClient`]s.
+//! * [`spec`] — one run's parameters and the table sizing rules.
+//! * [`cluster`] — starting, coordinating and tearing down node processes.
+//! * [`node`] — the node process: preload, measured phase, report.
+//! * [`measure`] — histograms and counters, per node and merged.
+//! * [`experiments`] — the subcommands.
+//! * [`report`] — results.json, CSV, SVG/PNG plots and report.md.
+//! * [`paper`] — the paper's published numbers and claims.
+//! * [`peers`] — Redis and memcached servers and minimal protocol clients.
+
+pub mod cluster;
+pub mod error;
+pub mod experiments;
+pub mod measure;
+pub mod node;
+pub mod paper;
+pub mod peers;
+pub mod report;
+pub mod spec;
+pub mod system;
+pub mod workload;
+
+pub use error::{HarnessError, Result};

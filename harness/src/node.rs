@@ -1,0 +1,549 @@
+//! The `node` subcommand: one node process of a benchmark cluster.
+//!
+//! It starts its node of the run's system, waits for the harness's
+//! `preload` (each node PUTs the keys whose index ≡ node id mod nodes, so
+//! every node's data tables start with an equal share), then `run`: worker
+//! threads issue the workload for the warm-up and the measured phase, and the
+//! node prints one [`NodeReport`] line. It keeps its node up until `exit`,
+//! because its peers may still be reading its memory. See [`crate::cluster`]
+//! for the protocol.
+
+use crate::cluster::{die_with_parent, NodeCommand, NodeEvent};
+use crate::error::{HarnessError, Result};
+use crate::measure::{NodeReport, OpCounters, PreloadReport, Recorder};
+use crate::spec::{Load, RunSpec};
+use crate::system;
+use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
+use nessie::{Config, KvClient};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// Progress lines per second during the run phase.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+/// An open-loop operation that starts later than this after its arrival is
+/// counted as late.
+const LATE: Duration = Duration::from_millis(1);
+
+/// Environment variable naming a node id that aborts at the start of the
+/// run phase (used by the tests to check the harness's crash handling).
+pub const FAIL_NODE_ENV: &str = "NESSIE_BENCH_FAIL_NODE";
+
+/// Arguments of the `node` subcommand.
+#[derive(Clone, Debug, clap::Args)]
+pub struct NodeArgs {
+    /// The cluster's configuration (TOML; the same file for every node).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The run's spec (JSON: system, workload, phases).
+    #[arg(long)]
+    pub spec: PathBuf,
+    /// This node's id, 0-based.
+    #[arg(long)]
+    pub node_id: usize,
+    /// Do not wait for commands on stdin: preload and run at once (for
+    /// starting nodes by hand).
+    #[arg(long)]
+    pub no_barrier: bool,
+}
+
+/// Runs a node process; returns its exit code. Errors are reported to the
+/// harness as an `error` event and on stderr.
+#[must_use]
+pub fn main(args: &NodeArgs) -> i32 {
+    die_with_parent();
+    match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            emit(&NodeEvent::Error {
+                node: args.node_id,
+                message: e.to_string(),
+            });
+            eprintln!("nessie-bench node {}: {e}", args.node_id);
+            1
+        }
+    }
+}
+
+fn emit(event: &NodeEvent) {
+    let line = serde_json::to_string(event).unwrap_or_else(|e| {
+        format!(r#"{{"event":"error","node":0,"message":"cannot encode an event: {e}"}}"#)
+    });
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        // The harness is gone: nothing left to report to.
+        std::process::exit(3);
+    }
+}
+
+/// Commands from the harness (stdin), or none in `--no-barrier` mode.
+struct Commands {
+    rx: Option<Receiver<Option<NodeCommand>>>,
+}
+
+impl Commands {
+    fn new(barrier: bool) -> Self {
+        if !barrier {
+            return Commands { rx: None };
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if let Some(c) = NodeCommand::parse(&line) {
+                    if tx.send(Some(c)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(None);
+        });
+        Commands { rx: Some(rx) }
+    }
+
+    /// Waits for `want`; `Ok(false)` if the harness said `exit` instead.
+    fn expect(&self, want: NodeCommand) -> Result<bool> {
+        let Some(rx) = &self.rx else {
+            return Ok(want != NodeCommand::Exit);
+        };
+        match rx.recv() {
+            Ok(Some(c)) if c == want => Ok(true),
+            Ok(Some(NodeCommand::Exit)) => Ok(false),
+            Ok(Some(c)) => Err(HarnessError::Protocol(format!(
+                "expected `{}`, got `{}`",
+                want.word(),
+                c.word()
+            ))),
+            Ok(None) | Err(_) => Err(HarnessError::Protocol("the harness closed stdin".into())),
+        }
+    }
+
+    /// Polls for an abort (stdin closed or `exit`) for up to `wait`.
+    fn aborted(&self, wait: Duration) -> bool {
+        let Some(rx) = &self.rx else {
+            std::thread::sleep(wait);
+            return false;
+        };
+        match rx.recv_timeout(wait) {
+            Ok(Some(NodeCommand::Exit) | None) | Err(RecvTimeoutError::Disconnected) => true,
+            Ok(Some(_)) | Err(RecvTimeoutError::Timeout) => false,
+        }
+    }
+}
+
+fn run(args: &NodeArgs) -> Result<()> {
+    let config = Config::from_file(&args.config)?;
+    let text = std::fs::read(&args.spec).map_err(HarnessError::io("reading", &args.spec))?;
+    let spec: RunSpec = serde_json::from_slice(&text)?;
+    spec.validate()?;
+    let node_id = args.node_id;
+    if node_id >= spec.nodes {
+        return Err(HarnessError::Usage(format!(
+            "node id {node_id} is not below the cluster's {} nodes",
+            spec.nodes
+        )));
+    }
+    let commands = Commands::new(!args.no_barrier);
+    let node = system::start_node(spec.system, &config, node_id, spec.peer.as_ref())?;
+    let mut clients = (0..spec.clients_per_node)
+        .map(|_| node.client())
+        .collect::<Result<Vec<_>>>()?;
+    emit(&NodeEvent::Ready { node: node_id });
+
+    if !commands.expect(NodeCommand::Preload)? {
+        return Ok(());
+    }
+    let preload = preload(&spec, node_id, &mut clients);
+    emit(&NodeEvent::Preloaded {
+        node: node_id,
+        preload: preload.clone(),
+    });
+
+    if !commands.expect(NodeCommand::Run)? {
+        return Ok(());
+    }
+    // Test hook: the tests make one node crash to check the teardown.
+    if std::env::var(FAIL_NODE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(node_id)
+    {
+        eprintln!("{FAIL_NODE_ENV}={node_id}: crashing on purpose");
+        std::process::abort();
+    }
+    let report = measure(&spec, node_id, &mut clients, &commands, preload)?;
+    emit(&NodeEvent::Report {
+        report: Box::new(report),
+    });
+
+    // Stay up until every node has finished: peers read our memory.
+    let _ = commands.expect(NodeCommand::Exit);
+    drop(clients);
+    drop(node);
+    Ok(())
+}
+
+/// PUTs this node's share of the keys (index ≡ node mod nodes; every key
+/// for a store private to each process), split over the node's clients; a
+/// failed PUT is retried once.
+fn preload(spec: &RunSpec, node: usize, clients: &mut [Box<dyn KvClient>]) -> PreloadReport {
+    let started = Instant::now();
+    let w = &spec.workload;
+    let workers = clients.len();
+    let (node, nodes) = if spec.system.shares_data() {
+        (node, spec.nodes)
+    } else {
+        (0, 1)
+    };
+    let results: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, client)| {
+                s.spawn(move || {
+                    let mut key = vec![0; w.key_size];
+                    let mut value = vec![0; w.value_size];
+                    let (mut done, mut errors) = (0, 0);
+                    let mut index = (node + i * nodes) as u64;
+                    while index < w.keys {
+                        workload::write_key(index, &mut key);
+                        workload::fill_value(index, 0, &mut value);
+                        if client.put(&key, &value).is_err() && client.put(&key, &value).is_err() {
+                            errors += 1;
+                        }
+                        done += 1;
+                        index += (workers * nodes) as u64;
+                    }
+                    (done, errors)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or((0, 1)))
+            .collect()
+    });
+    PreloadReport {
+        keys: results.iter().map(|r| r.0).sum(),
+        errors: results.iter().map(|r| r.1).sum(),
+        secs: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// CPU seconds (user + system) of this process so far.
+fn cpu_secs() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+struct Phase<'a> {
+    spec: &'a RunSpec,
+    node: usize,
+    keys: KeyChooser,
+    start: Instant,
+    warm_end: Instant,
+    end: Instant,
+    stop: &'a AtomicBool,
+    ops: &'a AtomicU64,
+}
+
+struct WorkerOut {
+    rec: Recorder,
+    /// When the last measured operation ended.
+    last: Option<Instant>,
+}
+
+fn store_op(kind: OpKind) -> nessie::OpKind {
+    match kind {
+        OpKind::Get => nessie::OpKind::Get,
+        OpKind::Put => nessie::OpKind::Put,
+    }
+}
+
+/// One worker's run phase (closed or open loop).
+fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<WorkerOut> {
+    let w = &p.spec.workload;
+    let mut stream = OpStream::new(w, p.keys.clone(), p.node, worker);
+    let mut arrivals = match p.spec.load {
+        Load::Closed => None,
+        Load::Open { ops_per_sec } => {
+            let workers = (p.spec.nodes * p.spec.clients_per_node) as f64;
+            Some(Arrivals::new(
+                ops_per_sec / workers,
+                w.seed,
+                p.node,
+                worker,
+            )?)
+        }
+    };
+    let mut key = vec![0; w.key_size];
+    let mut value = vec![0; w.value_size];
+    workload::fill_value(worker as u64, p.node as u64, &mut value);
+    let mut out = Vec::with_capacity(w.value_size);
+    let mut rec = Recorder::default();
+    let mut base: Option<nessie::Stats> = None;
+    let mut last_stats = client.stats();
+    let mut last = None;
+    let mut version = 0u64;
+    let mut unflushed = 0u64;
+    let mut next = p.start;
+    loop {
+        if let Some(a) = arrivals.as_mut() {
+            next += Duration::from_secs_f64(a.next_gap());
+            if next >= p.end || !wait_until(next, p.stop) {
+                break;
+            }
+        }
+        let now = Instant::now();
+        if now >= p.end || p.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let measuring = now >= p.warm_end;
+        if measuring && base.is_none() {
+            base = Some(last_stats);
+        }
+        if measuring && arrivals.is_some() && now.duration_since(next) > LATE {
+            rec.late += 1;
+        }
+        let (kind, index) = stream.next_op();
+        workload::write_key(index, &mut key);
+        let t0 = Instant::now();
+        let result = match kind {
+            OpKind::Get => client.get_into(&key, &mut out),
+            OpKind::Put => {
+                version += 1;
+                stamp(&mut value, index, version);
+                client.put(&key, &value).map(|()| true)
+            }
+        };
+        let done = Instant::now();
+        let stats = client.stats();
+        if measuring {
+            match result {
+                Ok(found) => {
+                    let op = store_op(kind);
+                    let cost = stats.of(op).verbs - last_stats.of(op).verbs;
+                    rec.ok(kind, done - t0, found, cost);
+                }
+                Err(e) => rec.error(kind, &e),
+            }
+            last = Some(done);
+        }
+        last_stats = stats;
+        unflushed += 1;
+        if unflushed == 64 {
+            p.ops.fetch_add(unflushed, Ordering::Relaxed);
+            unflushed = 0;
+        }
+    }
+    p.ops.fetch_add(unflushed, Ordering::Relaxed);
+    let base = base.unwrap_or(last_stats);
+    for kind in OpKind::ALL {
+        let op = store_op(kind);
+        rec.kinds[kind.index()].counters = OpCounters::delta(last_stats.of(op), base.of(op));
+    }
+    Ok(WorkerOut { rec, last })
+}
+
+/// Puts the key index and a version into the first 16 bytes of a value.
+fn stamp(value: &mut [u8], index: u64, version: u64) {
+    let stamp = [index.to_le_bytes(), version.to_le_bytes()].concat();
+    let n = stamp.len().min(value.len());
+    value[..n].copy_from_slice(&stamp[..n]);
+}
+
+/// Sleeps (open loop: idle workers should not burn CPU) until `at`; false
+/// if told to stop meanwhile.
+fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= at {
+            return true;
+        }
+        let left = at - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(50)));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The run phase: warm-up, then the measured phase; merges the workers'
+/// measurements into the node's report.
+fn measure(
+    spec: &RunSpec,
+    node: usize,
+    clients: &mut [Box<dyn KvClient>],
+    commands: &Commands,
+    preload: PreloadReport,
+) -> Result<NodeReport> {
+    let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
+    let start = Instant::now();
+    let warm_end = start + Duration::from_millis(spec.warmup_ms);
+    let phase = Phase {
+        spec,
+        node,
+        keys: KeyChooser::new(&spec.workload),
+        start,
+        warm_end,
+        end: warm_end + Duration::from_millis(spec.duration_ms),
+        stop: &stop,
+        ops: &ops,
+    };
+    let mut cpu_at_warm = None;
+    let mut aborted = false;
+    let outs: Vec<Result<WorkerOut>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                let phase = &phase;
+                s.spawn(move || work(phase, i, c.as_mut()))
+            })
+            .collect();
+        let mut next_progress = start + PROGRESS_EVERY;
+        while !handles.iter().all(|h| h.is_finished()) {
+            let now = Instant::now();
+            if cpu_at_warm.is_none() && now >= warm_end {
+                cpu_at_warm = Some(cpu_secs());
+            }
+            if now >= next_progress {
+                emit(&NodeEvent::Progress {
+                    node,
+                    ops: ops.load(Ordering::Relaxed),
+                });
+                next_progress += PROGRESS_EVERY;
+            }
+            let mut wake = next_progress.min(phase.end + Duration::from_millis(5));
+            if cpu_at_warm.is_none() {
+                wake = wake.min(warm_end);
+            }
+            let wait = wake
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), PROGRESS_EVERY);
+            if commands.aborted(wait) {
+                aborted = true;
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(HarnessError::Protocol("a worker thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    let cpu_end = cpu_secs();
+    if aborted {
+        return Err(HarnessError::Protocol("the harness aborted the run".into()));
+    }
+    let mut rec = Recorder::default();
+    let mut last = None;
+    for out in outs {
+        let out = out?;
+        rec.add(&out.rec);
+        last = last.max(out.last);
+    }
+    let elapsed = last.map_or(spec.duration_ms as f64 / 1e3, |l| {
+        l.saturating_duration_since(warm_end).as_secs_f64()
+    });
+    let cpu = cpu_end - cpu_at_warm.unwrap_or(cpu_end);
+    emit(&NodeEvent::Progress {
+        node,
+        ops: ops.load(Ordering::Relaxed),
+    });
+    Ok(NodeReport::new(node, rec, elapsed, cpu, preload))
+}
+
+/// The `hog` subcommand: a busy loop until stdin closes (or the harness
+/// dies), unpinned, emulating another tenant's CPU load.
+pub fn hog() -> i32 {
+    die_with_parent();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&done);
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        flag.store(true, Ordering::Relaxed);
+    });
+    let mut x = 1u64;
+    while !done.load(Ordering::Relaxed) {
+        for _ in 0..100_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::System;
+    use crate::workload::WorkloadSpec;
+
+    #[test]
+    fn a_null_node_measures_its_workers() {
+        let w = WorkloadSpec {
+            keys: 100,
+            value_size: 64,
+            ..WorkloadSpec::default()
+        };
+        let mut spec = RunSpec::new("t", System::Null, w);
+        spec.nodes = 1;
+        spec.warmup_ms = 20;
+        spec.duration_ms = 100;
+        let node = system::start_node(System::Null, &Config::default(), 0, None).unwrap();
+        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
+        let pre = preload(&spec, 0, &mut clients);
+        assert_eq!((pre.keys, pre.errors), (100, 0));
+        let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
+        assert!(report.get.ok > 0 && report.put.ok > 0);
+        assert_eq!(report.get.misses, 0, "every key was preloaded");
+        assert!(
+            report.elapsed_s >= 0.09 && report.elapsed_s < 1.0,
+            "{}",
+            report.elapsed_s
+        );
+        assert_eq!(report.get.counters.ops, report.get.ok);
+    }
+
+    #[test]
+    fn open_loop_holds_the_rate() {
+        let w = WorkloadSpec {
+            keys: 100,
+            value_size: 64,
+            ..WorkloadSpec::default()
+        };
+        let mut spec = RunSpec::new("t", System::Null, w);
+        spec.nodes = 1;
+        spec.warmup_ms = 0;
+        spec.duration_ms = 500;
+        spec.load = Load::Open {
+            ops_per_sec: 2000.0,
+        };
+        let node = system::start_node(System::Null, &Config::default(), 0, None).unwrap();
+        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
+        let report = measure(
+            &spec,
+            0,
+            &mut clients,
+            &Commands::new(false),
+            PreloadReport::default(),
+        )
+        .unwrap();
+        let ops = report.get.ok + report.put.ok;
+        assert!((700..=1300).contains(&ops), "{ops} ops at 2000/s for 0.5 s");
+    }
+}

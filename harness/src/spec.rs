@@ -1,0 +1,239 @@
+//! One run of one system: everything the harness hands its node processes
+//! (as `spec.json` beside the cluster's `config.toml`), and the sizing rules
+//! that turn a workload into a store configuration that does not fill up.
+
+use crate::error::{HarnessError, Result};
+use crate::peers::PeerTarget;
+use crate::system::System;
+use crate::workload::WorkloadSpec;
+use nessie::{Config, FabricConfig, Optimizations, MIN_CLASS_BYTES};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Index load factor of every experiment of the paper (§6: "All experiments
+/// use an index table load factor of 0.4").
+pub const PAPER_LOAD_FACTOR: f64 = 0.4;
+
+/// Expiry-gated slot reuse: a replaced DTE slot comes back only `expiry`
+/// (+ skew, + the recycler's period) after it was unlinked, so the data
+/// tables need room for every PUT of that window; this many times `expiry`.
+const PUT_WINDOW_EXPIRIES: f64 = 1.5;
+/// Upper bound of the PUT rate a node of one host can sustain, used only to
+/// size the data tables.
+const MAX_PUTS_PER_SEC_PER_NODE: f64 = 100_000.0;
+/// Upper bound of the bytes a node can write per second (same purpose).
+const MAX_PUT_BYTES_PER_SEC_PER_NODE: f64 = 1e9;
+
+/// Closed loop (each worker issues its next operation when the last one
+/// completes) or open loop (Poisson arrivals at a fixed rate).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Load {
+    /// As fast as the workers can go.
+    Closed,
+    /// Poisson arrivals at `ops_per_sec` over the whole cluster, split evenly
+    /// among all workers.
+    Open {
+        /// Offered operations per second, all nodes.
+        ops_per_sec: f64,
+    },
+}
+
+/// Everything a node process needs to know about its run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// Short name of the run (file names, tables).
+    pub label: String,
+    /// The store.
+    pub system: System,
+    /// What the workers do.
+    pub workload: WorkloadSpec,
+    /// Node processes.
+    pub nodes: usize,
+    /// Worker threads per node that issue operations.
+    pub clients_per_node: usize,
+    /// Server worker threads per node (SD and HY only).
+    pub server_workers: usize,
+    /// Closed or open loop.
+    pub load: Load,
+    /// Unmeasured time at the start of the run phase, ms.
+    pub warmup_ms: u64,
+    /// Measured time, ms.
+    pub duration_ms: u64,
+    /// Background CPU hogs the harness runs beside the cluster.
+    pub hogs: usize,
+    /// Optimisation switches of the client-driven store.
+    pub optimizations: Optimizations,
+    /// Index load factor the index tables are sized for.
+    pub load_factor: f64,
+    /// Where a peer server listens (Redis, memcached); set by the harness.
+    pub peer: Option<PeerTarget>,
+}
+
+impl RunSpec {
+    /// A closed-loop run of `system` with the harness's defaults.
+    #[must_use]
+    pub fn new(label: impl Into<String>, system: System, workload: WorkloadSpec) -> Self {
+        RunSpec {
+            label: label.into(),
+            system,
+            workload,
+            nodes: 3,
+            clients_per_node: 2,
+            server_workers: 1,
+            load: Load::Closed,
+            warmup_ms: 500,
+            duration_ms: 5_000,
+            hogs: 0,
+            optimizations: Optimizations::default(),
+            load_factor: PAPER_LOAD_FACTOR,
+            peer: None,
+        }
+    }
+
+    /// Sets the worker split for a node of `threads` threads: the
+    /// client-driven store and the peers use them all as clients; SD and HY
+    /// give `server_workers` of them to servers (at least one client stays),
+    /// as the paper divides one worker per core between the two roles.
+    #[must_use]
+    pub fn with_threads(mut self, threads: usize, server_workers: usize) -> Self {
+        self.server_workers = server_workers.max(1);
+        self.clients_per_node = if self.system.has_server_workers() {
+            threads.saturating_sub(self.server_workers).max(1)
+        } else {
+            threads.max(1)
+        };
+        self
+    }
+
+    /// Checks the spec.
+    ///
+    /// # Errors
+    /// [`HarnessError::Usage`] naming the problem.
+    pub fn validate(&self) -> Result<()> {
+        self.workload.validate()?;
+        let bad = |m: String| Err(HarnessError::Usage(m));
+        if self.nodes == 0 || self.nodes > 64 {
+            return bad(format!("{} nodes: use 1 to 64", self.nodes));
+        }
+        if self.clients_per_node == 0 || self.clients_per_node > 256 {
+            return bad(format!(
+                "{} client workers per node: use 1 to 256",
+                self.clients_per_node
+            ));
+        }
+        if self.duration_ms == 0 {
+            return bad("the measured duration must be at least 1 ms".into());
+        }
+        if !(self.load_factor > 0.0 && self.load_factor <= 1.0) {
+            return bad(format!(
+                "load factor {} is not within (0, 1]",
+                self.load_factor
+            ));
+        }
+        if let Load::Open { ops_per_sec } = self.load {
+            if !(ops_per_sec.is_finite() && ops_per_sec > 0.0) {
+                return bad(format!("open-loop rate {ops_per_sec}/s is not positive"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Warm-up plus measured time.
+    #[must_use]
+    pub fn run_time(&self) -> Duration {
+        Duration::from_millis(self.warmup_ms + self.duration_ms)
+    }
+
+    /// The store configuration of this run for cluster `cluster`: shm fabric
+    /// under `/dev/shm/nessie-<cluster>`, tables sized so the run cannot
+    /// fill them (see [`size_tables`]).
+    ///
+    /// # Errors
+    /// [`HarnessError::Store`] if the sized configuration is invalid (e.g.
+    /// more slots than an index entry can address).
+    pub fn config(&self, cluster: &str) -> Result<Config> {
+        let mut c = Config {
+            cluster: cluster.to_owned(),
+            nodes: self.nodes,
+            key_size_max: self.workload.key_size,
+            value_size_max: self.workload.value_size.max(MIN_CLASS_BYTES),
+            optimizations: self.optimizations,
+            server_workers: self.server_workers,
+            fabric: FabricConfig::Shm {
+                dir: Some(PathBuf::from(format!("/dev/shm/nessie-{cluster}"))),
+            },
+            ..Config::default()
+        };
+        size_tables(&mut c, &self.workload, self.nodes, self.load_factor);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Sizes index and data tables for a workload.
+///
+/// * Index: `keys / (load_factor × nodes)` entries per node, so the cluster's
+///   index is filled to the paper's load factor (0.4).
+/// * Data, in the value's size class: room for twice the node's share of
+///   live keys (a CD PUT moves the key's entry to the writer's node, and SD
+///   homes keys by hash, so shares vary), plus every PUT of
+///   [`PUT_WINDOW_EXPIRIES`] × `expiry` at the highest rate a node could
+///   reach, since replaced slots return only after `expiry`; then a third
+///   more, because the recycler scans only once a class is three quarters
+///   used. No roomier than that: the store hands out fresh slots before
+///   recycled ones, so a larger table only touches more memory. The data
+///   tables split their bytes equally among size classes, so the total is
+///   that times the number of classes; only touched slots take memory
+///   (region files are sparse).
+pub fn size_tables(c: &mut Config, w: &WorkloadSpec, nodes: usize, load_factor: f64) {
+    let per_node = (w.keys as f64 / (load_factor * nodes as f64)).ceil() as usize;
+    c.index_slots_per_node = per_node.max(1024);
+    let put_share = 1.0 - w.get_ratio;
+    let put_rate = (MAX_PUTS_PER_SEC_PER_NODE * put_share)
+        .min(MAX_PUT_BYTES_PER_SEC_PER_NODE / w.value_size.max(1) as f64);
+    let live = 2 * (w.keys as usize).div_ceil(nodes.max(1));
+    let pending = put_rate * PUT_WINDOW_EXPIRIES * c.expiry.as_secs_f64();
+    let slots = ((live as f64 + pending) * 4.0 / 3.0).ceil() as usize + 1024;
+    let class = c.class_for(w.value_size).unwrap_or(0);
+    let classes = c.size_classes().len();
+    c.data_bytes_per_node = slots * c.class_slot_bytes(class) * classes;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sized_configs_are_valid_and_roomy() {
+        for value_size in [256, 2048, 16 << 10, 128 << 10] {
+            let w = WorkloadSpec {
+                value_size,
+                keys: 5000,
+                get_ratio: 0.5,
+                ..WorkloadSpec::default()
+            };
+            let spec = RunSpec::new("t", System::Cd, w.clone());
+            let c = spec.config("bench-test").unwrap();
+            let class = c.class_for(value_size).unwrap();
+            assert!(c.class_slots(class) >= 2 * 5000 / 3, "{value_size}");
+            assert!(c.index_slots_per_node * 3 >= (5000.0 / 0.4) as usize);
+            assert_eq!(c.shm_dir(), PathBuf::from("/dev/shm/nessie-bench-test"));
+        }
+    }
+
+    #[test]
+    fn server_driven_systems_split_their_threads() {
+        let w = WorkloadSpec::default();
+        let cd = RunSpec::new("a", System::Cd, w.clone()).with_threads(4, 1);
+        let sd = RunSpec::new("b", System::Sd, w).with_threads(4, 1);
+        assert_eq!((cd.clients_per_node, sd.clients_per_node), (4, 3));
+        assert_eq!(
+            RunSpec::new("c", System::Hy, WorkloadSpec::default())
+                .with_threads(1, 1)
+                .clients_per_node,
+            1
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! The stores the harness can drive, behind one small abstraction: a node of
+//! a [`System`] is started in a node process and hands out boxed
+//! [`KvClient`]s, one per worker thread.
+//!
+//! Systems whose crate is not wired into this build report
+//! [`HarnessError::NotAvailable`] instead of failing to compile, so the
+//! harness builds while the baselines are being written.
+
+use crate::error::{HarnessError, Result};
+use crate::peers::{self, PeerTarget};
+use nessie::{Config, KvClient};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// A store the harness can run.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum System {
+    /// Nessie, client-driven (`nessie`).
+    Cd,
+    /// Server-driven baseline (`nessie-sd`).
+    Sd,
+    /// Hybrid baseline (`nessie-hy`).
+    Hy,
+    /// Redis on loopback (peers experiment).
+    Redis,
+    /// memcached on loopback (peers experiment).
+    Memcached,
+    /// No store: a per-process in-memory map. Measures the harness's own
+    /// overhead and tests the orchestration without a store.
+    Null,
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl System {
+    /// The three systems of the paper, in its order.
+    pub const PAPER: [System; 3] = [System::Cd, System::Sd, System::Hy];
+
+    /// The label the paper's figures use (`CD`, `SD`, `HY`) or the product
+    /// name.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            System::Cd => "CD",
+            System::Sd => "SD",
+            System::Hy => "HY",
+            System::Redis => "Redis",
+            System::Memcached => "memcached",
+            System::Null => "null",
+        }
+    }
+
+    /// Whether the system runs server worker threads (its node processes
+    /// then get `threads - server_workers` client workers).
+    #[must_use]
+    pub fn has_server_workers(self) -> bool {
+        matches!(self, System::Sd | System::Hy)
+    }
+
+    /// Whether all nodes see one data set. The `null` store is private to
+    /// each process, so every node preloads every key.
+    #[must_use]
+    pub fn shares_data(self) -> bool {
+        self != System::Null
+    }
+
+    /// Whether the system keeps its data in a nessie shm cluster (so the
+    /// harness must give it a cluster name and clean its directory).
+    #[must_use]
+    pub fn uses_shm(self) -> bool {
+        matches!(self, System::Cd | System::Sd | System::Hy)
+    }
+
+    /// Whether this build and machine can run the system.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotAvailable`] saying why not.
+    pub fn check_available(self) -> Result<()> {
+        let missing = |why: &str| {
+            Err(HarnessError::NotAvailable {
+                system: self,
+                why: why.to_owned(),
+            })
+        };
+        match self {
+            System::Cd => Ok(()),
+            System::Sd => missing("the nessie-sd crate is not in this build yet"),
+            System::Hy => missing("the nessie-hy crate is not in this build yet"),
+            System::Redis | System::Memcached => peers::check_installed(self),
+            System::Null => Ok(()),
+        }
+    }
+}
+
+/// A started node of some system, living as long as the node process's run.
+pub trait NodeHandle: Send + Sync + fmt::Debug {
+    /// A new client for one worker thread.
+    ///
+    /// # Errors
+    /// The store's error if it cannot make a client (e.g. a peer server does
+    /// not accept the connection).
+    fn client(&self) -> Result<Box<dyn KvClient>>;
+}
+
+/// Starts node `node_id` of `system` in this process.
+///
+/// For the nessie stores this creates the node's regions and maps its
+/// peers' (waiting up to `config.attach_timeout` for them); for peer servers
+/// it only remembers where the server listens.
+///
+/// # Errors
+/// [`HarnessError::NotAvailable`] for a system missing from this build, or
+/// the store's start-up error.
+pub fn start_node(
+    system: System,
+    config: &Config,
+    node_id: usize,
+    peer: Option<&PeerTarget>,
+) -> Result<Box<dyn NodeHandle>> {
+    system.check_available()?;
+    match system {
+        System::Cd => Ok(Box::new(CdNode(nessie::Node::start(
+            config.clone(),
+            node_id,
+        )?))),
+        System::Sd | System::Hy => Err(HarnessError::NotAvailable {
+            system,
+            why: "not wired into this build".into(),
+        }),
+        System::Redis | System::Memcached => {
+            let target = peer.cloned().ok_or_else(|| {
+                HarnessError::Usage(format!("{system} needs the address of its server"))
+            })?;
+            Ok(Box::new(peers::PeerNode { system, target }))
+        }
+        System::Null => Ok(Box::new(NullNode::default())),
+    }
+}
+
+/// A node of the client-driven store.
+#[derive(Debug)]
+struct CdNode(nessie::Node);
+
+impl NodeHandle for CdNode {
+    fn client(&self) -> Result<Box<dyn KvClient>> {
+        Ok(Box::new(self.0.client()?))
+    }
+}
+
+/// The `null` store's memory: 16 locked maps, by key hash.
+type Shards = [Mutex<HashMap<Vec<u8>, Vec<u8>>>; 16];
+
+/// The `null` system's node: a sharded in-memory map private to the process.
+#[derive(Debug, Default)]
+struct NullNode {
+    shards: Arc<Shards>,
+}
+
+impl NodeHandle for NullNode {
+    fn client(&self) -> Result<Box<dyn KvClient>> {
+        Ok(Box::new(NullClient {
+            shards: Arc::clone(&self.shards),
+            stats: nessie::Stats::default(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct NullClient {
+    shards: Arc<Shards>,
+    stats: nessie::Stats,
+}
+
+impl NullClient {
+    fn shard(&self, key: &[u8]) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Vec<u8>>> {
+        let h = key
+            .iter()
+            .fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
+        self.shards[h % 16]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl KvClient for NullClient {
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, nessie::Error> {
+        self.stats.get.ops += 1;
+        out.clear();
+        let found = match self.shard(key).get(key) {
+            Some(v) => {
+                out.extend_from_slice(v);
+                true
+            }
+            None => false,
+        };
+        Ok(found)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), nessie::Error> {
+        self.stats.put.ops += 1;
+        self.shard(key).insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, nessie::Error> {
+        self.stats.delete.ops += 1;
+        Ok(self.shard(key).remove(key).is_some())
+    }
+
+    fn stats(&self) -> nessie::Stats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_store_is_a_map() {
+        let node = start_node(System::Null, &Config::default(), 0, None).unwrap();
+        let mut a = node.client().unwrap();
+        let mut b = node.client().unwrap();
+        a.put(b"k", b"v").unwrap();
+        assert_eq!(b.get(b"k").unwrap(), Some(b"v".to_vec()));
+        assert!(b.delete(b"k").unwrap());
+        assert_eq!(a.get(b"k").unwrap(), None);
+        assert_eq!(a.stats().get.ops, 1);
+    }
+
+    #[test]
+    fn a_cd_node_needs_the_shm_fabric() {
+        let e = start_node(System::Cd, &Config::default(), 0, None).unwrap_err();
+        assert!(e.to_string().contains("shm"), "{e}");
+    }
+}

@@ -1,0 +1,252 @@
+//! End-to-end runs of `nessie-bench` against real multi-process clusters:
+//! results are written and sane, and nothing is left behind — after a normal
+//! run, a crashed node, or Ctrl-C.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nessie-bench"))
+}
+
+fn results(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read(dir.join("results.json")).expect("results.json written");
+    serde_json::from_slice(&text).expect("results.json is JSON")
+}
+
+/// Node processes of a run whose files live under `dir` that still run.
+fn leftover_processes(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(&needle) && cmd.contains(" node ") {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+fn leftover_shm(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&format!("bench-{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Output, u32) {
+    let mut cmd = bench();
+    cmd.args(args).arg("--out").arg(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+fn assert_clean(dir: &Path, pid: u32) {
+    assert!(
+        leftover_processes(dir).is_empty(),
+        "{:?}",
+        leftover_processes(dir)
+    );
+    assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
+}
+
+#[test]
+fn compare_quick_measures_every_available_system() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("compare");
+    let started = Instant::now();
+    let (out, pid) = run(
+        &["compare", "--quick", "--duration-ms", "300", "--json"],
+        &dir,
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    // --json: stdout is exactly the results document.
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let json = results(&dir);
+    assert_eq!(printed["experiment"], json["experiment"]);
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "CD, SD and HY");
+    for r in runs {
+        match r["status"].as_str().unwrap() {
+            "ok" => {
+                let tp = r["figures"]["throughput_ops_s"].as_f64().unwrap();
+                assert!(tp > 0.0, "{} measured no throughput", r["label"]);
+            }
+            "skipped" => assert!(r["reason"].as_str().unwrap().contains("not available")),
+            other => panic!("run {} {other}: {}", r["label"], r["reason"]),
+        }
+    }
+    for f in [
+        "report.md",
+        "summary.csv",
+        "throughput.svg",
+        "throughput.png",
+    ] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    assert_clean(&dir, pid);
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn the_orchestration_works_without_a_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("null");
+    let (out, pid) = run(
+        &[
+            "compare",
+            "--quick",
+            "--duration-ms",
+            "200",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ],
+        &dir,
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = results(&dir);
+    let run = &json["runs"][0];
+    assert_eq!(run["status"], "ok");
+    let f = &run["figures"];
+    assert!(f["throughput_ops_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(f["get"]["misses"], 0);
+    assert_eq!(f["cpu_s_per_node"].as_array().unwrap().len(), 3);
+    assert!(f["get"]["p99_us"].as_f64().unwrap() > 0.0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| null |"));
+    assert_clean(&dir, pid);
+}
+
+#[test]
+fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("crash");
+    let (out, pid) = run(
+        &[
+            "compare",
+            "--quick",
+            "--duration-ms",
+            "2000",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ],
+        &dir,
+        &[("NESSIE_BENCH_FAIL_NODE", "1")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = results(&dir);
+    let run = &json["runs"][0];
+    assert_eq!(run["status"], "failed");
+    let reason = run["reason"].as_str().unwrap();
+    assert!(reason.contains("node 1 failed"), "{reason}");
+    assert_clean(&dir, pid);
+}
+
+#[test]
+fn ctrl_c_tears_everything_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sigint");
+    let mut child = bench()
+        .args([
+            "contention",
+            "--quick",
+            "--duration-ms",
+            "20000",
+            "--systems",
+            "null",
+            "--keys",
+            "300",
+        ])
+        .args(["--hogs", "1"])
+        .arg("--out")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the run phase has started (a node's stderr file exists and
+    // the nodes are up), then interrupt.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while leftover_processes(&dir).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !leftover_processes(&dir).is_empty(),
+        "the nodes never started"
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_clean(&dir, pid);
+    let json = results(&dir);
+    assert!(json["notes"].to_string().contains("interrupted"));
+}
+
+#[test]
+fn bad_flags_are_refused_without_a_panic() {
+    for args in [
+        &["compare", "--value-size", "0"][..],
+        &["compare", "--get-ratio", "1.5"],
+        &["compare", "--nodes", "0"],
+        &["sweep", "--value-sizes", "12q"],
+        &["compare", "--systems", "mongo"],
+        &["frobnicate"],
+    ] {
+        let out = bench().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bench()
+        .args([
+            "compare",
+            "--keys",
+            "100000",
+            "--key-size",
+            "8",
+            "--systems",
+            "null",
+        ])
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("key size"), "{stderr}");
+}

@@ -1,0 +1,118 @@
+//! GET and PUT of the client-driven store on the `local` and `shm` fabrics,
+//! beside a plain 16 KiB memcpy (the floor a one-sided GET can approach).
+//!
+//! The reader runs on node 0; keys are written by a client of node 1, so
+//! every GET reads a remote DTE. Caching is off for the GET benchmarks
+//! (a cached GET is measured separately), so each GET is the full protocol.
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use nessie::{Client, Cluster, Config, FabricConfig, Node, Optimizations};
+use std::time::Duration;
+
+const SIZES: [usize; 3] = [256, 16 << 10, 128 << 10];
+const KEYS: usize = 64;
+
+/// PUTs in a tight loop consume a slot each, reusable `expiry` later: a short
+/// expiry and generous (lazily touched) tables keep the loop from running
+/// the data table dry.
+fn config(cache: bool) -> Config {
+    Config {
+        nodes: 2,
+        index_slots_per_node: 1 << 14,
+        data_bytes_per_node: 8 << 30,
+        expiry: Duration::from_millis(200),
+        op_timeout: Duration::from_millis(100),
+        max_clock_skew: Duration::from_millis(5),
+        optimizations: Optimizations {
+            cache,
+            ..Optimizations::default()
+        },
+        ..Config::default()
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("bench-key-{i:08}").into_bytes()
+}
+
+fn bench_pair(
+    c: &mut Criterion,
+    fabric: &str,
+    reader: &mut Client,
+    writer: &mut Client,
+    cached: bool,
+) {
+    let mut group = c.benchmark_group(format!("store/{fabric}"));
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    for size in SIZES {
+        let value = vec![0xa5u8; size];
+        for i in 0..KEYS {
+            writer.put(&key(i), &value).unwrap();
+        }
+        group.throughput(Throughput::Bytes(size as u64));
+        let name = if cached { "get-cached" } else { "get" };
+        let mut i = 0;
+        let mut out = Vec::with_capacity(size);
+        group.bench_with_input(BenchmarkId::new(name, size), &size, |b, _| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                assert!(reader.get_into(&key(i), &mut out).unwrap());
+                black_box(&out);
+            });
+        });
+        if !cached {
+            let mut j = 0;
+            group.bench_with_input(BenchmarkId::new("put", size), &size, |b, _| {
+                b.iter(|| {
+                    j = (j + 1) % KEYS;
+                    reader.put(&key(j), &value).unwrap();
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+fn memcpy_floor(c: &mut Criterion) {
+    let src = vec![1u8; 16 << 10];
+    let mut dst = vec![0u8; 16 << 10];
+    c.bench_function("memcpy/16384", |b| {
+        b.iter(|| {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&dst);
+        });
+    });
+}
+
+fn local(c: &mut Criterion) {
+    for cached in [false, true] {
+        let cluster = Cluster::local(config(cached)).unwrap();
+        let mut reader = cluster.client(0).unwrap();
+        let mut writer = cluster.client(1).unwrap();
+        bench_pair(c, "local", &mut reader, &mut writer, cached);
+    }
+}
+
+fn shm(c: &mut Criterion) {
+    for cached in [false, true] {
+        let mut cfg = config(cached);
+        cfg.cluster = format!("bench-{}-{cached}", std::process::id());
+        cfg.fabric = FabricConfig::Shm { dir: None };
+        let dir = cfg.shm_dir();
+        let c1 = cfg.clone();
+        let peer = std::thread::spawn(move || Node::start(c1, 1).unwrap());
+        let node0 = Node::start(cfg, 0).unwrap();
+        let node1 = peer.join().unwrap();
+        let mut reader = node0.client().unwrap();
+        let mut writer = node1.client().unwrap();
+        bench_pair(c, "shm", &mut reader, &mut writer, cached);
+        drop((node0, node1));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+criterion_group!(benches, memcpy_floor, local, shm);
+criterion_main!(benches);

@@ -1,0 +1,172 @@
+//! The client: one per thread, issuing GET, PUT and DELETE against the whole
+//! cluster.
+
+use crate::cache::DteCache;
+use crate::clock::Clock;
+use crate::data::NodeData;
+use crate::fabric::{Endpoint, NodeId};
+use crate::protocol::{Ctx, OpEnv, WriteKind};
+use crate::stats::{OpKind, OpStats, Stats};
+use crate::store::Shared;
+use crate::{Error, KvClient};
+use rand::rngs::StdRng;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A client of the client-driven store, bound to one node: it writes new
+/// entries into that node's data tables and reads everything else with
+/// one-sided verbs. One per thread (`Send`, not `Sync`).
+#[derive(Debug)]
+pub struct Client {
+    shared: Arc<Shared>,
+    ep: Endpoint,
+    clock: Arc<dyn Clock>,
+    data: Arc<NodeData>,
+    cache: DteCache,
+    rng: StdRng,
+    stats: Stats,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl Client {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        node: NodeId,
+        data: Arc<NodeData>,
+        rng: StdRng,
+    ) -> Client {
+        let config = shared.config();
+        Client {
+            ep: Endpoint::new(Arc::clone(shared.fabric()), node),
+            clock: Arc::clone(shared.clock(node)),
+            cache: DteCache::new(config.cache_entries, config.expiry.as_micros() as u64),
+            data,
+            rng,
+            stats: Stats::default(),
+            shared,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The node this client runs on.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.ep.node()
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), Error> {
+        if key.is_empty() {
+            Err(Error::EmptyKey)
+        } else if key.len() > self.shared.config().key_size_max {
+            Err(Error::KeyTooLarge)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs one operation with a fresh context and accounts its cost.
+    fn run<T>(
+        &mut self,
+        kind: OpKind,
+        op: impl FnOnce(&mut Ctx<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.shared.skew(self.ep.node())?;
+        let before = self.ep.counts();
+        let mut counters = OpStats::default();
+        let result = {
+            let env = OpEnv {
+                config: self.shared.config(),
+                hasher: self.shared.hasher(),
+                clock: &self.clock,
+                data: &self.data,
+                scan_fabric: self.shared.scan_fabric().as_ref(),
+                slot_bytes: self.shared.slot_bytes(),
+                class_caps: self.shared.class_caps(),
+            };
+            let mut ctx = env.ctx(&mut self.ep, &mut self.cache, &mut self.rng, &mut counters);
+            op(&mut ctx)
+        };
+        counters.ops = 1;
+        counters.errors = u64::from(result.is_err());
+        counters.verbs = self.ep.counts() - before;
+        *self.stats.of_mut(kind) += counters;
+        if let Err(e) = &result {
+            tracing::debug!(node = self.node(), ?kind, "operation failed: {e}");
+        }
+        result
+    }
+
+    /// The value stored under `key`, if any.
+    ///
+    /// # Errors
+    /// [`Error::EmptyKey`], [`Error::KeyTooLarge`], [`Error::Timeout`],
+    /// [`Error::Corrupt`] or a fabric error.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Like [`Client::get`], into `out` (cleared first); returns whether the
+    /// key was found.
+    ///
+    /// # Errors
+    /// As [`Client::get`].
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+        self.check_key(key)?;
+        out.clear();
+        self.run(OpKind::Get, |ctx| ctx.get(key, out))
+    }
+
+    /// Stores `value` under `key`. Linearizes at the commit CAS.
+    ///
+    /// # Errors
+    /// [`Error::EmptyKey`], [`Error::KeyTooLarge`], [`Error::ValueTooLarge`]
+    /// (nothing changed); [`Error::IndexFull`], [`Error::DataTableFull`];
+    /// [`Error::Timeout`] (outcome unknown); a fabric error.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.check_key(key)?;
+        if value.len() > self.shared.config().value_size_max {
+            return Err(Error::ValueTooLarge);
+        }
+        self.run(OpKind::Put, |ctx| ctx.write(WriteKind::Put, key, value))
+            .map(|_| ())
+    }
+
+    /// Removes `key`; returns whether it held a value.
+    ///
+    /// # Errors
+    /// As [`Client::put`].
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
+        self.check_key(key)?;
+        self.run(OpKind::Delete, |ctx| ctx.write(WriteKind::Delete, key, &[]))
+    }
+
+    /// Counters of everything this client did so far.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+}
+
+impl KvClient for Client {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Client::get(self, key)
+    }
+
+    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+        Client::get_into(self, key, out)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        Client::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
+        Client::delete(self, key)
+    }
+
+    fn stats(&self) -> Stats {
+        Client::stats(self)
+    }
+}

@@ -1,0 +1,190 @@
+//! An in-process cluster on the `local` fabric, and its builder (custom
+//! clocks and fabric wrappers are how the deterministic simulator and the
+//! skew tests drive the store).
+
+use crate::client::Client;
+use crate::clock::{Clock, WallClock};
+use crate::data::Recycler;
+use crate::fabric::{Fabric, LocalFabric, NodeId};
+use crate::store::{store_regions, Shared};
+use crate::watch::ClockWatch;
+use crate::{Config, Error};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+type FabricWrapper = Box<dyn FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric>>;
+
+/// Every node of a cluster in this process, on the `local` fabric.
+#[derive(Debug)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+    _recycler: Option<Recycler>,
+    _watch: Option<ClockWatch>,
+}
+
+impl Cluster {
+    /// A cluster of `config.nodes` nodes in this process, with wall clocks
+    /// and a background recycler.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the configuration is invalid.
+    pub fn local(config: Config) -> Result<Cluster, Error> {
+        Cluster::builder(config).build()
+    }
+
+    /// A builder for a cluster with custom clocks, fabric or seed.
+    #[must_use]
+    pub fn builder(config: Config) -> ClusterBuilder {
+        ClusterBuilder {
+            config,
+            clocks: None,
+            wrap: None,
+            recycler: true,
+            seed: 0x6e65_7373_6965,
+        }
+    }
+
+    /// A client running on `node`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if `node` is not in the cluster.
+    pub fn client(&self, node: NodeId) -> Result<Client, Error> {
+        self.shared.client(node)
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        self.shared.config()
+    }
+
+    /// The fabric every client uses (e.g. to inspect memory in tests).
+    #[must_use]
+    pub fn fabric(&self) -> Arc<dyn Fabric> {
+        Arc::clone(self.shared.fabric())
+    }
+}
+
+/// Builds a [`Cluster`].
+pub struct ClusterBuilder {
+    config: Config,
+    clocks: Option<Vec<Arc<dyn Clock>>>,
+    wrap: Option<FabricWrapper>,
+    recycler: bool,
+    seed: u64,
+}
+
+impl fmt::Debug for ClusterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterBuilder")
+            .field("config", &self.config)
+            .field("recycler", &self.recycler)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterBuilder {
+    /// One clock per node (default: the wall clock for all). Use
+    /// [`WallClock::skewed`] to emulate clock skew between nodes.
+    #[must_use]
+    pub fn clocks(mut self, clocks: Vec<Arc<dyn Clock>>) -> Self {
+        self.clocks = Some(clocks);
+        self
+    }
+
+    /// Wraps the local fabric (e.g. to interpose a scheduler on every verb).
+    #[must_use]
+    pub fn wrap_fabric(
+        mut self,
+        wrap: impl FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric> + 'static,
+    ) -> Self {
+        self.wrap = Some(Box::new(wrap));
+        self
+    }
+
+    /// Whether to run the background threads (default on): the recycler
+    /// (slots are also recycled on demand when a free list runs dry) and the
+    /// clock watch (skew detection). The deterministic simulator turns them
+    /// off.
+    #[must_use]
+    pub fn recycler(mut self, on: bool) -> Self {
+        self.recycler = on;
+        self
+    }
+
+    /// Seed of the clients' back-off jitter.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Builds the cluster.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the configuration is invalid or the clocks do not
+    /// match the node count; [`Error::Io`] if the recycler cannot start.
+    pub fn build(self) -> Result<Cluster, Error> {
+        let config = self.config;
+        config.validate()?;
+        let clocks = match self.clocks {
+            Some(c) if c.len() == config.nodes => c,
+            Some(c) => {
+                return Err(Error::Config(format!(
+                    "{} clocks given for {} nodes",
+                    c.len(),
+                    config.nodes
+                )))
+            }
+            None => {
+                let wall: Arc<dyn Clock> = Arc::new(WallClock::default());
+                vec![wall; config.nodes]
+            }
+        };
+        let local: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(config.nodes, &store_regions(&config)));
+        let fabric = match self.wrap {
+            Some(wrap) => wrap(Arc::clone(&local)),
+            None => Arc::clone(&local),
+        };
+        let hosted: Vec<NodeId> = (0..config.nodes).collect();
+        let hosted_nodes = hosted.clone();
+        let period = recycle_period(&config);
+        let shared = Arc::new(Shared::new(
+            config,
+            fabric,
+            Arc::clone(&local),
+            &hosted,
+            clocks,
+            self.seed,
+        ));
+        let recycler = if self.recycler {
+            Some(Recycler::start(
+                shared.hosted_data(),
+                local,
+                Arc::clone(shared.clock(0)),
+                period,
+            )?)
+        } else {
+            None
+        };
+        let watch = if self.recycler {
+            Some(ClockWatch::start(Arc::clone(&shared), hosted_nodes)?)
+        } else {
+            None
+        };
+        Ok(Cluster {
+            shared,
+            _recycler: recycler,
+            _watch: watch,
+        })
+    }
+}
+
+/// How often the background recycler looks: a tenth of the expiry period,
+/// so expired slots return well before a free list runs dry.
+pub(crate) fn recycle_period(config: &Config) -> Duration {
+    (config.expiry / 10).max(Duration::from_millis(1))
+}

@@ -1,0 +1,183 @@
+//! GET: forward pass (candidate ITEs in one batch, then the DTEs of filter
+//! matches in one batch), previous versions for in-progress entries, and a
+//! reverse pass before answering "not found".
+
+use super::help::Helped;
+use super::{Ctx, DteView, Retry};
+use crate::index::Candidate;
+use crate::layout::dte::DteStatus;
+use crate::layout::{Ite, IteKind};
+use crate::Error;
+
+/// What one pass over the candidates decided.
+enum Pass {
+    /// The key's value (copied into the caller's buffer).
+    Found,
+    /// The key is absent (a committed tombstone, or a deleted `prev`).
+    Absent,
+    /// No candidate holds the key; the reverse pass decides.
+    NothingHere,
+    /// Go around again.
+    Again(Retry),
+}
+
+impl Ctx<'_> {
+    /// GET `key` into `out`; returns whether it was found.
+    pub(crate) fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+        let cands = self.hasher.candidates(key);
+        let filter = self.hasher.filter(key);
+        loop {
+            self.check_deadline()?;
+            let ites = self.read_ites(&cands, false)?;
+            match self.get_pass(key, filter, &cands, &ites, out)? {
+                Pass::Found => return Ok(true),
+                Pass::Absent => return Ok(false),
+                Pass::Again(why) => self.retry(why)?,
+                Pass::NothingHere => {
+                    if self.read_ites(&cands, true)? == ites {
+                        return Ok(false);
+                    }
+                    self.retry(Retry::Changed)?;
+                }
+            }
+        }
+    }
+
+    fn get_pass(
+        &mut self,
+        key: &[u8],
+        filter: u8,
+        cands: &[Candidate],
+        ites: &[Ite],
+        out: &mut Vec<u8>,
+    ) -> Result<Pass, Error> {
+        let opts = self.config.optimizations;
+        let now = self.clock.now_us();
+        // Which DTEs to read: filter matches (unless cached) and the copies
+        // behind markers (Z1b: a marker whose copy aborted must be restored
+        // before anyone answers "not found").
+        let mut reqs = Vec::new();
+        let mut slots = Vec::new();
+        for (i, ite) in ites.iter().enumerate() {
+            match ite.kind() {
+                IteKind::Empty => {}
+                IteKind::Moved { copy } => {
+                    reqs.push((copy, self.config.key_size_max, false));
+                    slots.push(i);
+                }
+                IteKind::Occupied { dte, .. } => {
+                    if opts.filter && !ite.filter_matches(filter, self.config.filter_bits) {
+                        continue;
+                    }
+                    let remote = usize::from(dte.node) != self.ep.node();
+                    if opts.cache && remote {
+                        if let Some(hit) = self.cache.get(ite.0, now) {
+                            if &*hit.key == key {
+                                self.stats.cache_hits += 1;
+                                out.clear();
+                                return Ok(match &hit.value {
+                                    Some(v) => {
+                                        out.extend_from_slice(v);
+                                        Pass::Found
+                                    }
+                                    None => Pass::Absent,
+                                });
+                            }
+                            continue;
+                        }
+                    }
+                    reqs.push((dte, key.len(), opts.multi_read));
+                    slots.push(i);
+                }
+            }
+        }
+        let views = self.read_dtes(&reqs)?;
+        for (view, &i) in views.into_iter().zip(&slots) {
+            let Some(mut view) = view else {
+                return Ok(Pass::Again(Retry::Torn));
+            };
+            let slot = cands[i].addr();
+            if ites[i].is_moved() {
+                if view.status() != DteStatus::Valid
+                    && self.help_marker(slot, ites[i], &view)? == Helped::Acted
+                {
+                    return Ok(Pass::Again(Retry::Helped));
+                }
+                continue;
+            }
+            if view.key() != key {
+                continue;
+            }
+            return self.decide(key, ites[i], slot, &mut view, out);
+        }
+        Ok(Pass::NothingHere)
+    }
+
+    /// Decides a GET on the first entry holding the key.
+    fn decide(
+        &mut self,
+        key: &[u8],
+        ite: Ite,
+        slot: crate::fabric::RemoteAddr,
+        view: &mut DteView,
+        out: &mut Vec<u8>,
+    ) -> Result<Pass, Error> {
+        match view.status() {
+            DteStatus::Valid => self.answer(ite, view, out),
+            DteStatus::Aborted => {
+                self.help_entry(slot, ite, view)?;
+                Ok(Pass::Again(Retry::Helped))
+            }
+            DteStatus::Invalid => {
+                if self.help_entry(slot, ite, view)? == Helped::Acted {
+                    return Ok(Pass::Again(Retry::Helped));
+                }
+                // V1: a copy's `prev` is another slot's value; never follow it.
+                if view.state().is_migrated() || !self.config.optimizations.prev_versions {
+                    return Ok(Pass::Again(Retry::Busy));
+                }
+                self.follow_prev(key, Ite(view.header.prev), out)
+            }
+        }
+    }
+
+    /// Answers from a committed entry: not found for a tombstone, else its
+    /// value after the checksum check.
+    fn answer(&mut self, ite: Ite, view: &mut DteView, out: &mut Vec<u8>) -> Result<Pass, Error> {
+        if view.state().is_tombstone() {
+            self.cache_entry(ite, view, None);
+            return Ok(Pass::Absent);
+        }
+        self.read_value(view)?;
+        if !view.checksum_ok() {
+            return Ok(Pass::Again(Retry::Torn));
+        }
+        out.clear();
+        out.extend_from_slice(view.value());
+        self.cache_entry(ite, view, Some(view.value()));
+        Ok(Pass::Found)
+    }
+
+    fn cache_entry(&mut self, ite: Ite, view: &DteView, value: Option<&[u8]>) {
+        if self.config.optimizations.cache && usize::from(view.at.node) != self.ep.node() {
+            let now = self.clock.now_us();
+            self.cache.insert(ite.0, view.key(), value, now);
+        }
+    }
+
+    /// The previous version of an in-progress PUT/DELETE: returned if it is
+    /// a committed entry of the same key, else back off.
+    fn follow_prev(&mut self, key: &[u8], prev: Ite, out: &mut Vec<u8>) -> Result<Pass, Error> {
+        let IteKind::Occupied { dte, .. } = prev.kind() else {
+            return Ok(Pass::Again(Retry::Busy));
+        };
+        let Some(mut view) = self.read_dte(dte, key.len(), self.config.optimizations.multi_read)?
+        else {
+            return Ok(Pass::Again(Retry::Busy));
+        };
+        if view.key() != key || view.status() != DteStatus::Valid {
+            return Ok(Pass::Again(Retry::Busy));
+        }
+        self.answer(prev, &mut view, out)
+    }
+}

@@ -1,0 +1,164 @@
+//! MIGRATE: moving a committed entry to another of its key's candidates to
+//! free a slot, cuckoo style, recursively up to `max_migrate_depth`.
+//!
+//! The copy is a new local DTE (`INVALID|MIGRATED`) recording the source's
+//! ITE value (`prev`), the destination's exact empty value (`replaced`) and
+//! the source slot. Order: CAS destination empty → copy; CAS source →
+//! `MOVED(copy)`; commit the copy; clear the marker. Helpers can finish or
+//! undo each step (see `help.rs`).
+
+use super::help::Helped;
+use super::{Ctx, Retry};
+use crate::index::Candidate;
+use crate::layout::dte::{encode_source, DteHeader, DteState, DteStatus};
+use crate::layout::{Ite, IteKind};
+use crate::Error;
+
+/// What an attempt to free a slot achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Freed {
+    /// The slot is empty now (or was helped along): retry the operation.
+    Yes,
+    /// Could not free it this way.
+    No,
+}
+
+impl Ctx<'_> {
+    /// Frees one of `cands` (holding `ites`) by migrating its entry, trying
+    /// each candidate in turn.
+    ///
+    /// # Errors
+    /// [`Error::IndexFull`] when no candidate can be freed within
+    /// `max_migrate_depth` levels.
+    pub(crate) fn make_room(&mut self, cands: &[Candidate], ites: &[Ite]) -> Result<(), Error> {
+        for (c, ite) in cands.iter().zip(ites) {
+            if self.free_slot(*c, *ite, 1)? == Freed::Yes {
+                return Ok(());
+            }
+        }
+        Err(Error::IndexFull)
+    }
+
+    /// Frees the index slot `src` (holding `src_ite`) by moving its entry to
+    /// another candidate of that entry's key, recursively freeing that one
+    /// first if needed.
+    fn free_slot(&mut self, src: Candidate, src_ite: Ite, depth: usize) -> Result<Freed, Error> {
+        let IteKind::Occupied { dte, filter } = src_ite.kind() else {
+            // An empty slot is free already; a marker is being helped by
+            // readers. Either way the caller re-reads.
+            return Ok(if src_ite.is_empty() {
+                Freed::Yes
+            } else {
+                Freed::No
+            });
+        };
+        let Some(view) = self.read_dte(dte, 0, true)? else {
+            self.note(Retry::Torn);
+            return Ok(Freed::Yes);
+        };
+        let slot = src.addr();
+        if view.status() != DteStatus::Valid {
+            // Only committed entries move; help the others along.
+            return Ok(match self.help_entry(slot, src_ite, &view)? {
+                Helped::Acted => Freed::Yes,
+                Helped::Nothing => Freed::No,
+            });
+        }
+        if view.state().is_tombstone() {
+            // A committed tombstone need not move: unlinking it frees the slot.
+            if self.cas(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
+                self.stage(dte)?;
+            }
+            return Ok(Freed::Yes);
+        }
+        if !view.checksum_ok() {
+            self.note(Retry::Torn);
+            return Ok(Freed::Yes);
+        }
+        let others: Vec<Candidate> = self
+            .hasher
+            .candidates(view.key())
+            .into_iter()
+            .filter(|c| *c != src)
+            .collect();
+        if others.is_empty() {
+            return Ok(Freed::No);
+        }
+        let mut other_ites = self.read_ites(&others, false)?;
+        let mut dest = other_ites.iter().position(|i| i.is_empty());
+        if dest.is_none() && depth < self.config.max_migrate_depth {
+            for j in 0..others.len() {
+                if !other_ites[j].is_occupied() {
+                    continue;
+                }
+                if self.free_slot(others[j], other_ites[j], depth + 1)? == Freed::Yes {
+                    other_ites[j] = Ite(self.ep.read_word(others[j].addr())?);
+                    if other_ites[j].is_empty() {
+                        dest = Some(j);
+                    }
+                    break;
+                }
+            }
+        }
+        let Some(d) = dest else {
+            return Ok(Freed::No);
+        };
+        let (dest_slot, dest_ite) = (others[d].addr(), other_ites[d]);
+        let source = encode_source(src.node as u16, src.slot);
+        let class = self.class_of(view.value().len());
+        let start = self.start;
+        let key_len = view.key().len();
+        let value_len = view.value().len();
+        let Some(copy) = self.write_entry(
+            class,
+            |generation| DteHeader {
+                state: DteState::new(generation, key_len, value_len, false, true),
+                created_at: start,
+                prev: src_ite.0,
+                replaced: dest_ite.0,
+                source,
+                ..DteHeader::default()
+            },
+            view.key(),
+            view.value(),
+        )?
+        else {
+            self.note(Retry::NoFreeSlot);
+            return Ok(Freed::No);
+        };
+        let state = DteState::new(copy.generation, key_len, value_len, false, true);
+        let copy_ite = Ite::occupied(copy, filter);
+        match self.cas(dest_slot, dest_ite.0, copy_ite.0) {
+            Ok(old) if old == dest_ite.0 => {}
+            Ok(_) => {
+                self.data.release_unpublished(copy);
+                return Ok(Freed::Yes);
+            }
+            Err(Error::Timeout) => {
+                self.data.release_unpublished(copy);
+                return Err(Error::Timeout);
+            }
+            Err(e) => return Err(e),
+        }
+        let marker = Ite::moved(copy);
+        if self.cas(slot, src_ite.0, marker.0)? != src_ite.0 {
+            // The source changed under us: undo the copy. No marker points at
+            // it (our source CAS failed), so the restorer may stage it.
+            self.cas_state(copy, state, DteStatus::Aborted)?;
+            if self.cas(dest_slot, copy_ite.0, dest_ite.0)? == copy_ite.0 {
+                self.stage(copy)?;
+            }
+            return Ok(Freed::Yes);
+        }
+        let found = self.cas_state(copy, state, DteStatus::Valid)?;
+        self.stats.migrations += 1;
+        // CV: clear the marker only if the copy committed (by us or a
+        // helper); if a helper aborted it, the marker is theirs to restore.
+        if found.status() != DteStatus::Aborted
+            && self.cas(slot, marker.0, marker.emptied().0)? == marker.0
+        {
+            self.stage(dte)?;
+        }
+        Ok(Freed::Yes)
+    }
+}

@@ -1,0 +1,161 @@
+//! State shared by every client of one process: configuration, fabric,
+//! hashing, clocks and the data tables of the nodes this process hosts.
+
+use crate::client::Client;
+use crate::clock::{Clock, SkewVerdict};
+use crate::data::{data_regions, NodeData};
+use crate::fabric::{Fabric, NodeId, RegionId, RegionSpec};
+use crate::index::KeyHasher;
+use crate::layout::WORD;
+use crate::{Config, Error};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The regions every node of the client-driven store registers: its index
+/// table and one data table per size class.
+#[must_use]
+pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
+    let mut regions = vec![
+        RegionSpec {
+            id: RegionId::INDEX,
+            len: (config.index_slots_per_node * WORD) as u64,
+        },
+        RegionSpec {
+            id: RegionId::META,
+            len: crate::clock::META_BYTES,
+        },
+    ];
+    regions.extend(data_regions(config));
+    regions
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    config: Config,
+    hasher: KeyHasher,
+    fabric: Arc<dyn Fabric>,
+    /// The fabric the allocator scans its own node's memory through:
+    /// the unwrapped backend, since a scan is local bookkeeping, not a verb
+    /// of an operation (and must not yield to a simulator while the
+    /// allocator's lock is held).
+    scan_fabric: Arc<dyn Fabric>,
+    data: Vec<Option<Arc<NodeData>>>,
+    clocks: Vec<Arc<dyn Clock>>,
+    slot_bytes: Vec<usize>,
+    class_caps: Vec<usize>,
+    seed: u64,
+    clients: AtomicU64,
+    /// Per node: 0 while clocks agree, else the skew verdict packed as
+    /// `peer << 48 | skew_us` (see [`Shared::skew`]).
+    skew: Vec<AtomicU64>,
+}
+
+impl Shared {
+    /// `hosted` lists the nodes whose data tables this process allocates
+    /// from; `clocks` has one clock per node; `scan_fabric` is `fabric`
+    /// without any wrapper.
+    pub(crate) fn new(
+        config: Config,
+        fabric: Arc<dyn Fabric>,
+        scan_fabric: Arc<dyn Fabric>,
+        hosted: &[NodeId],
+        clocks: Vec<Arc<dyn Clock>>,
+        seed: u64,
+    ) -> Shared {
+        let mut data = vec![None; config.nodes];
+        for &n in hosted {
+            data[n] = Some(Arc::new(NodeData::new(&config, n)));
+        }
+        let classes = config.size_classes();
+        Shared {
+            hasher: KeyHasher::new(&config),
+            slot_bytes: (0..classes.len())
+                .map(|c| config.class_slot_bytes(c))
+                .collect(),
+            class_caps: classes,
+            fabric,
+            scan_fabric,
+            data,
+            clocks,
+            seed,
+            clients: AtomicU64::new(0),
+            skew: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
+            config,
+        }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
+    pub(crate) fn fabric(&self) -> &Arc<dyn Fabric> {
+        &self.fabric
+    }
+
+    pub(crate) fn scan_fabric(&self) -> &Arc<dyn Fabric> {
+        &self.scan_fabric
+    }
+
+    pub(crate) fn clock(&self, node: NodeId) -> &Arc<dyn Clock> {
+        &self.clocks[node]
+    }
+
+    pub(crate) fn slot_bytes(&self) -> &[usize] {
+        &self.slot_bytes
+    }
+
+    pub(crate) fn class_caps(&self) -> &[usize] {
+        &self.class_caps
+    }
+
+    /// Records the clock watch's verdict for `node`.
+    pub(crate) fn set_skew(&self, node: NodeId, verdict: SkewVerdict) {
+        let packed = match verdict {
+            SkewVerdict::Agreed => 0,
+            SkewVerdict::Skewed {
+                node: peer,
+                skew_us,
+            } => (peer as u64) << 48 | skew_us.min((1 << 48) - 1) | 1,
+        };
+        self.skew[node].store(packed, Ordering::Relaxed);
+    }
+
+    /// [`Error::ClockSkew`] if `node` currently refuses operations.
+    pub(crate) fn skew(&self, node: NodeId) -> Result<(), Error> {
+        match self.skew[node].load(Ordering::Relaxed) {
+            0 => Ok(()),
+            packed => Err(Error::ClockSkew {
+                node: (packed >> 48) as usize,
+                skew_us: packed & ((1 << 48) - 1),
+            }),
+        }
+    }
+
+    pub(crate) fn hosted_data(&self) -> Vec<Arc<NodeData>> {
+        self.data.iter().flatten().cloned().collect()
+    }
+
+    /// A client on `node`, which this process must host.
+    pub(crate) fn client(self: &Arc<Self>, node: NodeId) -> Result<Client, Error> {
+        let data = self
+            .data
+            .get(node)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "node {node} is not hosted here (cluster of {} nodes)",
+                    self.config.nodes
+                ))
+            })?;
+        // Each client gets its own reproducible stream of back-off jitter.
+        let n = self.clients.fetch_add(1, Ordering::Relaxed);
+        let rng = StdRng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        Ok(Client::new(Arc::clone(self), node, Arc::clone(data), rng))
+    }
+}

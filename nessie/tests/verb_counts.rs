@@ -1,0 +1,164 @@
+//! Deterministic costs of operations, in verbs, bytes and round trips.
+//!
+//! With one key in an otherwise empty store no filter bits can match by
+//! accident, so every count below is exact.
+
+use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, VerbCounts};
+use nessie::index::KeyHasher;
+use nessie::{Cluster, Config, Optimizations};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counts verbs on index regions, on top of what `Endpoint` counts.
+#[derive(Debug)]
+struct IndexVerbs {
+    inner: Arc<dyn Fabric>,
+    reads: Arc<AtomicU64>,
+    cas: Arc<AtomicU64>,
+}
+
+impl Fabric for IndexVerbs {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        if addr.region == RegionId::INDEX {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.read(addr, buf)
+    }
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.inner.write(addr, data)
+    }
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        if addr.region == RegionId::INDEX {
+            self.cas.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.cas(addr, expected, new)
+    }
+}
+
+fn config(optimizations: Optimizations) -> Config {
+    Config {
+        index_slots_per_node: 4096,
+        data_bytes_per_node: 16 << 20,
+        value_size_max: 16 << 10,
+        optimizations,
+        ..Config::default()
+    }
+}
+
+/// A key whose three candidates are all on nodes other than `not_on`.
+fn key_away_from(config: &Config, not_on: usize) -> Vec<u8> {
+    let h = KeyHasher::new(config);
+    (0..)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let c = h.candidates(k);
+            c.len() == 3 && c.iter().all(|c| c.node != not_on)
+        })
+        .unwrap()
+}
+
+fn delta(after: VerbCounts, before: VerbCounts) -> VerbCounts {
+    after - before
+}
+
+#[test]
+fn get_costs_with_default_switches() {
+    let config = config(Optimizations::default());
+    let key = key_away_from(&config, 0);
+    let slot = config.class_slot_bytes(config.class_for(16 << 10).unwrap()) as u64;
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+
+    // Miss: one batch of 3 ITE READs, and the reverse pass's batch.
+    let before = reader.stats().get.verbs;
+    assert_eq!(reader.get(&key).unwrap(), None);
+    let miss = delta(reader.stats().get.verbs, before);
+    assert_eq!((miss.reads, miss.round_trips, miss.read_bytes), (6, 2, 48));
+
+    writer.put(&key, &vec![7u8; 16 << 10]).unwrap();
+
+    // Remote hit: the ITE batch, then the whole DTE in one READ.
+    let before = reader.stats().get.verbs;
+    assert!(reader.get(&key).unwrap().is_some());
+    let hit = delta(reader.stats().get.verbs, before);
+    assert_eq!(
+        (hit.reads, hit.round_trips, hit.cas, hit.writes),
+        (4, 2, 0, 0)
+    );
+    assert_eq!(hit.read_bytes, 24 + slot);
+
+    // Cached: the ITE batch confirms the cached entry.
+    let before = reader.stats().get;
+    assert!(reader.get(&key).unwrap().is_some());
+    let after = reader.stats().get;
+    let cached = delta(after.verbs, before.verbs);
+    assert_eq!(
+        (cached.reads, cached.round_trips, cached.read_bytes),
+        (3, 1, 24)
+    );
+    assert_eq!(after.cache_hits - before.cache_hits, 1);
+
+    // Local DTE (the writer's own node): the DTE READ is local, no round trip.
+    let before = writer.stats().get.verbs;
+    assert!(writer.get(&key).unwrap().is_some());
+    let local = delta(writer.stats().get.verbs, before);
+    assert_eq!((local.reads, local.round_trips, local.local), (4, 1, 1));
+}
+
+#[test]
+fn put_of_a_new_key_takes_at_most_four_round_trips() {
+    let config = config(Optimizations::default());
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    c.put(&key, b"value").unwrap();
+    let put = c.stats().put.verbs;
+    // ITE batch, CAS, reverse-pass batch: remote; DTE WRITE and commit CAS: local.
+    assert_eq!((put.reads, put.writes, put.cas), (6, 1, 2));
+    assert_eq!(put.round_trips, 3);
+    assert!(put.round_trips <= 4);
+}
+
+#[test]
+fn with_every_switch_off_a_put_follows_the_papers_sequential_protocol() {
+    let config = config(Optimizations::none());
+    let key = key_away_from(&config, 0);
+    let reads = Arc::new(AtomicU64::new(0));
+    let cas = Arc::new(AtomicU64::new(0));
+    let (r2, c2) = (Arc::clone(&reads), Arc::clone(&cas));
+    let cluster = Cluster::builder(config)
+        .wrap_fabric(move |inner| {
+            Arc::new(IndexVerbs {
+                inner,
+                reads: r2,
+                cas: c2,
+            })
+        })
+        .build()
+        .unwrap();
+    let mut c = cluster.client(0).unwrap();
+    c.put(&key, b"value").unwrap();
+    assert!(
+        reads.load(Ordering::Relaxed) >= 5,
+        "ITE READs: {}",
+        reads.load(Ordering::Relaxed)
+    );
+    assert_eq!(cas.load(Ordering::Relaxed), 1);
+    // One READ per round trip when reads are not batched.
+    let put = c.stats().put.verbs;
+    assert_eq!(put.round_trips, 6 + 1);
+
+    // A GET of the key: 3 ITE READs one by one, then header and key, then
+    // the value (no multi-read).
+    let mut reader = cluster.client(0).unwrap();
+    assert!(reader.get(&key).unwrap().is_some());
+    let get = reader.stats().get.verbs;
+    assert_eq!(get.reads, 3 + 2);
+}

@@ -1,0 +1,159 @@
+//! Histories recorded by separate OS processes: one line per invocation and
+//! per response, flushed before the operation starts, so a process killed
+//! with SIGKILL leaves its in-flight operation as an unknown outcome.
+//!
+//! Timestamps are wall-clock nanoseconds, which all processes of one host
+//! share.
+
+use crate::history::{Call, History, Operation, Ret};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2 + 1);
+    s.push('x');
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.strip_prefix('x')?;
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Appends one client's operations to a log file.
+#[derive(Debug)]
+pub struct ProcLog {
+    file: File,
+    client: u64,
+    next: u64,
+}
+
+impl ProcLog {
+    /// A log for `client` at `path` (created or truncated).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn create(path: &Path, client: u64) -> std::io::Result<ProcLog> {
+        Ok(ProcLog {
+            file: File::create(path)?,
+            client,
+            next: 0,
+        })
+    }
+
+    /// Logs an invocation (flushed before returning); returns its id.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn invoke(&mut self, call: &Call) -> std::io::Result<u64> {
+        let id = self.next;
+        self.next += 1;
+        let line = match call {
+            Call::Get(k) => format!("I {} {id} {} get {}\n", self.client, now_ns(), hex(k)),
+            Call::Put(k, v) => format!(
+                "I {} {id} {} put {} {}\n",
+                self.client,
+                now_ns(),
+                hex(k),
+                hex(v)
+            ),
+            Call::Delete(k) => format!("I {} {id} {} del {}\n", self.client, now_ns(), hex(k)),
+        };
+        self.file.write_all(line.as_bytes())?;
+        Ok(id)
+    }
+
+    /// Logs the response of invocation `id`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn returned(&mut self, id: u64, ret: &Ret) -> std::io::Result<()> {
+        let what = match ret {
+            Ret::Get(None) => "none".to_string(),
+            Ret::Get(Some(v)) => format!("some {}", hex(v)),
+            Ret::Put => "ok".to_string(),
+            Ret::Delete(b) => format!("del {b}"),
+        };
+        let line = format!("R {} {id} {} {what}\n", self.client, now_ns());
+        self.file.write_all(line.as_bytes())
+    }
+}
+
+/// Reads every log in `dir` whose name starts with `hist-` into one
+/// history. Invocations without a response are unknown outcomes; a torn
+/// last line (the writer was killed mid-write) is ignored.
+///
+/// # Errors
+/// I/O errors.
+pub fn read_logs(dir: &Path) -> std::io::Result<History> {
+    let mut history = History::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("hist-"))
+        {
+            continue;
+        }
+        let mut calls: HashMap<(u64, u64), (Call, u64)> = HashMap::new();
+        let mut order = Vec::new();
+        let mut rets: HashMap<(u64, u64), (Ret, u64)> = HashMap::new();
+        for line in BufReader::new(File::open(&path)?).lines() {
+            let line = line?;
+            let f: Vec<&str> = line.split(' ').collect();
+            let parse = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+            match (f.first().copied(), parse(1), parse(2), parse(3)) {
+                (Some("I"), Some(c), Some(id), Some(t)) => {
+                    let call = match (f.get(4).copied(), f.get(5).and_then(|s| unhex(s))) {
+                        (Some("get"), Some(k)) => Call::Get(k),
+                        (Some("del"), Some(k)) => Call::Delete(k),
+                        (Some("put"), Some(k)) => match f.get(6).and_then(|s| unhex(s)) {
+                            Some(v) => Call::Put(k, v),
+                            None => continue,
+                        },
+                        _ => continue,
+                    };
+                    calls.insert((c, id), (call, t));
+                    order.push((c, id));
+                }
+                (Some("R"), Some(c), Some(id), Some(t)) => {
+                    let ret = match (f.get(4).copied(), f.get(5).copied()) {
+                        (Some("none"), _) => Ret::Get(None),
+                        (Some("some"), Some(v)) => match unhex(v) {
+                            Some(v) => Ret::Get(Some(v)),
+                            None => continue,
+                        },
+                        (Some("ok"), _) => Ret::Put,
+                        (Some("del"), Some(b)) => Ret::Delete(b == "true"),
+                        _ => continue,
+                    };
+                    rets.insert((c, id), (ret, t));
+                }
+                _ => {}
+            }
+        }
+        for key in order {
+            let (call, invoked) = calls.remove(&key).expect("recorded above");
+            history.push(match rets.remove(&key) {
+                Some((ret, at)) => Operation::returned(key.0, call, invoked, at.max(invoked), ret),
+                None => Operation::unknown(key.0, call, invoked),
+            });
+        }
+    }
+    Ok(history)
+}

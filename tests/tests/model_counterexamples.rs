@@ -1,0 +1,274 @@
+//! The counterexample traces of the protocol's bounded model checks
+//! (V1–V4, Z1/Z1b), replayed step by step on the real implementation.
+//! Each test first drives the clients into the racy state its trace
+//! describes and asserts that state was reached, then lets the run finish
+//! and asserts the outcome the fixed protocol guarantees.
+
+use nessie::layout::dte::DteStatus;
+use nessie::layout::{Ite, IteKind};
+use nessie::{Error, Optimizations};
+use tests::scripted::{
+    any_cas, backoff, cas_at, cas_at_if, read_at, state_cas, tiny_config, Script,
+};
+
+/// The layout of traces V1, V2 and Z1: k1 has candidates (s1, s0) and sits
+/// in s0 with v1; k2 has (s0, s2); k3 sits in s2; s1 is empty.
+fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
+    let k1 = script.key_with("k1-", &[1, 0]);
+    let k2 = script.key_with("k2-", &[0, 2]);
+    let k3 = script.key_first("k3-", 2);
+    let parker = script.key_first("t-", 1);
+    let mut c = script.direct_client();
+    c.put(&parker, b"parked").unwrap();
+    c.put(&k1, b"v1").unwrap();
+    c.put(&k3, b"v3").unwrap();
+    assert!(c.delete(&parker).unwrap());
+    assert!(script.ite(1).is_empty());
+    assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
+    assert_eq!(script.target(script.ite(2)).2, k3, "k3 sits in s2");
+    (k1, k2)
+}
+
+/// V1: a GET meeting a live MIGRATE copy must not follow the copy's `prev`.
+#[test]
+fn v1_get_does_not_follow_a_copys_prev() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let (k1a, k1b) = (k1.clone(), k1.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| {
+        c.put(&k1a, b"v5").unwrap();
+        c.get(&k1b)
+    });
+    // 1. c0 PUT(k2) migrates k1 from s0 towards s1: about to install the copy.
+    script
+        .sched
+        .run_until(0, cas_at(script.slot(1)))
+        .expect("c0 stops at the destination CAS");
+    // 2. c1 PUT(k1, v5) replaces s0 and passes its reverse pass.
+    script
+        .sched
+        .run_until(1, state_cas())
+        .expect("c1 stops before its commit");
+    // 3. c0 installs the copy in s1; its source CAS will fail later.
+    script
+        .sched
+        .run_until(0, any_cas())
+        .expect("c0 stops before its source CAS");
+    let copy = script.ite(1);
+    let (_, h, key) = script.target(copy);
+    assert_eq!(key, k1);
+    assert!(h.state.is_migrated() && h.state.status() == DteStatus::Invalid);
+    assert_eq!(h.prev, d1.0, "the copy's prev is k1's old version");
+    let (_, old, _) = script.target(d1);
+    assert_eq!(
+        old.state.status(),
+        DteStatus::Valid,
+        "and that old version is still VALID: following it would be stale"
+    );
+    // 4. c1 commits v5, then GETs k1: it meets the live copy first and must
+    //    wait, not answer v1.
+    assert!(
+        script.sched.run_until(1, backoff()).is_some(),
+        "the GET backs off at the copy"
+    );
+    script.sched.run_to_end(0);
+    script.sched.run_to_end(1);
+    assert!(c0.join().unwrap().is_some());
+    assert_eq!(
+        c1.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v5"[..])
+    );
+}
+
+/// V2: a dead migrator's copy is rolled forward only if the source holds
+/// its marker; otherwise rolling it forward would resurrect a deleted key.
+#[test]
+fn v2_dead_copy_without_marker_is_rolled_back() {
+    let script = Script::new(tiny_config(3, 2), 3);
+    let (k1, k2) = layout_a(&script);
+    let (k1a, k1b) = (k1.clone(), k1.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| c.delete(&k1a));
+    let c2 = script.spawn(2, move |c| c.get(&k1b));
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script.sched.run_until(1, state_cas()).unwrap();
+    script.sched.run_until(0, any_cas()).unwrap();
+    script.sched.crash(0);
+    script.sched.run_to_end(1);
+    assert!(c1.join().unwrap().unwrap().unwrap(), "the DELETE found k1");
+    // The racy state: a dead INVALID copy of k1 in s1, its source cleared.
+    let (_, h, key) = script.target(script.ite(1));
+    assert!(key == k1 && h.state.is_migrated() && h.state.status() == DteStatus::Invalid);
+    assert!(
+        !script.ite(0).is_moved(),
+        "the source does not hold the marker"
+    );
+    script.let_owners_die();
+    script.sched.run_to_end(2);
+    assert_eq!(
+        c2.join().unwrap().unwrap().unwrap(),
+        None,
+        "the deleted key stays deleted"
+    );
+    assert!(c0.join().unwrap().is_none(), "c0 crashed");
+    assert!(script.ite(1).is_empty(), "the copy was rolled back");
+}
+
+/// V3: GET's reverse pass must see a slot that was emptied, refilled and
+/// emptied again (empty values never repeat).
+#[test]
+fn v3_reverse_pass_sees_a_repeated_empty_slot() {
+    let mut config = tiny_config(3, 2);
+    config.optimizations = Optimizations {
+        batched_reads: false,
+        ..Optimizations::default()
+    };
+    let script = Script::new(config, 3);
+    let k1 = script.key_with("k1-", &[0, 1]);
+    let k2 = script.key_with("k2-", &[1, 2]);
+    let k3 = script.key_with("k3-", &[0, 2]);
+    let filler = script.key_first("f-", 2);
+    let parker = script.key_first("t-", 0);
+    let mut c = script.direct_client();
+    c.put(&parker, b"parked").unwrap();
+    c.put(&k1, b"v1").unwrap();
+    c.put(&filler, b"f").unwrap();
+    assert!(c.delete(&parker).unwrap());
+    let e0 = script.ite(0);
+    assert!(e0.is_empty());
+    assert_eq!(script.target(script.ite(1)).2, k1, "k1 sits in s1");
+    let k1a = k1.clone();
+    let c0 = script.spawn(0, move |c| c.get(&k1a));
+    let c1 = script.spawn(1, move |c| c.put(&k2, b"v2"));
+    let c2 = script.spawn(2, move |c| c.put(&k3, b"v3"));
+    // c0 reads s0 (empty) and is about to read s1.
+    script.sched.run_until(0, read_at(script.slot(1))).unwrap();
+    // c1 migrates k1 from s1 to s0, and is about to put k2 into s1.
+    let nonzero_empty = |i: Ite| i.is_empty() && i != Ite::ZERO;
+    script
+        .sched
+        .run_until(1, cas_at_if(script.slot(1), nonzero_empty))
+        .unwrap();
+    // c0 finds nothing in s1 and starts its reverse pass: s1, then s0.
+    script.sched.run_until(0, read_at(script.slot(0))).unwrap();
+    // c2 migrates k1 back from s0 to s1, and is about to put k3 into s0.
+    script
+        .sched
+        .run_until(2, cas_at_if(script.slot(0), Ite::is_empty))
+        .unwrap();
+    // The racy state: s0 is empty again, k1 is in s1 where c0 looked.
+    let e1 = script.ite(0);
+    assert!(e1.is_empty(), "s0 is empty again");
+    assert_ne!(e1, e0, "but with a different empty value than c0 read");
+    assert_eq!(script.target(script.ite(1)).2, k1);
+    script.sched.run_to_end(0);
+    assert_eq!(
+        c0.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+    script.sched.run_to_end(1);
+    script.sched.run_to_end(2);
+    for h in [c1, c2] {
+        match h.join().unwrap().unwrap() {
+            Ok(()) | Err(Error::IndexFull) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+}
+
+/// V4: an ABORTED entry whose owner crashed before restoring is restored by
+/// whoever meets it; nothing wedges.
+#[test]
+fn v4_anyone_restores_an_aborted_entry() {
+    let script = Script::new(tiny_config(2, 2), 3);
+    let k1 = script.key_with("k1-", &[0, 1]);
+    let k2 = script.key_with("k2-", &[0, 1]);
+    let parker = script.key_with("t-", &[0, 1]);
+    let mut c = script.direct_client();
+    c.put(&parker, b"parked").unwrap();
+    c.put(&k1, b"v1").unwrap();
+    assert!(c.delete(&parker).unwrap());
+    assert_eq!(script.target(script.ite(1)).2, k1, "k1 sits in s1");
+    let (k1a, k1b, k2a, k2b) = (k1.clone(), k1.clone(), k2.clone(), k2.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k1a, b"v2"));
+    let c1 = script.spawn(1, move |c| c.put(&k2a, b"w"));
+    let c2 = script.spawn(2, move |c| {
+        let got = (c.get(&k2b), c.get(&k1b));
+        (got, c.put(&k2b, b"w2"), c.get(&k2b))
+    });
+    script.sched.run_until(1, cas_at(script.slot(0))).unwrap();
+    script.sched.run_until(0, state_cas()).unwrap();
+    script
+        .sched
+        .run_until(1, cas_at_if(script.slot(0), Ite::is_occupied))
+        .unwrap();
+    script.sched.crash(1);
+    // The racy state: s0 holds c1's entry, ABORTED, with nobody to restore it.
+    let (_, h, key) = script.target(script.ite(0));
+    assert_eq!(key, k2);
+    assert_eq!(h.state.status(), DteStatus::Aborted);
+    script.sched.run_to_end(0);
+    assert!(c0.join().unwrap().unwrap().is_ok());
+    script.sched.run_to_end(2);
+    let ((g2, g1), p, g2b) = c2.join().unwrap().unwrap();
+    assert_eq!(g2.unwrap(), None);
+    assert_eq!(g1.unwrap().as_deref(), Some(&b"v2"[..]));
+    p.unwrap();
+    assert_eq!(g2b.unwrap().as_deref(), Some(&b"w2"[..]));
+    assert!(c1.join().unwrap().is_none());
+}
+
+/// Z1 and Z1b: a zombie migrator's late source CAS installs a marker after
+/// its copy was rolled back; the marker is restored to the copy's `prev`,
+/// and a GET that meets it looks behind it instead of answering None.
+#[test]
+fn z1_late_marker_of_a_zombie_migrator_is_restored() {
+    let script = Script::new(tiny_config(3, 2), 3);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let (k1a, k1b, k1c) = (k1.clone(), k1.clone(), k1.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| {
+        c.put(&k1a, b"v5").unwrap();
+        c.get(&k1b)
+    });
+    let c2 = script.spawn(2, move |c| c.get(&k1c));
+    // c0 installs its copy in s1 and passes the deadline check of its
+    // source CAS; then it stalls past its death.
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script.sched.run_until(0, cas_at(script.slot(0))).unwrap();
+    script.let_owners_die();
+    // c1 meets the dead copy; the source holds D1, so it rolls back.
+    script.sched.run_until(1, state_cas()).unwrap();
+    // The zombie's late source CAS lands; its next check fails.
+    script.sched.run_to_end(0);
+    assert!(matches!(c0.join().unwrap().unwrap(), Err(Error::Timeout)));
+    let marker = script.ite(0);
+    let IteKind::Moved { copy } = marker.kind() else {
+        panic!("the late CAS installed a marker: {marker:?}")
+    };
+    // c1 aborts the copy and restores s1, then is about to deal with the
+    // marker. The racy state: s0 = MOVED(copy), the copy ABORTED, s1 empty.
+    script.sched.run_until(1, cas_at(script.slot(0))).unwrap();
+    assert_eq!(script.entry(copy).0.state.status(), DteStatus::Aborted);
+    assert!(script.ite(1).is_empty());
+    assert_eq!(script.entry(copy).0.prev, d1.0);
+    // Z1b: a GET now must look behind the marker and find v1.
+    script.sched.run_to_end(2);
+    assert_eq!(
+        c2.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+    assert_eq!(
+        script.ite(0),
+        d1,
+        "the marker was restored to the copy's prev"
+    );
+    script.sched.run_to_end(1);
+    assert_eq!(
+        c1.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v5"[..])
+    );
+}
