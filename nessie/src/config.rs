@@ -331,7 +331,9 @@ impl Config {
             )));
         }
         for (node, peer) in peers.iter().enumerate() {
-            let port = peer.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+            let port = peer
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
             if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
                 return Err(bad(format!(
                     "fabric.peers[{node}] = {peer:?} is not host:port"
