@@ -166,47 +166,49 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
     ];
     f[0].post(&mut writes).unwrap();
     assert!(matches!(writes[3], Verb::Cas { old: 11, .. }));
-    let mut reads = [
-        Verb::Read {
-            addr: RemoteAddr::new(1, LARGE, 64 << 10),
-            buf: &mut r1,
-        },
-        Verb::Read {
-            addr: RemoteAddr::new(0, SMALL, 128),
-            buf: &mut r2,
-        },
-        Verb::Read {
-            addr: RemoteAddr::new(2, SMALL, 0),
-            buf: &mut r3,
-        },
-        Verb::Cas {
-            addr: RemoteAddr::new(0, SMALL, 8),
-            expected: 1,
-            new: 2,
-            old: 99,
-        },
-    ];
-    f[1].post(&mut reads).unwrap();
-    assert!(
-        matches!(reads[3], Verb::Cas { old: 0, .. }),
-        "failed CAS reports the word"
-    );
-    let _ = reads;
+    {
+        let mut reads = [
+            Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, 64 << 10),
+                buf: &mut r1,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(0, SMALL, 128),
+                buf: &mut r2,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(2, SMALL, 0),
+                buf: &mut r3,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(0, SMALL, 8),
+                expected: 1,
+                new: 2,
+                old: 99,
+            },
+        ];
+        f[1].post(&mut reads).unwrap();
+        assert!(
+            matches!(reads[3], Verb::Cas { old: 0, .. }),
+            "failed CAS reports the word"
+        );
+    }
     assert_eq!(r1, big);
     assert_eq!(r2, small);
     assert_eq!(u64::from_le_bytes(r3.try_into().unwrap()), 12);
     // A batch of many small verbs to one peer.
     let mut bufs = vec![[0u8; 8]; 300];
-    let mut many: Vec<Verb<'_>> = bufs
-        .iter_mut()
-        .enumerate()
-        .map(|(i, b)| Verb::Read {
-            addr: RemoteAddr::new(1, LARGE, (i * 8) as u64),
-            buf: b,
-        })
-        .collect();
-    f[2].post(&mut many).unwrap();
-    drop(many);
+    {
+        let mut many: Vec<Verb<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, (i * 8) as u64),
+                buf: b,
+            })
+            .collect();
+        f[2].post(&mut many).unwrap();
+    }
     assert_eq!(bufs.concat(), big[..2400]);
     // An empty batch does nothing.
     f[2].post(&mut []).unwrap();
