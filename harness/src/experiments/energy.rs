@@ -14,7 +14,7 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::spec::Load;
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
@@ -69,13 +69,12 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_000);
     let systems = ctx.systems(&System::PAPER);
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "energy",
         &format!("Fig. 14: cost vs offered load, {}", workload.describe()),
         serde_json::json!({
             "workload": workload, "systems": systems, "loads": loads,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": quick,
+            "duration_ms": duration,
             "power_meters": ["rapl", "ipmi (local BMC)"],
         }),
     );
