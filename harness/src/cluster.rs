@@ -139,13 +139,24 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Puts a child into its own process group (so terminal signals reach only
-/// the harness).
-pub fn own_process_group(cmd: &mut Command) {
+/// Ties a child to the harness: its own process group (so terminal signals
+/// reach only the harness, which tears the run down itself) and SIGKILL
+/// when the harness dies, set before `exec` so that it also holds for
+/// programs that are not ours (peer servers) and leaves no window.
+pub fn tie_to_harness(cmd: &mut Command) {
     cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before `exec` and only
+    // calls prctl(2), which is async-signal-safe; it allocates nothing and
+    // takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
 }
 
-/// Makes this process die when its parent does (node processes and hogs).
+/// Makes this process die when its parent does, and exits at once if the
+/// parent is already gone (node processes and hogs started by hand).
 pub fn die_with_parent() {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
@@ -275,7 +286,7 @@ fn start_hogs(exe: &Path, n: usize, guard: &mut ClusterGuard) -> Result<()> {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        own_process_group(&mut cmd);
+        tie_to_harness(&mut cmd);
         guard.hogs.push(
             cmd.spawn()
                 .map_err(HarnessError::io("starting a CPU hog", exe))?,
@@ -486,7 +497,7 @@ pub fn run(
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file);
-        own_process_group(&mut cmd);
+        tie_to_harness(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(HarnessError::io("starting a node process", exe))?;
