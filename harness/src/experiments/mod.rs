@@ -389,6 +389,14 @@ impl Ctx {
                 report.notes.push(format!("skipped: {e}"));
             }
         }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = usize::from(self.common.nodes) * usize::from(self.common.threads);
+        if threads > cores {
+            report.notes.push(format!(
+                "each cluster runs {threads} worker threads (nodes × --threads) on {cores} cores: the CPU is oversubscribed {:.1}×, which hurts the polling server workers of SD and HY most (as in Fig. 4)",
+                threads as f64 / cores as f64
+            ));
+        }
         report.write(&self.out)?;
         if self.common.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
