@@ -435,6 +435,51 @@ fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
     f
 }
 
+/// Starts node process `node` with its stderr in `log`; a thread forwards
+/// its stdout lines to `events`.
+fn spawn_node(
+    exe: &Path,
+    node: usize,
+    config: &Path,
+    spec: &Path,
+    log: &Path,
+    events: mpsc::Sender<Msg>,
+) -> Result<Child> {
+    let log_file = std::fs::File::create(log).map_err(HarnessError::io("creating", log))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("node")
+        .arg("--config")
+        .arg(config)
+        .arg("--spec")
+        .arg(spec)
+        .arg("--node-id")
+        .arg(node.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log_file);
+    tie_to_harness(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(HarnessError::io("starting a node process", exe))?;
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(l) if l.trim().is_empty() => {}
+                    Ok(l) => {
+                        if events.send(Msg::Line(node, l)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = events.send(Msg::Closed(node));
+        });
+    }
+    Ok(child)
+}
+
 /// Runs `spec` on a fresh cluster of node processes of this binary (`exe`),
 /// keeping its files in `run_dir`, and reports progress to `progress`.
 ///
@@ -485,43 +530,10 @@ pub fn run(
     let mut logs = Vec::new();
     for node in 0..spec.nodes {
         let log = run_dir.join(format!("node-{node}.stderr"));
-        let log_file = std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("node")
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--spec")
-            .arg(&spec_path)
-            .arg("--node-id")
-            .arg(node.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        tie_to_harness(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(HarnessError::io("starting a node process", exe))?;
-        let stdout = child.stdout.take();
+        let mut child = spawn_node(exe, node, &config_path, &spec_path, &log, tx.clone())?;
         stdins.push(child.stdin.take());
         guard.nodes.push(child);
         logs.push(log);
-        let tx = tx.clone();
-        if let Some(out) = stdout {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    match line {
-                        Ok(l) if l.trim().is_empty() => {}
-                        Ok(l) => {
-                            if tx.send(Msg::Line(node, l)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let _ = tx.send(Msg::Closed(node));
-            });
-        }
     }
     drop(tx);
     let mut r = Running {
