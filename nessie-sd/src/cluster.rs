@@ -59,6 +59,11 @@ fn unknown_node(node: NodeId, nodes: usize) -> Error {
     Error::Config(format!("node id {node} is out of range for {nodes} nodes"))
 }
 
+/// How often the recycler looks for expired data slots (as in `nessie`).
+fn recycle_period(config: &Config) -> std::time::Duration {
+    (config.expiry / 10).max(std::time::Duration::from_millis(1))
+}
+
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -160,7 +165,7 @@ impl Cluster {
             data.clone(),
             Arc::clone(&fabric),
             Arc::clone(&clock),
-            config.expiry / 4,
+            recycle_period(&config),
         )?;
         let nodes = data
             .into_iter()
@@ -281,7 +286,7 @@ impl Node {
             vec![Arc::clone(&data)],
             Arc::clone(&fabric),
             Arc::clone(&clock),
-            config.expiry / 4,
+            recycle_period(&config),
         )?;
         let runtime = NodeRuntime::start(&config, node_id, fabric, &table, data, &clock)?;
         Ok(Node {
