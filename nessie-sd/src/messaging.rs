@@ -405,6 +405,24 @@ impl Inbox {
         }
     }
 
+    /// WRITEs the head into the sender's mirror if at least half the ring
+    /// was consumed since the last update. A failed update is logged and
+    /// retried at the next poll (the request it followed is already taken).
+    fn publish_if_due(&mut self, ep: &mut Endpoint, geometry: &RingGeometry) {
+        if self.consumed - self.published < (geometry.request_ring_bytes / 2) as u64 {
+            return;
+        }
+        let mirror = RemoteAddr::new(
+            self.client_node,
+            HEAD_MIRRORS,
+            geometry.head_mirror_offset(self.slot, ep.node()),
+        );
+        match ep.write(mirror, &self.consumed.to_le_bytes()) {
+            Ok(()) => self.published = self.consumed,
+            Err(e) => tracing::warn!("publishing the head to {mirror} failed: {e}"),
+        }
+    }
+
     /// Stops serving this ring (after a failure that leaves it unusable).
     pub(crate) fn abandon(&mut self) {
         self.broken = true;
@@ -423,6 +441,8 @@ impl Inbox {
         if self.broken {
             return Ok(None);
         }
+        // A head update that failed earlier is retried on every poll.
+        self.publish_if_due(ep, geometry);
         let node = ep.node();
         let fabric = Arc::clone(ep.fabric());
         let cap = geometry.request_ring_bytes;
@@ -466,19 +486,7 @@ impl Inbox {
             self.head + len
         };
         self.consumed += len as u64;
-        if self.consumed - self.published >= (cap / 2) as u64 {
-            let mirror = RemoteAddr::new(
-                self.client_node,
-                HEAD_MIRRORS,
-                geometry.head_mirror_offset(self.slot, node),
-            );
-            match ep.write(mirror, &self.consumed.to_le_bytes()) {
-                Ok(()) => self.published = self.consumed,
-                // The request is already taken; the update is retried
-                // after the next one (the sender has room for it).
-                Err(e) => tracing::warn!("publishing the head to {mirror} failed: {e}"),
-            }
-        }
+        self.publish_if_due(ep, geometry);
         Ok(Some(Incoming {
             client_node: self.client_node,
             slot: self.slot,
