@@ -382,6 +382,7 @@ pub(crate) struct Inbox {
     /// Bytes ever consumed, skipped ends included.
     consumed: u64,
     published: u64,
+    publish_failing: bool,
     broken: bool,
 }
 
@@ -401,6 +402,7 @@ impl Inbox {
             head: 0,
             consumed: 0,
             published: 0,
+            publish_failing: false,
             broken: false,
         }
     }
@@ -418,8 +420,16 @@ impl Inbox {
             geometry.head_mirror_offset(self.slot, ep.node()),
         );
         match ep.write(mirror, &self.consumed.to_le_bytes()) {
-            Ok(()) => self.published = self.consumed,
-            Err(e) => tracing::warn!("publishing the head to {mirror} failed: {e}"),
+            Ok(()) => {
+                self.published = self.consumed;
+                self.publish_failing = false;
+            }
+            // Warn once per outage, not on every poll.
+            Err(e) if !self.publish_failing => {
+                tracing::warn!("publishing the head to {mirror} failed: {e}");
+                self.publish_failing = true;
+            }
+            Err(_) => {}
         }
     }
 
