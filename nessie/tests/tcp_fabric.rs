@@ -3,8 +3,8 @@
 //! handshake failures, unreachable peers and reconnection.
 
 use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric,
-    TcpOptions, Verb,
+    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions,
+    Verb,
 };
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -64,7 +64,13 @@ fn open_all(opts: Vec<TcpOptions>, ls: Vec<TcpListener>) -> Vec<Arc<TcpFabric>> 
         handles
             .into_iter()
             .enumerate()
-            .map(|(n, h)| Arc::new(h.join().unwrap().unwrap_or_else(|e| panic!("node {n}: {e}"))))
+            .map(|(n, h)| {
+                Arc::new(
+                    h.join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("node {n}: {e}")),
+                )
+            })
             .collect()
     })
 }
@@ -160,44 +166,49 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
     ];
     f[0].post(&mut writes).unwrap();
     assert!(matches!(writes[3], Verb::Cas { old: 11, .. }));
-    let mut reads = [
-        Verb::Read {
-            addr: RemoteAddr::new(1, LARGE, 64 << 10),
-            buf: &mut r1,
-        },
-        Verb::Read {
-            addr: RemoteAddr::new(0, SMALL, 128),
-            buf: &mut r2,
-        },
-        Verb::Read {
-            addr: RemoteAddr::new(2, SMALL, 0),
-            buf: &mut r3,
-        },
-        Verb::Cas {
-            addr: RemoteAddr::new(0, SMALL, 8),
-            expected: 1,
-            new: 2,
-            old: 99,
-        },
-    ];
-    f[1].post(&mut reads).unwrap();
-    assert!(matches!(reads[3], Verb::Cas { old: 0, .. }), "failed CAS reports the word");
-    let _ = reads;
+    {
+        let mut reads = [
+            Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, 64 << 10),
+                buf: &mut r1,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(0, SMALL, 128),
+                buf: &mut r2,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(2, SMALL, 0),
+                buf: &mut r3,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(0, SMALL, 8),
+                expected: 1,
+                new: 2,
+                old: 99,
+            },
+        ];
+        f[1].post(&mut reads).unwrap();
+        assert!(
+            matches!(reads[3], Verb::Cas { old: 0, .. }),
+            "failed CAS reports the word"
+        );
+    }
     assert_eq!(r1, big);
     assert_eq!(r2, small);
     assert_eq!(u64::from_le_bytes(r3.try_into().unwrap()), 12);
     // A batch of many small verbs to one peer.
     let mut bufs = vec![[0u8; 8]; 300];
-    let mut many: Vec<Verb<'_>> = bufs
-        .iter_mut()
-        .enumerate()
-        .map(|(i, b)| Verb::Read {
-            addr: RemoteAddr::new(1, LARGE, (i * 8) as u64),
-            buf: b,
-        })
-        .collect();
-    f[2].post(&mut many).unwrap();
-    drop(many);
+    {
+        let mut many: Vec<Verb<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, (i * 8) as u64),
+                buf: b,
+            })
+            .collect();
+        f[2].post(&mut many).unwrap();
+    }
     assert_eq!(bufs.concat(), big[..2400]);
     // An empty batch does nothing.
     f[2].post(&mut []).unwrap();
@@ -230,7 +241,14 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
     assert!(matches!(e, FabricError::OutOfBounds { .. }), "{e}");
     let e = f[0].cas(RemoteAddr::new(1, SMALL, 4), 0, 1).unwrap_err();
     assert!(
-        matches!(e, FabricError::Misaligned { node: 1, offset: 4, .. }),
+        matches!(
+            e,
+            FabricError::Misaligned {
+                node: 1,
+                offset: 4,
+                ..
+            }
+        ),
         "{e}"
     );
     let e = f[0]
@@ -240,11 +258,15 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
     let e = f[0]
         .read(RemoteAddr::new(1, RegionId::data(9), 0), &mut buf)
         .unwrap_err();
-    assert!(matches!(e, FabricError::UnknownRegion { node: 1, .. }), "{e}");
-    let e = f[0]
-        .cas(RemoteAddr::new(2, SMALL, 0), 0, 1)
-        .unwrap_err();
-    assert!(matches!(e, FabricError::UnknownNode { node: 2, nodes: 2 }), "{e}");
+    assert!(
+        matches!(e, FabricError::UnknownRegion { node: 1, .. }),
+        "{e}"
+    );
+    let e = f[0].cas(RemoteAddr::new(2, SMALL, 0), 0, 1).unwrap_err();
+    assert!(
+        matches!(e, FabricError::UnknownNode { node: 2, nodes: 2 }),
+        "{e}"
+    );
     // In a batch: the first bad verb is reported, the good ones still ran.
     let data = [5u8; 8];
     let mut batch = [
@@ -258,9 +280,15 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
         },
     ];
     let e = f[0].post(&mut batch).unwrap_err();
-    assert!(matches!(e, FabricError::OutOfBounds { offset: 4096, .. }), "{e}");
+    assert!(
+        matches!(e, FabricError::OutOfBounds { offset: 4096, .. }),
+        "{e}"
+    );
     let after = f[1].stats();
-    assert_eq!(after.refused_out_of_bounds - before.refused_out_of_bounds, 3);
+    assert_eq!(
+        after.refused_out_of_bounds - before.refused_out_of_bounds,
+        3
+    );
     assert_eq!(after.refused_misaligned - before.refused_misaligned, 2);
     assert_eq!(
         after.refused_unknown_region - before.refused_unknown_region,

@@ -97,7 +97,9 @@ fn workload(clients: &mut [nessie::Client]) -> Costs {
             let c = &mut clients[2];
             let before = c.stats();
             assert!(c.delete(&key).unwrap());
-            costs.deletes.push(delta(c.stats(), before, |s| s.delete.verbs));
+            costs
+                .deletes
+                .push(delta(c.stats(), before, |s| s.delete.verbs));
             assert_eq!(clients[0].get(&key).unwrap(), None);
         }
     }

@@ -17,7 +17,7 @@
 //! every key answers within two attempts once dead owners are past
 //! `op_timeout + 2·max_clock_skew` (no wedge).
 
-use crate::history::{Call, Ret};
+use crate::history::Call;
 use crate::proc_history::{read_logs, ProcLog};
 use nessie::{Config, Error, FabricConfig, KvClient, Node};
 use nix::sys::signal::{kill, Signal};
@@ -344,11 +344,7 @@ fn fail(dir: &Path, what: &str) -> ! {
 /// unknown outcome (timeout), the typed error otherwise.
 fn logged(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) -> Result<bool, Error> {
     let id = log.invoke(call).map_err(Error::Io)?;
-    let result = match call {
-        Call::Get(k) => client.get(k).map(Ret::Get),
-        Call::Put(k, v) => client.put(k, v).map(|()| Ret::Put),
-        Call::Delete(k) => client.delete(k).map(Ret::Delete),
-    };
+    let result = call.apply(client);
     match result {
         Ok(ret) => {
             log.returned(id, &ret).map_err(Error::Io)?;

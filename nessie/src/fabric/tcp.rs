@@ -40,7 +40,9 @@ mod peer;
 mod service;
 
 use super::memory::{HeapRegions, MemoryMap};
-use super::{Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb};
+use super::{
+    Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
+};
 use crate::config::FabricConfig;
 use crate::layout::frame::{DEFAULT_FRAME_LIMIT, FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
 use crate::layout::round_up_words;
@@ -132,8 +134,8 @@ impl TcpOptions {
             )));
         }
         let largest_slot = config.class_slot_bytes(config.size_classes().len().saturating_sub(1));
-        let frame_limit = (DEFAULT_FRAME_LIMIT)
-            .max(round_up_words(largest_slot + (64 << 10)) as u64);
+        let frame_limit =
+            (DEFAULT_FRAME_LIMIT).max(round_up_words(largest_slot + (64 << 10)) as u64);
         Ok(TcpOptions {
             node,
             nodes: config.nodes,
@@ -143,7 +145,9 @@ impl TcpOptions {
             secret: secret.clone(),
             threads: *threads,
             attach_timeout: config.attach_timeout,
-            handshake_timeout: config.attach_timeout.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+            handshake_timeout: config
+                .attach_timeout
+                .clamp(Duration::from_secs(1), Duration::from_secs(10)),
             io_timeout: config.attach_timeout.max(Duration::from_secs(5)),
             frame_limit,
         })
@@ -282,7 +286,9 @@ impl TcpFabric {
             node: options.node,
             nodes: options.nodes,
             regions: options.regions.clone(),
-            frame_limit: options.frame_limit.max(FRAME_HEADER_BYTES as u64 + VERB_HEADER_BYTES as u64 + 64),
+            frame_limit: options
+                .frame_limit
+                .max(FRAME_HEADER_BYTES as u64 + VERB_HEADER_BYTES as u64 + 64),
             secret: options.secret.as_bytes().to_vec(),
         });
         let counters = Arc::new(Counters::default());
@@ -493,8 +499,8 @@ impl Fabric for TcpFabric {
 mod tests {
     use super::*;
     use crate::layout::frame::{
-        put_word, FrameHeader, VerbHeader, OP_READ, REQUEST_MAGIC, RESPONSE_MAGIC,
-        STATUS_OK, STATUS_RESPONSE_TOO_LARGE,
+        put_word, FrameHeader, VerbHeader, OP_READ, REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_OK,
+        STATUS_RESPONSE_TOO_LARGE,
     };
     use std::io::{Read, Write};
     use std::net::TcpStream;
@@ -513,7 +519,10 @@ mod tests {
             nodes: 2,
             cluster_id: 9,
             regions: regions.clone(),
-            peers: vec![listener.local_addr().unwrap().to_string(), "127.0.0.1:1".into()],
+            peers: vec![
+                listener.local_addr().unwrap().to_string(),
+                "127.0.0.1:1".into(),
+            ],
             secret: "unit-test-secret".into(),
             threads: 1,
             attach_timeout: Duration::from_secs(5),

@@ -253,7 +253,8 @@ impl FrameHeader {
     #[must_use]
     pub fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
         let mut out = [0u8; FRAME_HEADER_BYTES];
-        out[..WORD].copy_from_slice(&(u64::from(self.magic) | u64::from(self.verbs) << 32).to_le_bytes());
+        out[..WORD]
+            .copy_from_slice(&(u64::from(self.magic) | u64::from(self.verbs) << 32).to_le_bytes());
         out[WORD..].copy_from_slice(&self.payload.to_le_bytes());
         out
     }
@@ -361,7 +362,10 @@ mod tests {
         let mut bad = prefix;
         bad[0] ^= 1;
         assert_eq!(Hello::total_len(&bad, 3), Err(HelloError::BadMagic));
-        assert_eq!(Hello::decode(&bytes[..bytes.len() - 8]), Err(HelloError::Malformed));
+        assert_eq!(
+            Hello::decode(&bytes[..bytes.len() - 8]),
+            Err(HelloError::Malformed)
+        );
         assert_eq!(Hello::decode(&bytes[..5]), Err(HelloError::Malformed));
     }
 

@@ -172,7 +172,10 @@ pub(super) fn client<S: Read + Write>(
     me.mac(SERVER_LABEL, &hello_c, &hello_s)
         .verify_slice(&mac_s)
         .map_err(|_| HandshakeFailure::Authentication)?;
-    let mac_c = me.mac(CLIENT_LABEL, &hello_c, &hello_s).finalize().into_bytes();
+    let mac_c = me
+        .mac(CLIENT_LABEL, &hello_c, &hello_s)
+        .finalize()
+        .into_bytes();
     stream.write_all(&mac_c).map_err(io)?;
     let mut verdict = [0u8; WORD];
     stream.read_exact(&mut verdict).map_err(io)?;
@@ -197,7 +200,10 @@ pub(super) fn server<S: Read + Write>(
         Err(e) => return Err(e),
     };
     let hello_s = me.hello(client.from).encode();
-    let mac_s = me.mac(SERVER_LABEL, &hello_c, &hello_s).finalize().into_bytes();
+    let mac_s = me
+        .mac(SERVER_LABEL, &hello_c, &hello_s)
+        .finalize()
+        .into_bytes();
     let mut reply = hello_s.clone();
     reply.extend_from_slice(&mac_s);
     stream.write_all(&reply).map_err(io)?;
@@ -212,7 +218,9 @@ pub(super) fn server<S: Read + Write>(
         let _ = stream.write_all(&VERDICT_BAD_PROOF.to_le_bytes());
         return Err(HandshakeFailure::Authentication);
     }
-    stream.write_all(&VERDICT_ACCEPT.to_le_bytes()).map_err(io)?;
+    stream
+        .write_all(&VERDICT_ACCEPT.to_le_bytes())
+        .map_err(io)?;
     Ok((client.from as NodeId, client.frame_limit))
 }
 
@@ -274,7 +282,13 @@ mod tests {
     fn wrong_node_and_sizes_are_named() {
         let (c, _) = run(&identity(0, "k"), &identity(2, "k"), 1);
         assert!(
-            matches!(c, Err(HandshakeFailure::Node { found: 2, expected: 1 })),
+            matches!(
+                c,
+                Err(HandshakeFailure::Node {
+                    found: 2,
+                    expected: 1
+                })
+            ),
             "{c:?}"
         );
         let mut big = identity(1, "k");
@@ -320,37 +334,94 @@ mod tests {
         );
     }
 
-    /// A proof recorded on one connection does not open another: the
-    /// server's nonce is fresh each time.
+    /// Records what a client sends.
+    struct Tap<'a> {
+        inner: &'a mut UnixStream,
+        sent: Vec<u8>,
+    }
+
+    impl Read for Tap<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.inner.read(buf)
+        }
+    }
+
+    impl Write for Tap<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = self.inner.write(buf)?;
+            self.sent.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    /// An eavesdropper who recorded an honest client's hello and proof
+    /// cannot open a connection by replaying them: the server's nonce is
+    /// fresh each time, so the old proof does not verify.
     #[test]
     fn replayed_proof_is_refused() {
         let me = identity(0, "k");
         let server_id = identity(1, "k");
-        // Record an honest exchange.
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let recorded = std::thread::scope(|s| {
             let srv = s.spawn(|| server(&mut b, &server_id));
-            client(&mut a, &me, 1).unwrap();
+            let mut tap = Tap {
+                inner: &mut a,
+                sent: Vec::new(),
+            };
+            client(&mut tap, &me, 1).unwrap();
             srv.join().unwrap().unwrap();
-            me.hello(1).encode()
+            tap.sent
         });
-        // Replay: an attacker without the key re-sends a hello and a proof
-        // computed over an old server hello.
-        let old_server_hello = server_id.hello(0).encode();
-        let stale_mac = me
-            .mac(CLIENT_LABEL, &recorded, &old_server_hello)
-            .finalize()
-            .into_bytes();
+        let (hello_c, mac_c) = recorded.split_at(recorded.len() - MAC_BYTES);
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let result = std::thread::scope(|s| {
             let srv = s.spawn(|| server(&mut b, &server_id));
-            a.write_all(&recorded).unwrap();
+            a.write_all(hello_c).unwrap();
             let (_, _) = read_hello(&mut a).unwrap();
             let mut mac_s = [0u8; MAC_BYTES];
             a.read_exact(&mut mac_s).unwrap();
-            a.write_all(&stale_mac).unwrap();
+            a.write_all(mac_c).unwrap();
             srv.join().unwrap()
         });
         assert!(matches!(result, Err(HandshakeFailure::Authentication)));
+    }
+
+    /// Nor can it impersonate a server by replaying a recorded answer: the
+    /// server's proof covers the client's fresh nonce.
+    #[test]
+    fn replayed_server_answer_is_refused() {
+        let me = identity(0, "k");
+        let server_id = identity(1, "k");
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let recorded = std::thread::scope(|s| {
+            let srv = s.spawn(|| {
+                let mut tap = Tap {
+                    inner: &mut b,
+                    sent: Vec::new(),
+                };
+                server(&mut tap, &server_id).unwrap();
+                tap.sent
+            });
+            client(&mut a, &me, 1).unwrap();
+            srv.join().unwrap()
+        });
+        // The recorded answer: hello and proof, without the final verdict.
+        let answer = &recorded[..recorded.len() - WORD];
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let result = std::thread::scope(|s| {
+            s.spawn(move || {
+                let _ = read_hello(&mut b);
+                let _ = b.write_all(answer);
+                let _ = b.write_all(&VERDICT_ACCEPT.to_le_bytes());
+            });
+            client(&mut a, &me, 1)
+        });
+        assert!(
+            matches!(result, Err(HandshakeFailure::Authentication)),
+            "{result:?}"
+        );
     }
 }

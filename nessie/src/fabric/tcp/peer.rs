@@ -154,8 +154,7 @@ impl Peer {
                 return Ok(conn);
             }
             if st.open < link.connections_per_peer {
-                if let Some(at) = st.retry_at.filter(|&at| Instant::now() < at) {
-                    let _ = at;
+                if st.retry_at.is_some_and(|at| Instant::now() < at) {
                     return Err(FabricError::Unreachable {
                         node: self.node,
                         addr: self.addr.clone(),

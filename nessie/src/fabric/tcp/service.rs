@@ -112,6 +112,8 @@ pub(super) struct Service {
 
 impl Service {
     pub(super) fn start(listener: TcpListener, config: ServiceConfig) -> io::Result<Service> {
+        // The accept loop blocks; a caller's listener may be non-blocking.
+        listener.set_nonblocking(false)?;
         let mut wake_addr = listener.local_addr()?;
         if wake_addr.ip().is_unspecified() {
             wake_addr.set_ip(match wake_addr {
