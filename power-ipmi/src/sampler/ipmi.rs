@@ -112,7 +112,7 @@ pub struct IdleBaseline {
     pub covered_s: f64,
 }
 
-/// Node power from the BMC (see the [module docs](self) for the timeline).
+/// Node power from the BMC (the module documentation gives the timeline).
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -240,7 +240,7 @@ impl State {
     }
 }
 
-/// RAPL energy per zone (see the [module docs](self)).
+/// RAPL energy per zone (see the module documentation).
 ///
 /// ```no_run
 /// use power_ipmi::{EnergySampler, RaplSampler};
