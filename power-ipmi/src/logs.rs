@@ -7,7 +7,7 @@
 //! (`node,start,end,elapsed_s,user_s,system_s,exit_status,command`).
 //! [`merge`] integrates each with the same code the samplers use — the
 //! trapezoid rule of [`PowerTrace`], the wrap-around rule of
-//! [`counter_delta_uj`](crate::counter_delta_uj) and RAPL's
+//! [`counter_delta_uj`] and RAPL's
 //! [`total_joules`](crate::RaplReport::total_joules) — and adds a `TOTAL`
 //! row per source.
 

@@ -240,7 +240,11 @@ impl State {
     }
 }
 
-/// RAPL energy per zone (see the [module docs](self)).
+/// RAPL energy per zone, from the `energy_uj` counters under a powercap
+/// root, read at `start`, every `poll_interval` on a background thread, at
+/// [`poll_now`](Self::poll_now) and at `stop`; one wrap at
+/// `max_energy_range_uj` is assumed whenever a counter decreases
+/// ([`counter_delta_uj`]).
 ///
 /// ```no_run
 /// use power_ipmi::{EnergySampler, RaplSampler};
