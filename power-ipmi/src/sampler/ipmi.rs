@@ -237,14 +237,14 @@ impl IpmiSampler {
                     | PowerError::Parse { .. }),
                 ) => {
                     let names = if sensors.is_empty() {
-                        let mut found = tool.power_sensors()?;
+                        let found = tool.power_sensors()?;
                         match found.len() {
                             0 => {
                                 return Err(PowerError::NoPowerSensor {
                                     dcmi: dcmi.to_string(),
                                 })
                             }
-                            1 => found.split_off(0),
+                            1 => found,
                             _ => return Err(PowerError::AmbiguousPowerSensors { found }),
                         }
                     } else {
