@@ -178,6 +178,13 @@ mod millis {
     }
 }
 
+/// Whether users other than the owner may read the file at `path`.
+#[must_use]
+pub(crate) fn readable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o044 != 0)
+}
+
 fn bad(msg: String) -> Error {
     Error::Config(msg)
 }
@@ -200,10 +207,23 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, Error> {
         let text =
             std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let config = Self::from_toml(&text).map_err(|e| match e {
             Error::Config(m) => bad(format!("{}: {m}", path.display())),
             other => other,
-        })
+        })?;
+        if config.has_secret() && readable_by_others(path) {
+            tracing::warn!(
+                "{}: holds the cluster secret but is readable by other users (chmod 600 it)",
+                path.display()
+            );
+        }
+        Ok(config)
+    }
+
+    /// Whether the configuration carries a secret (the `tcp` fabric's).
+    #[must_use]
+    pub fn has_secret(&self) -> bool {
+        matches!(&self.fabric, FabricConfig::Tcp { secret, .. } if !secret.is_empty())
     }
 
     /// The configuration as TOML.
@@ -521,6 +541,36 @@ mod tests {
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
         tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
+    }
+
+    #[test]
+    fn secrets_in_world_readable_files_are_noticed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        let config = Config {
+            fabric: FabricConfig::Tcp {
+                peers: vec![
+                    "127.0.0.1:1".into(),
+                    "127.0.0.1:2".into(),
+                    "127.0.0.1:3".into(),
+                ],
+                secret: "s3cret-s3cret-s3cret".into(),
+                threads: 2,
+            },
+            ..Config::default()
+        };
+        std::fs::write(&path, config.to_toml().unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(config.has_secret() && readable_by_others(&path));
+        assert_eq!(
+            Config::from_file(&path).unwrap(),
+            config,
+            "a warning, not an error"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(!readable_by_others(&path));
+        assert!(!Config::default().has_secret());
     }
 
     #[test]
