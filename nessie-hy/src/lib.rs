@@ -55,6 +55,8 @@
 //! As `nessie-sd`: `config.server_workers` polling workers per node, which
 //! here serve only PUTs and DELETEs; a [`Client`] is one thread's.
 
+#![deny(missing_docs)]
+
 use nessie::fabric::{NodeId, VerbCounts};
 use nessie::{Config, Error, KvClient, OpKind, Stats};
 use nessie_sd::table::{lookup, Table};

@@ -62,9 +62,9 @@ pub(crate) struct ClientContext {
     pub(crate) give_up_us: u64,
 }
 
-/// A client of the server-driven store, for one thread (`Send`, not
-/// `Sync`). Every operation is a request to the key's home node; see the
-/// crate documentation.
+/// A client of the server-driven store, for one thread (it is `Send`;
+/// each thread makes its own). Every operation is a request to the key's
+/// home node; see the crate documentation.
 #[derive(Debug)]
 pub struct Client {
     rpc: RpcClient,

@@ -66,6 +66,8 @@
 //! but not `Sync`: one per thread, at most [`CLIENT_SLOTS`] per node at a
 //! time.
 
+#![deny(missing_docs)]
+
 mod client;
 mod cluster;
 mod messaging;

@@ -31,12 +31,14 @@
 //! frames long, so with one request outstanding the sender never waits for
 //! a head update (see the ring layout's documentation).
 //!
-//! **Ordering.** A receiver polls the header word, then the trailer; the
-//! trailer is the last word of the frame's single WRITE, which the fabric
-//! lands in increasing address order, so a complete trailer means a
-//! complete frame. Receivers zero what they consumed before anything else,
-//! and a server zeroes a request and publishes its head before it replies,
-//! so when a client has its reply its request ring is empty.
+//! **Ordering.** A receiver polls the header word, then reads the frame and
+//! checks its trailer, a checksum of the payload: the words of one WRITE
+//! may land in any order, and a frame is complete when the trailer matches.
+//! Receivers zero what they consumed before anything else, and a server
+//! zeroes a request and publishes its head before it replies, so when a
+//! client has its reply its request ring is empty; the zeroes are ordered
+//! before the sender's next frame in that space because the sender learns
+//! of the space only from a later WRITE (the reply or the head update).
 
 use crate::poll::Spinner;
 use nessie::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, VerbCounts};
@@ -68,6 +70,26 @@ fn read_u64(fabric: &dyn Fabric, addr: RemoteAddr) -> Result<u64, FabricError> {
     let mut b = [0u8; WORD];
     fabric.read(addr, &mut b)?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// Reads the payload and trailer of the `len`-byte frame at `at` whose
+/// header is `header` into `payload` (trailer removed); `false` if the
+/// trailer does not match yet (the frame's WRITE has not fully landed).
+fn read_frame(
+    fabric: &dyn Fabric,
+    at: RemoteAddr,
+    header: u64,
+    len: usize,
+    payload: &mut Vec<u8>,
+) -> Result<bool, FabricError> {
+    payload.clear();
+    payload.resize(len - WORD, 0);
+    fabric.read(at.add(WORD as u64), payload)?;
+    let trailer_at = payload.len() - WORD;
+    let mut trailer = [0u8; WORD];
+    trailer.copy_from_slice(&payload[trailer_at..]);
+    payload.truncate(trailer_at);
+    Ok(u64::from_le_bytes(trailer) == frame_trailer(header, payload))
 }
 
 /// A sender's view of one request ring.
@@ -301,12 +323,9 @@ impl RpcClient {
         if len > g.max_reply_frame || offset + len > g.response_ring_bytes {
             return Err(corrupt("longer than the largest reply"));
         }
-        if read_u64(fabric.as_ref(), at.add((len - WORD) as u64))? != frame_trailer(header) {
+        if !read_frame(fabric.as_ref(), at, header, len, &mut self.frame)? {
             return Ok(None);
         }
-        self.frame.clear();
-        self.frame.resize(len - 2 * WORD, 0);
-        fabric.read(at.add(WORD as u64), &mut self.frame)?;
         zero(fabric.as_ref(), at, len)?;
         self.rings.response_tail = if offset + len == g.response_ring_bytes {
             0
@@ -429,12 +448,9 @@ impl Inbox {
             self.broken = true;
             return Ok(None);
         };
-        if read_u64(fabric.as_ref(), at(self.head + len - WORD))? != frame_trailer(header) {
+        if !read_frame(fabric.as_ref(), at(self.head), header, len, payload)? {
             return Ok(None);
         }
-        payload.clear();
-        payload.resize(len - 2 * WORD, 0);
-        fabric.read(at(self.head + WORD), payload)?;
         zero(fabric.as_ref(), at(self.head), len)?;
         self.head = if self.head + len == cap {
             0

@@ -279,7 +279,11 @@ impl Worker {
         let op = RingOp::from_code(req.op).ok_or_else(|| malformed("unknown op"))?;
         let key_start = RequestHeader::key_offset();
         let key_len = usize::from(req.key_len);
-        let value_len = usize::try_from(req.value_len).map_err(|_| malformed("value length"))?;
+        let value_len = usize::try_from(req.value_len)
+            .ok()
+            .filter(|&len| table.class_for(len).is_some())
+            .ok_or_else(|| malformed("value length"))?;
+        // Lengths are bounded now, so this sum cannot overflow.
         if req.payload_bytes() > payload.len() {
             return Err(malformed("shorter than its lengths"));
         }

@@ -11,7 +11,7 @@
 //! value, with a checksum over all of them.
 //!
 //! Differences from Nessie's use of the same layouts, all because one
-//! server thread at a time writes a key (see [`crate::server`]): ITEs carry
+//! server thread at a time writes a key (see the server module): ITEs carry
 //! no filter bits (0), DTEs are written `VALID` before any ITE points at
 //! them (no commit CAS, no helpers), a DELETE simply clears the ITE (no
 //! tombstone), and no ITE ever holds a `MOVED` marker.

@@ -98,8 +98,8 @@ fn full_data_table_is_reported_and_slots_come_back_after_expiry() {
         nodes: 1,
         value_size_max: 256,
         data_bytes_per_node: 4 * (56 + 128 + 256),
-        expiry: Duration::from_millis(200),
-        op_timeout: Duration::from_millis(50),
+        expiry: Duration::from_millis(400),
+        op_timeout: Duration::from_millis(150),
         ..small_config()
     };
     let cluster = Cluster::local(config).unwrap();
@@ -116,7 +116,8 @@ fn full_data_table_is_reported_and_slots_come_back_after_expiry() {
     loop {
         match c.put(b"k4", b"v4") {
             Ok(()) => break,
-            Err(Error::DataTableFull) if tries < 100 => tries += 1,
+            // Timeout: a slot came free too late in the operation.
+            Err(Error::DataTableFull | Error::Timeout) if tries < 100 => tries += 1,
             Err(e) => panic!("{e}"),
         }
     }

@@ -2,7 +2,11 @@
 //! this file too): each takes a way to make clients and checks behaviour
 //! through `nessie::KvClient` only.
 
-#![allow(dead_code, unreachable_pub)]
+#![expect(
+    dead_code,
+    unreachable_pub,
+    reason = "each test file uses some of these shared scenarios"
+)]
 
 use nessie::{Config, Error, FabricConfig, KvClient};
 use std::collections::HashMap;

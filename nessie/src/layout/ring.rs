@@ -7,17 +7,23 @@
 //! ```text
 //! word 0        header   FRAME_MAGIC << 32 | payload length in bytes (never 0)
 //! words 1..n-1  payload, zero-padded to a whole word
-//! word n        trailer  !header
+//! word n        trailer  xxh3 of the padded payload, seeded with the header
+//!                        (never 0)
 //! ```
 //!
 //! The receiver polls the header word at its head; a non-zero header gives
 //! the frame length, and the frame is complete once the trailer at its end
-//! holds `!header`. This relies on a WRITE landing word by word in increasing
-//! address order (the in-process and shared-memory fabrics copy words in
-//! order with release stores; RC RDMA NICs do the same, which FaRM relies
-//! on), so the trailer, the last word of the WRITE, is the last to appear.
+//! matches the payload read with it ([`frame_trailer`]). FaRM only checks
+//! that the trailer is non-zero, relying on the NIC landing a WRITE in
+//! increasing address order; our fabrics promise no order among the words
+//! of one WRITE (the in-process and shared-memory backends store words with
+//! relaxed atomics after one release fence, the `tcp` backend copies on a
+//! service thread), so the trailer is a checksum instead: a frame whose
+//! words have not all landed fails it and the receiver polls again
+//! (self-verifying, as Pilaf's entries). This keeps every message to one
+//! WRITE; the polled words themselves are whole aligned words, never torn.
 //! Processed frames are zeroed by the receiver, so a zero header means "no
-//! frame yet" and stale bytes never look like a trailer.
+//! frame yet".
 //!
 //! **Wrapping without a marker.** A frame never straddles the end of the
 //! ring: when it does not fit before the end, the sender writes it at offset
@@ -44,6 +50,7 @@
 //! head of the request ring they consume).
 
 use super::{round_up_words, RegionId, WORD};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The request rings of a node: one per (client node, client slot).
 pub const REQUEST_RINGS: RegionId = RegionId(RegionId::FIRST_EXTERNAL);
@@ -81,10 +88,15 @@ pub fn decode_frame_header(word: u64) -> Option<usize> {
     (word >> 32 == FRAME_MAGIC).then_some((word & 0xffff_ffff) as usize)
 }
 
-/// The trailer word that completes the frame whose header is `header`.
+/// The trailer word that completes the frame whose header is `header` and
+/// whose payload, padded to a word, is `padded_payload`: a checksum, so
+/// that a frame whose words have not all landed yet is recognised.
 #[must_use]
-pub const fn frame_trailer(header: u64) -> u64 {
-    !header
+pub fn frame_trailer(header: u64, padded_payload: &[u8]) -> u64 {
+    match xxh3_64_with_seed(padded_payload, header) {
+        0 => 1,
+        t => t,
+    }
 }
 
 /// Starts a frame in `buf`: clears it and reserves the header word. Append
@@ -104,7 +116,8 @@ pub fn finish_frame(buf: &mut Vec<u8>) -> usize {
     let header = frame_header(u32::try_from(payload).expect("payload below 4 GiB"));
     buf.resize(WORD + round_up_words(payload), 0);
     buf[..WORD].copy_from_slice(&header.to_le_bytes());
-    buf.extend_from_slice(&frame_trailer(header).to_le_bytes());
+    let trailer = frame_trailer(header, &buf[WORD..]);
+    buf.extend_from_slice(&trailer.to_le_bytes());
     buf.len()
 }
 
@@ -470,11 +483,21 @@ mod tests {
         assert_eq!(n, 24);
         let header = super::super::dte::read_word(&buf, 0);
         assert_eq!(decode_frame_header(header), Some(5));
-        assert_eq!(super::super::dte::read_word(&buf, n - WORD), !header);
+        assert_eq!(
+            super::super::dte::read_word(&buf, n - WORD),
+            frame_trailer(header, &buf[WORD..n - WORD])
+        );
         assert_eq!(&buf[WORD..WORD + 5], b"hello");
         assert_eq!(decode_frame_header(0), None);
         assert_ne!(frame_header(0), 0, "an empty payload still has a header");
-        assert_ne!(frame_trailer(frame_header(0)), 0);
+        assert_ne!(frame_trailer(frame_header(0), &[]), 0);
+        // A word that has not landed yet (still zero) fails the trailer.
+        let mut partial = buf[WORD..n - WORD].to_vec();
+        partial[0] = 0;
+        assert_ne!(
+            frame_trailer(header, &partial),
+            frame_trailer(header, &buf[WORD..n - WORD])
+        );
     }
 
     #[test]
