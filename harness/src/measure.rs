@@ -6,7 +6,7 @@
 //! successes, errors and misses. A node merges its workers' recorders into a
 //! [`NodeReport`], which travels to the harness as one JSON line with the
 //! histograms in HdrHistogram V2 encoding (hex). The harness merges the
-//! nodes' reports into a [`RunResult`]: throughput, goodput, latency
+//! nodes' reports into a [`RunFigures`]: throughput, goodput, latency
 //! percentiles, verbs and bytes per operation and CPU time per operation.
 
 use crate::error::{HarnessError, Result};

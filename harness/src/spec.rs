@@ -200,7 +200,7 @@ impl RunSpec {
 /// * Data, in the value's size class: room for twice the node's share of
 ///   live keys (a CD PUT moves the key's entry to the writer's node, and SD
 ///   homes keys by hash, so shares vary), plus every PUT of
-///   [`PUT_WINDOW_EXPIRIES`] × `expiry` at the highest rate a node could
+///   `PUT_WINDOW_EXPIRIES` × `expiry` at the highest rate a node could
 ///   reach, since replaced slots return only after `expiry`; then a third
 ///   more, because the recycler scans only once a class is three quarters
 ///   used. No roomier than that: the store hands out fresh slots before

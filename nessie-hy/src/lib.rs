@@ -57,9 +57,10 @@
 
 #![deny(missing_docs)]
 
-use nessie::fabric::{NodeId, VerbCounts};
+use nessie::fabric::{Fabric, NodeId, RegionSpec, VerbCounts};
 use nessie::{Config, Error, KvClient, OpKind, Stats};
 use nessie_sd::table::{lookup, Table};
+use std::sync::Arc;
 
 /// An in-process cluster on the local fabric (see
 /// [`nessie_sd::Cluster`], whose nodes, rings and servers it runs).
@@ -95,6 +96,12 @@ impl Cluster {
         self.inner.config()
     }
 
+    /// The fabric every node and client uses.
+    #[must_use]
+    pub fn fabric(&self) -> Arc<dyn Fabric> {
+        self.inner.fabric()
+    }
+
     /// Verbs the server workers issued (PUTs, DELETEs, replies, ring head
     /// updates).
     #[must_use]
@@ -103,7 +110,7 @@ impl Cluster {
     }
 }
 
-/// One node of a cluster of processes on shared memory (see
+/// One node of a cluster of processes on the shm or tcp fabric (see
 /// [`nessie_sd::Node`]).
 #[derive(Debug)]
 pub struct Node {
@@ -132,10 +139,33 @@ impl Node {
         })
     }
 
+    /// Runs node `node_id` on a fabric opened by the caller (see
+    /// [`nessie_sd::Node::with_fabric`]).
+    ///
+    /// # Errors
+    /// As [`nessie_sd::Node::with_fabric`].
+    pub fn with_fabric(
+        config: Config,
+        node_id: NodeId,
+        fabric: Arc<dyn Fabric>,
+    ) -> Result<Node, Error> {
+        Ok(Node {
+            inner: nessie_sd::Node::with_fabric(config, node_id, fabric)?,
+        })
+    }
+
+    /// The regions every node registers (the same as `nessie-sd`'s).
+    ///
+    /// # Errors
+    /// As [`nessie_sd::Node::regions`].
+    pub fn regions(config: &Config) -> Result<Vec<RegionSpec>, Error> {
+        nessie_sd::Node::regions(config)
+    }
+
     /// This node's id.
     #[must_use]
-    pub fn node_id(&self) -> NodeId {
-        self.inner.node_id()
+    pub fn id(&self) -> NodeId {
+        self.inner.id()
     }
 
     /// The configuration the node runs with.

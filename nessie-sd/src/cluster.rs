@@ -7,8 +7,8 @@ use crate::server::{Server, ServerConfig};
 use crate::table::Table;
 use nessie::data::{NodeData, Recycler};
 use nessie::fabric::{
-    Endpoint, Fabric, FabricError, LocalFabric, NodeId, RegionSpec, ShmFabric, ShmOptions,
-    VerbCounts,
+    Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, ShmFabric, ShmOptions, TcpFabric,
+    TcpOptions, VerbCounts,
 };
 use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
 use nessie::{Clock, Config, Error, FabricConfig, WallClock};
@@ -53,6 +53,15 @@ fn regions(config: &Config, g: &RingGeometry) -> Vec<RegionSpec> {
         });
     }
     regions
+}
+
+fn unknown_node(node: NodeId, nodes: usize) -> Error {
+    Error::Config(format!("node id {node} is out of range for {nodes} nodes"))
+}
+
+/// How often the recycler looks for expired data slots (as in `nessie`).
+fn recycle_period(config: &Config) -> std::time::Duration {
+    (config.expiry / 10).max(std::time::Duration::from_millis(1))
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -131,6 +140,7 @@ impl Drop for NodeRuntime {
 pub struct Cluster {
     nodes: Vec<NodeRuntime>,
     _recycler: Recycler,
+    fabric: Arc<dyn Fabric>,
     config: Config,
 }
 
@@ -155,7 +165,7 @@ impl Cluster {
             data.clone(),
             Arc::clone(&fabric),
             Arc::clone(&clock),
-            config.expiry / 4,
+            recycle_period(&config),
         )?;
         let nodes = data
             .into_iter()
@@ -165,6 +175,7 @@ impl Cluster {
         Ok(Cluster {
             nodes,
             _recycler: recycler,
+            fabric,
             config,
         })
     }
@@ -172,17 +183,20 @@ impl Cluster {
     /// A new client on `node`.
     ///
     /// # Errors
-    /// [`Error::Fabric`] ([`FabricError::UnknownNode`]) for a node outside
-    /// the cluster; [`Error::Config`] when all [`CLIENT_SLOTS`] slots of
-    /// the node are taken.
+    /// [`Error::Config`] for a node outside the cluster, or when all
+    /// [`CLIENT_SLOTS`] slots of the node are taken.
     pub fn client(&self, node: NodeId) -> Result<Client, Error> {
         self.nodes
             .get(node)
-            .ok_or(Error::Fabric(FabricError::UnknownNode {
-                node,
-                nodes: self.nodes.len(),
-            }))?
+            .ok_or_else(|| unknown_node(node, self.nodes.len()))?
             .client()
+    }
+
+    /// The fabric every node and client uses (e.g. to inspect memory in
+    /// tests).
+    #[must_use]
+    pub fn fabric(&self) -> Arc<dyn Fabric> {
+        Arc::clone(&self.fabric)
     }
 
     /// The configuration the cluster runs with.
@@ -201,10 +215,12 @@ impl Cluster {
     }
 }
 
-/// One node of a cluster whose nodes are processes on one host, sharing
-/// memory through files (`nessie::fabric::ShmFabric`, directory
-/// `config.shm_dir()`, cluster identity `config.cluster_id()`). Dropping it
-/// stops its server and removes its region files.
+/// One node of a cluster whose nodes are processes: on one host sharing
+/// memory through files (`fabric = shm`: [`nessie::fabric::ShmFabric`],
+/// directory `config.shm_dir()`, cluster identity `config.cluster_id()`),
+/// or on several hosts over the software NIC (`fabric = tcp`:
+/// [`nessie::fabric::TcpFabric`]). Dropping it stops its server (and, on
+/// shm, removes its region files).
 #[derive(Debug)]
 pub struct Node {
     runtime: NodeRuntime,
@@ -213,36 +229,56 @@ pub struct Node {
 }
 
 impl Node {
-    /// Creates this node's regions, waits (up to `config.attach_timeout`)
+    /// Registers this node's regions, waits (up to `config.attach_timeout`)
     /// for every peer's, and starts the node's server workers.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid configuration or one whose fabric
-    /// is not `shm`; [`Error::Fabric`] for a `node_id` outside the cluster
-    /// or a peer that did not appear or does not match; [`Error::Io`] if a
-    /// thread cannot be started.
+    /// [`Error::Config`] for an invalid configuration, a `node_id` outside
+    /// the cluster, or the `local` fabric; [`Error::Fabric`] for a peer that
+    /// did not appear or does not match; [`Error::Io`] if a thread cannot
+    /// be started.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         config.validate()?;
-        if !matches!(config.fabric, FabricConfig::Shm { .. }) {
-            return Err(Error::Config(
-                "Node::start runs one process per node and needs fabric kind \"shm\"; use Cluster::local for an in-process cluster".into(),
-            ));
-        }
         if node_id >= config.nodes {
-            return Err(Error::Fabric(FabricError::UnknownNode {
+            return Err(unknown_node(node_id, config.nodes));
+        }
+        let regions = regions(&config, &geometry(&config)?);
+        let fabric: Arc<dyn Fabric> = match &config.fabric {
+            FabricConfig::Shm { .. } => Arc::new(ShmFabric::open(&ShmOptions {
+                dir: config.shm_dir(),
+                cluster_id: config.cluster_id(),
                 node: node_id,
                 nodes: config.nodes,
-            }));
+                regions,
+                attach_timeout: config.attach_timeout,
+            })?),
+            FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
+                &config, node_id, regions,
+            )?)?),
+            FabricConfig::Local => {
+                return Err(Error::Config(
+                    "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)".into(),
+                ))
+            }
+        };
+        Node::with_fabric(config, node_id, fabric)
+    }
+
+    /// Runs node `node_id` on a fabric opened by the caller, which must
+    /// register [`Node::regions`] on every node.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration or a `node_id`
+    /// outside the cluster; [`Error::Io`] if a thread cannot be started.
+    pub fn with_fabric(
+        config: Config,
+        node_id: NodeId,
+        fabric: Arc<dyn Fabric>,
+    ) -> Result<Node, Error> {
+        config.validate()?;
+        if node_id >= config.nodes {
+            return Err(unknown_node(node_id, config.nodes));
         }
-        let g = geometry(&config)?;
-        let fabric: Arc<dyn Fabric> = Arc::new(ShmFabric::open(&ShmOptions {
-            dir: config.shm_dir(),
-            cluster_id: config.cluster_id(),
-            node: node_id,
-            nodes: config.nodes,
-            regions: regions(&config, &g),
-            attach_timeout: config.attach_timeout,
-        })?);
         let table = Arc::new(Table::new(&config));
         let clock: Arc<dyn Clock> = Arc::new(WallClock::default());
         let data = Arc::new(NodeData::new(&config, node_id));
@@ -250,7 +286,7 @@ impl Node {
             vec![Arc::clone(&data)],
             Arc::clone(&fabric),
             Arc::clone(&clock),
-            config.expiry / 4,
+            recycle_period(&config),
         )?;
         let runtime = NodeRuntime::start(&config, node_id, fabric, &table, data, &clock)?;
         Ok(Node {
@@ -258,6 +294,16 @@ impl Node {
             _recycler: recycler,
             config,
         })
+    }
+
+    /// The regions every node of a cluster with this configuration
+    /// registers: index and data tables, request rings, response rings and
+    /// head mirrors.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the rings would not fit in memory.
+    pub fn regions(config: &Config) -> Result<Vec<RegionSpec>, Error> {
+        Ok(regions(config, &geometry(config)?))
     }
 
     /// A new client on this node.
@@ -270,7 +316,7 @@ impl Node {
 
     /// This node's id.
     #[must_use]
-    pub fn node_id(&self) -> NodeId {
+    pub fn id(&self) -> NodeId {
         self.runtime.node
     }
 

@@ -44,7 +44,8 @@
 //!   the reply WRITE the server issued for it).
 //! * `cluster` — [`Cluster::local`] (all nodes in this process on
 //!   [`nessie::fabric::LocalFabric`]) and [`Node::start`] (one process per
-//!   node on [`nessie::fabric::ShmFabric`]).
+//!   node on [`nessie::fabric::ShmFabric`] or
+//!   [`nessie::fabric::TcpFabric`]).
 //!
 //! ## Counting
 //!
@@ -62,9 +63,8 @@
 //!
 //! Each node runs `config.server_workers` polling threads; they spin (the
 //! design being measured) but yield the CPU when idle polls pile up, and
-//! stop when their [`Cluster`] or [`Node`] drops. A [`Client`] is `Send`
-//! but not `Sync`: one per thread, at most [`CLIENT_SLOTS`] per node at a
-//! time.
+//! stop when their [`Cluster`] or [`Node`] drops. A [`Client`] is `Send`;
+//! each thread makes its own, at most [`CLIENT_SLOTS`] per node at a time.
 
 #![deny(missing_docs)]
 

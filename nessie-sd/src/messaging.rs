@@ -234,12 +234,16 @@ impl RpcClient {
         self.frame.extend_from_slice(req.value);
         let len = finish_frame(&mut self.frame);
 
-        let at = self.reserve(server, len, give_up_us, clock)?;
+        let (at, cursor) = self.reserve(server, len, give_up_us, clock)?;
         let ring = g.request_ring_offset(g.request_ring_index(self.ep.node(), self.rings.slot));
         self.ep.write(
             RemoteAddr::new(server, REQUEST_RINGS, ring + at as u64),
             &self.frame,
         )?;
+        // Only a WRITE that succeeded moves the tail: after a failed one
+        // (which may have landed in part) the next frame goes to the same
+        // place, where the receiver is still looking.
+        self.rings.senders[server] = cursor;
 
         let mut spinner = Spinner::default();
         loop {
@@ -262,14 +266,15 @@ impl RpcClient {
     }
 
     /// Finds room for a frame of `len` bytes in the request ring of
-    /// `server`; returns its offset and advances the tail.
+    /// `server`; returns its offset and the sender's cursor once it is
+    /// sent.
     fn reserve(
         &mut self,
         server: NodeId,
         len: usize,
         give_up_us: u64,
         clock: &dyn Clock,
-    ) -> Result<usize, Error> {
+    ) -> Result<(usize, SenderCursor), Error> {
         let cap = self.geometry.request_ring_bytes;
         let mirror = self.own(
             HEAD_MIRRORS,
@@ -290,13 +295,16 @@ impl RpcClient {
             }
             spinner.idle();
         }
+        self.rings.senders[server].known_head = known;
         let tail = if at + len == cap { 0 } else { at + len };
-        self.rings.senders[server] = SenderCursor {
-            tail,
-            sent: end,
-            known_head: known,
-        };
-        Ok(at)
+        Ok((
+            at,
+            SenderCursor {
+                tail,
+                sent: end,
+                known_head: known,
+            },
+        ))
     }
 
     /// Checks once for a complete reply frame at `offset` of the response
@@ -374,6 +382,7 @@ pub(crate) struct Inbox {
     /// Bytes ever consumed, skipped ends included.
     consumed: u64,
     published: u64,
+    publish_failing: bool,
     broken: bool,
 }
 
@@ -393,7 +402,34 @@ impl Inbox {
             head: 0,
             consumed: 0,
             published: 0,
+            publish_failing: false,
             broken: false,
+        }
+    }
+
+    /// WRITEs the head into the sender's mirror if at least half the ring
+    /// was consumed since the last update. A failed update is logged and
+    /// retried at the next poll (the request it followed is already taken).
+    fn publish_if_due(&mut self, ep: &mut Endpoint, geometry: &RingGeometry) {
+        if self.consumed - self.published < (geometry.request_ring_bytes / 2) as u64 {
+            return;
+        }
+        let mirror = RemoteAddr::new(
+            self.client_node,
+            HEAD_MIRRORS,
+            geometry.head_mirror_offset(self.slot, ep.node()),
+        );
+        match ep.write(mirror, &self.consumed.to_le_bytes()) {
+            Ok(()) => {
+                self.published = self.consumed;
+                self.publish_failing = false;
+            }
+            // Warn once per outage, not on every poll.
+            Err(e) if !self.publish_failing => {
+                tracing::warn!("publishing the head to {mirror} failed: {e}");
+                self.publish_failing = true;
+            }
+            Err(_) => {}
         }
     }
 
@@ -415,6 +451,8 @@ impl Inbox {
         if self.broken {
             return Ok(None);
         }
+        // A head update that failed earlier is retried on every poll.
+        self.publish_if_due(ep, geometry);
         let node = ep.node();
         let fabric = Arc::clone(ep.fabric());
         let cap = geometry.request_ring_bytes;
@@ -458,17 +496,7 @@ impl Inbox {
             self.head + len
         };
         self.consumed += len as u64;
-        if self.consumed - self.published >= (cap / 2) as u64 {
-            ep.write(
-                RemoteAddr::new(
-                    self.client_node,
-                    HEAD_MIRRORS,
-                    geometry.head_mirror_offset(self.slot, node),
-                ),
-                &self.consumed.to_le_bytes(),
-            )?;
-            self.published = self.consumed;
-        }
+        self.publish_if_due(ep, geometry);
         Ok(Some(Incoming {
             client_node: self.client_node,
             slot: self.slot,

@@ -58,8 +58,9 @@ impl Optimizations {
     }
 }
 
-/// Which fabric backend carries the verbs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Which fabric backend carries the verbs. `Debug` does not print the tcp
+/// secret (configurations get logged).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum FabricConfig {
     /// All nodes in one process.
@@ -87,6 +88,21 @@ pub enum FabricConfig {
         #[serde(default = "default_tcp_threads")]
         threads: usize,
     },
+}
+
+impl std::fmt::Debug for FabricConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FabricConfig::Local => f.write_str("Local"),
+            FabricConfig::Shm { dir } => f.debug_struct("Shm").field("dir", dir).finish(),
+            FabricConfig::Tcp { peers, threads, .. } => f
+                .debug_struct("Tcp")
+                .field("peers", peers)
+                .field("secret", &"<redacted>")
+                .field("threads", threads)
+                .finish(),
+        }
+    }
 }
 
 fn default_tcp_threads() -> usize {
@@ -541,6 +557,11 @@ mod tests {
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
         tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
+        let shown = format!("{:?}", tcp(&["a:1", "b:2"], "hunter2-hunter2", 1));
+        assert!(
+            !shown.contains("hunter2") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

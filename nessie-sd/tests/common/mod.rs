@@ -341,3 +341,82 @@ pub fn node_process<N, C: KvClient>(
     drop(c);
     drop(n);
 }
+
+// ---------------------------------------------------------------------------
+// Clusters of nodes on the tcp fabric, started in this process.
+
+/// A configuration for `nodes` nodes on 127.0.0.1 ports the OS just picked.
+fn tcp_config(nodes: usize) -> Config {
+    let listeners: Vec<_> = (0..nodes)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    Config {
+        cluster: "baseline-tcp".into(),
+        nodes,
+        value_size_max: 16 << 10,
+        attach_timeout: Duration::from_secs(20),
+        fabric: FabricConfig::Tcp {
+            peers: listeners
+                .iter()
+                .map(|l| l.local_addr().unwrap().to_string())
+                .collect(),
+            secret: "baseline-tcp-test-secret".into(),
+            threads: 2,
+        },
+        ..small_config()
+    }
+}
+
+/// Starts three nodes on the tcp fabric concurrently (as separate
+/// processes would), retrying with other ports if one was taken meanwhile.
+pub fn tcp_nodes<N: Send>(start: fn(Config, usize) -> Result<N, Error>) -> Vec<N> {
+    for _ in 0..5 {
+        let config = tcp_config(NODES);
+        let started: Result<Vec<N>, Error> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..NODES)
+                .map(|n| {
+                    let c = config.clone();
+                    s.spawn(move || start(c, n))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        match started {
+            Ok(nodes) => return nodes,
+            Err(e) => eprintln!("retrying with other ports: {e}"),
+        }
+    }
+    panic!("could not start a tcp cluster");
+}
+
+/// Every node writes keys, every node reads and deletes them; a remote
+/// PUT costs its client two WRITEs, as on the other fabrics.
+pub fn across_nodes<C: KvClient>(clients: &mut [C]) {
+    let n = clients.len();
+    for (id, c) in clients.iter_mut().enumerate() {
+        for i in 0..20 {
+            let k = format!("t{id}-{i}");
+            let before = c.stats().put.verbs;
+            c.put(k.as_bytes(), &value(&k, 50 + i * 300)).unwrap();
+            let d = c.stats().put.verbs - before;
+            assert_eq!((d.writes, d.reads, d.cas), (2, 0, 0), "{d:?}");
+        }
+    }
+    for (reader, c) in clients.iter_mut().enumerate() {
+        for id in 0..n {
+            for i in 0..20 {
+                let k = format!("t{id}-{i}");
+                assert_eq!(
+                    c.get(k.as_bytes()).unwrap().map(|v| v.len()),
+                    Some(50 + i * 300),
+                    "node {reader} reads {k}"
+                );
+            }
+        }
+    }
+    for id in 0..n {
+        let k = format!("t{id}-0");
+        assert!(clients[(id + 1) % n].delete(k.as_bytes()).unwrap());
+        assert_eq!(clients[(id + 2) % n].get(k.as_bytes()).unwrap(), None);
+    }
+}

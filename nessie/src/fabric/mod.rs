@@ -31,6 +31,8 @@ pub use endpoint::{Endpoint, VerbCounts};
 pub use error::{FabricError, HandshakeFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+#[doc(hidden)]
+pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 
 pub use crate::layout::RegionId;
