@@ -524,7 +524,6 @@ pub fn run(
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)
         .map_err(HarnessError::io("writing", &spec_path))?;
 
-    start_hogs(exe, spec.hogs, &mut guard)?;
     let (tx, rx) = mpsc::channel();
     let mut stdins = Vec::new();
     let mut logs = Vec::new();
@@ -593,6 +592,9 @@ pub fn run(
             .filter_map(|&p| process_cpu_secs(p))
             .sum::<f64>()
     };
+    // Hogs compete with the measured phase only, not with start-up and
+    // preload (which they would merely slow down).
+    start_hogs(exe, r.spec.hogs, &mut r.guard)?;
     r.send(NodeCommand::Run)?;
     let started = Instant::now();
     let warmup = Duration::from_millis(r.spec.warmup_ms);

@@ -66,7 +66,8 @@ pub struct RunSpec {
     pub warmup_ms: u64,
     /// Measured time, ms.
     pub duration_ms: u64,
-    /// Background CPU hogs the harness runs beside the cluster.
+    /// Background CPU hogs the harness runs beside the cluster during the
+    /// run phase.
     pub hogs: usize,
     /// Optimisation switches of the client-driven store.
     pub optimizations: Optimizations,

@@ -57,8 +57,8 @@ pub struct Common {
     /// Server worker threads per node of SD and HY.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub server_workers: u16,
-    /// Number of keys (default: from the value size, about 256 MiB of data,
-    /// 32 MiB with --quick).
+    /// Number of keys (default: from the value size, about 256 MiB of data
+    /// and 1,000 to 200,000 keys; with --quick 8 MiB and 256 to 4,096 keys).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: Option<u64>,
     /// Key size in bytes.
@@ -233,7 +233,7 @@ impl Ctx {
     }
 
     /// A workload with the common flags applied; the key count defaults to
-    /// about 256 MiB of values (32 MiB with `--quick`).
+    /// about 256 MiB of values (8 MiB with `--quick`).
     #[must_use]
     pub fn workload(
         &self,
@@ -242,7 +242,7 @@ impl Ctx {
         distribution: KeyDistribution,
     ) -> WorkloadSpec {
         let (budget, lo, hi) = if self.common.quick {
-            (32u64 << 20, 512, 20_000)
+            (8u64 << 20, 256, 4_096)
         } else {
             (256u64 << 20, 1_000, 200_000)
         };
