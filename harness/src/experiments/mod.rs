@@ -470,6 +470,22 @@ pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec,
         .filter_map(|d| d.figures().map(|f| (&d.record.spec, f)))
 }
 
+/// The measured run of `system` with this value size and GET ratio.
+#[must_use]
+pub fn run_at(
+    done: &[Done],
+    system: System,
+    value_size: usize,
+    get_ratio: f64,
+) -> Option<&RunFigures> {
+    runs_of(done, system)
+        .find(|(spec, _)| {
+            spec.workload.value_size == value_size
+                && (spec.workload.get_ratio - get_ratio).abs() < 1e-9
+        })
+        .map(|(_, f)| f)
+}
+
 /// The summary table of a set of runs (compare, peers): throughput,
 /// goodput, latency, cost per operation, CPU.
 #[must_use]

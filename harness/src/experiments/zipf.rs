@@ -1,7 +1,7 @@
 //! `zipf` (paper Fig. 12): CD's goodput relative to SD's under scrambled
 //! Zipf (θ = 0.99) keys, over value sizes and GET ratios.
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{parse_fraction, parse_size, run_at, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
 use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
@@ -82,13 +82,8 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
-    let goodput = |s: System, size: usize, ratio: f64| {
-        runs_of(&done, s)
-            .find(|(spec, _)| {
-                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
-            })
-            .map(|(_, f)| f.goodput_mb_s)
-    };
+    let goodput =
+        |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s);
     let rel = |size, ratio| match (
         goodput(System::Cd, size, ratio),
         goodput(System::Sd, size, ratio),
