@@ -14,7 +14,7 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
+use crate::report::{num, share, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::spec::Load;
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
@@ -208,8 +208,8 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
                 format!(
                     "CPU at {}% load, share of own peak: CD {} SD {}",
                     percent(load),
-                    pct(c).trim_start_matches('+'),
-                    pct(s).trim_start_matches('+')
+                    share(c),
+                    share(s)
                 ),
                 Verdict::of(c < s),
             ),
@@ -224,8 +224,8 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
                 "SD {sd_w} W vs CD {cd_w} W (idle {}, peak {}): share of dynamic power SD {} CD {}",
                 paper::FIG14_IDLE_W,
                 paper::FIG14_PEAK_W,
-                pct(paper::fig14_dynamic_share(sd_w)).trim_start_matches('+'),
-                pct(paper::fig14_dynamic_share(cd_w)).trim_start_matches('+')
+                share(paper::fig14_dynamic_share(sd_w)),
+                share(paper::fig14_dynamic_share(cd_w))
             ),
             ours,
             verdict,

@@ -499,6 +499,16 @@ pub fn pct(ratio: f64) -> String {
     }
 }
 
+/// `0.25` → `25%` (a share, no sign).
+#[must_use]
+pub fn share(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{:.0}%", ratio * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,5 +591,6 @@ mod tests {
         assert_eq!(num(0.01234), "0.012");
         assert_eq!(pct(0.254), "+25%");
         assert_eq!(pct(-0.3), "-30%");
+        assert_eq!(share(0.333), "33%");
     }
 }
