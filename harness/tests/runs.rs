@@ -178,28 +178,24 @@ fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     assert_clean(&dir, pid);
 }
 
+/// A 20 s `contention` run of `system` with one hog, to be interrupted.
+fn long_run(system: &str, dir: &Path) -> std::process::Child {
+    bench()
+        .args(["contention", "--quick", "--duration-ms", "20000"])
+        .args(["--systems", system, "--keys", "300", "--hogs", "1"])
+        .arg("--out")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn ctrl_c_tears_everything_down() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("sigint");
-    let mut child = bench()
-        .args([
-            "contention",
-            "--quick",
-            "--duration-ms",
-            "20000",
-            "--systems",
-            "null",
-            "--keys",
-            "300",
-        ])
-        .args(["--hogs", "1"])
-        .arg("--out")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = long_run("null", &dir);
     let pid = child.id();
     // Wait until the run phase has started (a node's stderr file exists and
     // the nodes are up), then interrupt.
@@ -259,22 +255,7 @@ fn alive(pid: u32) -> bool {
 fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("sigkill");
-    let mut child = bench()
-        .args([
-            "contention",
-            "--quick",
-            "--duration-ms",
-            "20000",
-            "--systems",
-            "cd",
-        ])
-        .args(["--keys", "300", "--hogs", "1"])
-        .arg("--out")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = long_run("cd", &dir);
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut kids = Vec::new();

@@ -284,6 +284,39 @@ impl Ctx {
         s
     }
 
+    /// One run per GET ratio × value size × system (in that nesting), labelled
+    /// `<system>-<size>-<ratio>get<suffix>`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Usage`] for a workload that cannot be generated.
+    pub fn grid(
+        &self,
+        systems: &[System],
+        sizes: &[usize],
+        ratios: &[f64],
+        distribution: KeyDistribution,
+        duration_ms: u64,
+        suffix: &str,
+    ) -> Result<Vec<RunSpec>> {
+        let mut specs = Vec::new();
+        for &ratio in ratios {
+            for &size in sizes {
+                let w = self.workload(size, ratio, distribution);
+                w.validate()?;
+                for &s in systems {
+                    let label = format!(
+                        "{}-{}-{}get{suffix}",
+                        s.label(),
+                        crate::report::bytes_label(size as f64),
+                        crate::workload::percent(ratio)
+                    );
+                    specs.push(self.spec(label, s, w.clone(), duration_ms));
+                }
+            }
+        }
+        Ok(specs)
+    }
+
     /// Runs `specs` one after another with a progress bar, recording each in
     /// `report`. Unavailable systems are skipped and failed runs recorded,
     /// and the experiment goes on; a Ctrl-C stops it after writing the

@@ -71,22 +71,14 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     });
     let duration = ctx.duration_ms(4_000, 800);
     let systems = ctx.systems(&System::PAPER);
-    let mut specs = Vec::new();
-    for &ratio in &ratios {
-        for &size in &sizes {
-            let w = ctx.workload(size, ratio, KeyDistribution::Uniform);
-            w.validate()?;
-            for &s in &systems {
-                let label = format!(
-                    "{}-{}-{}get",
-                    s.label(),
-                    bytes_label(size as f64),
-                    percent(ratio)
-                );
-                specs.push(ctx.spec(label, s, w.clone(), duration));
-            }
-        }
-    }
+    let specs = ctx.grid(
+        &systems,
+        &sizes,
+        &ratios,
+        KeyDistribution::Uniform,
+        duration,
+        "",
+    )?;
     let mut report = ctx.report(
         "sweep",
         "Figs. 5–7 and Table 1: value-size sweep, uniform keys",

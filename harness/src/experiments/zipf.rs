@@ -54,22 +54,7 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
     }
     let duration = ctx.duration_ms(4_000, 1_200);
     let dist = KeyDistribution::Zipf { theta: args.theta };
-    let mut specs = Vec::new();
-    for &ratio in &ratios {
-        for &size in &sizes {
-            let w = ctx.workload(size, ratio, dist);
-            w.validate()?;
-            for &s in &systems {
-                let label = format!(
-                    "{}-{}-{}get-zipf",
-                    s.label(),
-                    bytes_label(size as f64),
-                    percent(ratio)
-                );
-                specs.push(ctx.spec(label, s, w.clone(), duration));
-            }
-        }
-    }
+    let specs = ctx.grid(&systems, &sizes, &ratios, dist, duration, "-zipf")?;
     let mut report = ctx.report(
         "zipf",
         &format!(
