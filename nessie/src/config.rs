@@ -65,6 +65,20 @@ pub enum FabricConfig {
     /// All nodes in one process.
     #[default]
     Local,
+    /// One process per node, verbs on RDMA NICs (cargo feature `verbs`;
+    /// see `nessie::fabric::VerbsFabric`). Queue-pair information is
+    /// exchanged over TCP: a node listens on its own entry of `peers`.
+    Verbs {
+        /// RDMA device name (e.g. `mlx5_0`, `rxe0`); `None`: the first.
+        #[serde(default)]
+        device: Option<String>,
+        /// `host:port` of every node's queue-pair exchange, indexed by node.
+        peers: Vec<String>,
+        /// GID index of port 1 (`None`: a RoCE v2 entry with an IPv4
+        /// address if there is one).
+        #[serde(default)]
+        gid_index: Option<u32>,
+    },
     /// One process per node on one host; regions are files in `dir`
     /// (default `/dev/shm/nessie-<cluster>`).
     Shm {
@@ -288,7 +302,7 @@ impl Config {
                 )));
             }
         }
-        Ok(())
+        self.validate_verbs()
     }
 
     /// Value capacities of the size classes: powers of two from
@@ -345,6 +359,31 @@ impl Config {
             FabricConfig::Shm { dir: Some(dir) } => dir.clone(),
             _ => PathBuf::from(format!("/dev/shm/nessie-{}", self.cluster)),
         }
+    }
+
+    /// Checks the `verbs` fabric's peer list: one `host:port` per node.
+    fn validate_verbs(&self) -> Result<(), Error> {
+        let FabricConfig::Verbs { peers, .. } = &self.fabric else {
+            return Ok(());
+        };
+        if peers.len() != self.nodes {
+            return Err(bad(format!(
+                "fabric.peers lists {} addresses for {} nodes",
+                peers.len(),
+                self.nodes
+            )));
+        }
+        for (node, peer) in peers.iter().enumerate() {
+            let ok = peer
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(bad(format!(
+                    "fabric.peers[{node}] = {peer:?} is not host:port"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A 64-bit identity of the cluster, derived from its name.
@@ -419,6 +458,42 @@ mod tests {
             let m = msg(&c);
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
+    }
+
+    #[test]
+    fn verbs_fabric_is_parsed_and_checked() {
+        let c = Config::from_toml(
+            "nodes = 2\n[fabric]\nkind = \"verbs\"\ndevice = \"rxe0\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.fabric,
+            FabricConfig::Verbs {
+                device: Some("rxe0".into()),
+                peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                gid_index: None,
+            }
+        );
+        assert_eq!(Config::from_toml(&c.to_toml().unwrap()).unwrap(), c);
+        let verbs = |peers: &[&str]| Config {
+            nodes: 2,
+            fabric: FabricConfig::Verbs {
+                device: None,
+                peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                gid_index: Some(1),
+            },
+            ..Config::default()
+        };
+        for (c, field) in [
+            (verbs(&["a:1"]), "fabric.peers"),
+            (verbs(&["a:1", "b"]), "fabric.peers[1]"),
+            (verbs(&["a:1", ":2"]), "fabric.peers[1]"),
+            (verbs(&["a:1", "b:70000"]), "fabric.peers[1]"),
+        ] {
+            let m = msg(&c);
+            assert!(m.contains(field), "message {m:?} should name {field}");
+        }
+        verbs(&["a:1", "b:2"]).validate().unwrap();
     }
 
     #[test]

@@ -37,6 +37,9 @@ impl Node {
                 config.nodes
             )));
         }
+        if let FabricConfig::Verbs { .. } = config.fabric {
+            return Node::start_verbs(config, node_id);
+        }
         let FabricConfig::Shm { .. } = config.fabric else {
             return Err(Error::Config(
                 "Node::start needs fabric = shm (use Cluster::local for an in-process cluster)"
@@ -105,5 +108,41 @@ impl Node {
     #[must_use]
     pub fn config(&self) -> &Config {
         self.shared.config()
+    }
+}
+
+impl Node {
+    /// [`Node::start`] on the `verbs` fabric: opens the RDMA device, listens
+    /// on `peers[node_id]` and connects a queue pair per lane to every peer.
+    #[cfg(feature = "verbs")]
+    fn start_verbs(config: Config, node_id: NodeId) -> Result<Node, Error> {
+        use crate::fabric::{VerbsFabric, VerbsOptions, DEFAULT_LANES};
+        let FabricConfig::Verbs {
+            device,
+            peers,
+            gid_index,
+        } = &config.fabric
+        else {
+            return Err(Error::Config("fabric is not verbs".into()));
+        };
+        let fabric = VerbsFabric::open(&VerbsOptions {
+            device: device.clone(),
+            gid_index: *gid_index,
+            peers: peers.clone(),
+            cluster_id: config.cluster_id(),
+            node: node_id,
+            regions: store_regions(&config),
+            attach_timeout: config.attach_timeout,
+            lanes: DEFAULT_LANES,
+        })?;
+        Node::with_fabric(config, node_id, Arc::new(fabric))
+    }
+
+    /// Without the `verbs` feature there is no RDMA backend.
+    #[cfg(not(feature = "verbs"))]
+    fn start_verbs(_config: Config, _node_id: NodeId) -> Result<Node, Error> {
+        Err(Error::Config(
+            "fabric = verbs needs nessie built with the `verbs` cargo feature".into(),
+        ))
     }
 }

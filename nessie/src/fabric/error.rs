@@ -120,6 +120,38 @@ pub enum FabricError {
         /// How long we waited.
         waited: Duration,
     },
+    /// No RDMA device to open (`verbs` backend): none is present, the one
+    /// named in the configuration is not, or libibverbs cannot be loaded.
+    #[error("no RDMA device{}: devices present: {found:?}", wanted.as_ref().map(|w| format!(" named {w:?}")).unwrap_or_default())]
+    NoDevice {
+        /// The device the configuration asked for (`None`: any).
+        wanted: Option<String>,
+        /// Names of the devices that are present.
+        found: Vec<String>,
+    },
+    /// An RDMA verbs call or work request failed (`verbs` backend).
+    #[error("verbs: {op} for node {node} failed: {reason}")]
+    Verbs {
+        /// The node the operation concerned (this node for setup steps).
+        node: NodeId,
+        /// What was being done (`"READ"`, `"register region"`, ...).
+        op: &'static str,
+        /// Why it failed.
+        #[source]
+        reason: VerbsFailure,
+    },
+    /// Exchanging queue-pair information with a peer failed (`verbs`
+    /// backend): it is unreachable, or it is not a peer of this cluster.
+    #[error("verbs handshake with node {node} at {addr} failed: {reason}")]
+    VerbsHandshake {
+        /// The peer.
+        node: NodeId,
+        /// Its handshake address.
+        addr: String,
+        /// What went wrong or did not match.
+        #[source]
+        reason: VerbsHandshakeFailure,
+    },
     /// An I/O error on a region file.
     #[error("{path}: {source}")]
     Io {
@@ -129,4 +161,103 @@ pub enum FabricError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Why an RDMA verbs call failed (see [`FabricError::Verbs`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerbsFailure {
+    /// A libibverbs call returned an error.
+    #[error("{0}")]
+    Call(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A work request completed with an error status (`ibv_wc_status`).
+    #[error("work completion status {status} ({name}), vendor error {vendor_err:#x}")]
+    Completion {
+        /// The status code.
+        status: u32,
+        /// Its libibverbs name.
+        name: &'static str,
+        /// Device-specific detail.
+        vendor_err: u32,
+    },
+    /// Posted work requests did not complete in time.
+    #[error("no completion within {0:?}")]
+    Timeout(Duration),
+    /// An earlier failure left the queue pair to this node in the error
+    /// state; verbs to the node fail until the fabric is reopened.
+    #[error("the queue pair is unusable after an earlier failure")]
+    Broken,
+    /// The device lacks something the backend needs.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+}
+
+/// Why a `verbs` queue-pair exchange failed (see
+/// [`FabricError::VerbsHandshake`]). Both sides check the same things, so a
+/// refused peer learns the reason too.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerbsHandshakeFailure {
+    /// This node's own handshake address could not be bound.
+    #[error("cannot listen: {0}")]
+    Listen(#[source] std::io::Error),
+    /// The peer could not be reached, or the connection broke.
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    /// The peer did not connect to this node before the attach deadline.
+    #[error("the peer did not connect within {0:?}")]
+    NotConnected(Duration),
+    /// The other side does not speak this handshake.
+    #[error("not a nessie verbs peer (bad magic)")]
+    BadMagic,
+    /// The message does not parse.
+    #[error("malformed handshake message")]
+    Malformed,
+    /// The peer was built with another layout version.
+    #[error("peer speaks format version {found}, this build speaks {expected}")]
+    Version {
+        /// The peer's version.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
+    /// The peer belongs to another cluster.
+    #[error("peer is in cluster {found:#x}, expected cluster {expected:#x}")]
+    Cluster {
+        /// The peer's cluster id.
+        found: u64,
+        /// Ours.
+        expected: u64,
+    },
+    /// The peer's cluster has another number of nodes.
+    #[error("peer's cluster has {found} nodes, ours {expected}")]
+    Nodes {
+        /// The peer's count.
+        found: u64,
+        /// Ours.
+        expected: u64,
+    },
+    /// The peer is another node than the configuration says, or takes us
+    /// for another node.
+    #[error("peer says node {found}, expected node {expected}")]
+    Node {
+        /// The node id found.
+        found: u64,
+        /// The node id expected.
+        expected: u64,
+    },
+    /// The peer registers another set of regions or sizes (the nodes'
+    /// configurations differ).
+    #[error("peer's {region} has {found:?} bytes, ours {expected:?}")]
+    RegionSize {
+        /// First region that differs.
+        region: RegionId,
+        /// Its size at the peer (`None`: not registered there).
+        found: Option<u64>,
+        /// Its size here.
+        expected: Option<u64>,
+    },
+    /// The peer refused this node's handshake for the reason given.
+    #[error("refused by the peer: {0}")]
+    Refused(#[source] Box<VerbsHandshakeFailure>),
 }

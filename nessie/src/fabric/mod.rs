@@ -15,19 +15,27 @@
 //! Backends: [`LocalFabric`] (all nodes in one process) and [`ShmFabric`]
 //! (one process per node, regions in shared files). An [`Endpoint`] wraps a
 //! fabric for one client and counts every verb it issues.
+//!
+//! With the cargo feature `verbs`, `VerbsFabric` runs the verbs on RDMA
+//! NICs (one process per node, RC queue pairs, regions registered with the
+//! NIC; local CAS through a loopback queue pair).
 
 mod endpoint;
 mod error;
 mod local;
 mod memory;
 mod shm;
+#[cfg(feature = "verbs")]
+mod verbs;
 
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::FabricError;
+pub use error::{FabricError, VerbsFailure, VerbsHandshakeFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+#[cfg(feature = "verbs")]
+pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};
 
 pub use crate::layout::RegionId;
 
