@@ -26,6 +26,7 @@ use crate::fabric::{FabricError, NodeId, RegionId, RegionSpec, VerbsHandshakeFai
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 const MAGIC: [u8; 8] = *b"NESSIEvb";
@@ -444,7 +445,9 @@ pub(super) fn exchange(
 /// Serves peers' hellos on `listener` until every other node has been
 /// accepted once, `deadline` passes or `stop` is set. `accept` turns a
 /// checked hello into this node's accept (creating and connecting the
-/// responder queue pairs); its results are returned, one per peer.
+/// responder queue pairs); its results are returned, one per peer. Why a
+/// hello was refused is recorded in `refused` under the node it claimed to
+/// come from.
 ///
 /// # Errors
 /// For a peer that never completed a handshake: the last reason it was
@@ -456,12 +459,12 @@ pub(super) fn serve<T>(
     peers: &[String],
     deadline: Instant,
     stop: &AtomicBool,
+    refused: &Mutex<Vec<Option<VerbsHandshakeFailure>>>,
     mut accept: impl FnMut(&Hello) -> Result<(Hello, T), FabricError>,
 ) -> Result<Vec<(NodeId, T)>, FabricError> {
     let started = Instant::now();
     let nodes = expect.nodes;
     let mut served: Vec<(NodeId, T)> = Vec::new();
-    let mut refused: Vec<Option<VerbsHandshakeFailure>> = (0..nodes).map(|_| None).collect();
     let done = |served: &Vec<(NodeId, T)>| {
         (0..nodes)
             .filter(|&n| n != expect.me)
@@ -478,8 +481,9 @@ pub(super) fn serve<T>(
             let missing = (0..nodes)
                 .find(|&n| n != expect.me && !served.iter().any(|(s, _)| *s == n))
                 .unwrap_or(expect.me);
-            let reason = refused[missing]
-                .take()
+            let reason = lock(refused)
+                .get_mut(missing)
+                .and_then(Option::take)
                 .unwrap_or(VerbsHandshakeFailure::NotConnected(started.elapsed()));
             return Err(FabricError::VerbsHandshake {
                 node: missing,
@@ -515,9 +519,10 @@ pub(super) fn serve<T>(
         if let Err(reason) = check(&hello, expect, None) {
             tracing::warn!(from = hello.from, %reason, "refused a verbs handshake");
             let _ = stream.write_all(&Message::Refuse(reason.clone_shallow()).encode());
+            let mut record = lock(refused);
             if let Some(slot) = usize::try_from(hello.from)
                 .ok()
-                .and_then(|n| refused.get_mut(n))
+                .and_then(|n| record.get_mut(n))
             {
                 *slot = Some(reason);
             }
@@ -529,6 +534,11 @@ pub(super) fn serve<T>(
         }
     }
     Ok(served)
+}
+
+/// The refusal record, usable even if a thread panicked holding it.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl VerbsHandshakeFailure {

@@ -312,22 +312,31 @@ impl VerbsFabric {
             regions: own_table.clone(),
         };
         let stop = AtomicBool::new(false);
+        let refused = Mutex::new((0..nodes).map(|_| None).collect::<Vec<_>>());
         let (served, replies) = std::thread::scope(|s| {
             let device = &fabric.device;
             let idle_cq = &fabric.idle_cq;
             let server = s.spawn(|| {
-                handshake::serve(listener, &expect, &options.peers, deadline, &stop, |peer| {
-                    let from = peer.from as NodeId;
-                    let mut qps = Vec::with_capacity(peer.qps.len());
-                    let mut mine = Vec::with_capacity(peer.qps.len());
-                    for &remote in &peer.qps {
-                        let (mut qp, info) = device.qp(idle_cq, 1)?;
-                        device.connect(&mut qp, info, remote, &peer.address, from)?;
-                        qps.push(qp);
-                        mine.push(info);
-                    }
-                    Ok((hello(from, mine), qps))
-                })
+                handshake::serve(
+                    listener,
+                    &expect,
+                    &options.peers,
+                    deadline,
+                    &stop,
+                    &refused,
+                    |peer| {
+                        let from = peer.from as NodeId;
+                        let mut qps = Vec::with_capacity(peer.qps.len());
+                        let mut mine = Vec::with_capacity(peer.qps.len());
+                        for &remote in &peer.qps {
+                            let (mut qp, info) = device.qp(idle_cq, 1)?;
+                            device.connect(&mut qp, info, remote, &peer.address, from)?;
+                            qps.push(qp);
+                            mine.push(info);
+                        }
+                        Ok((hello(from, mine), qps))
+                    },
+                )
             });
             let mut replies = Vec::new();
             let mut failed = None;
@@ -343,7 +352,7 @@ impl VerbsFabric {
                 ) {
                     Ok(reply) => replies.push((peer, reply)),
                     Err(e) => {
-                        failed = Some(e);
+                        failed = Some(prefer_refusal(e, &refused));
                         stop.store(true, Ordering::Relaxed);
                         break;
                     }
@@ -542,6 +551,30 @@ impl Fabric for VerbsFabric {
 
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.execute(batch)
+    }
+}
+
+/// A handshake that failed on the way (unreachable, broken connection)
+/// while that peer's own hello was refused here: the refusal says more.
+fn prefer_refusal(
+    e: FabricError,
+    refused: &Mutex<Vec<Option<crate::fabric::VerbsHandshakeFailure>>>,
+) -> FabricError {
+    use crate::fabric::VerbsHandshakeFailure as F;
+    match e {
+        FabricError::VerbsHandshake { node, addr, reason }
+            if matches!(reason, F::Io(_) | F::NotConnected(_)) =>
+        {
+            let recorded = handshake::lock(refused)
+                .get_mut(node)
+                .and_then(Option::take);
+            FabricError::VerbsHandshake {
+                node,
+                addr,
+                reason: recorded.unwrap_or(reason),
+            }
+        }
+        other => other,
     }
 }
 
