@@ -12,7 +12,7 @@
 #![cfg(feature = "verbs")]
 
 use nessie::fabric::{
-    Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions, Verb,
+    Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions, Verb, VerbCounts,
     VerbsFabric, VerbsHandshakeFailure, VerbsOptions, DEFAULT_LANES,
 };
 use nessie::{store_regions, Config, Node, Stats};
@@ -266,17 +266,37 @@ fn large_batches_are_split_and_large_verbs_staged() {
         nodes: 2,
         regions: vec![RegionSpec {
             id: RegionId::data(0),
-            len: 4 << 20,
+            len: 8 << 20,
         }],
     };
     let views = open_cluster(&spec);
-    // A 3 MiB WRITE and READ (more than the initial staging buffer).
-    let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    // A 6 MiB WRITE and READ: split into 1 MiB work requests, staged in two
+    // chunks.
+    let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i % 251) as u8).collect();
     let at = RemoteAddr::new(1, RegionId::data(0), 8);
     views[0].write(at, &big).expect("big WRITE");
     let mut back = vec![0u8; big.len()];
     views[0].read(at, &mut back).expect("big READ");
     assert!(back == big, "big READ returns the big WRITE");
+    // A split READ and a CAS in one batch: the CAS result comes back too.
+    let mut part = vec![0u8; 2 << 20];
+    let word = RemoteAddr::new(0, RegionId::data(0), 0);
+    let mut mixed = [
+        Verb::Read {
+            addr: at,
+            buf: &mut part,
+        },
+        Verb::Cas {
+            addr: word,
+            expected: 0,
+            new: 42,
+            old: 7,
+        },
+    ];
+    views[1].post(&mut mixed).expect("mixed batch");
+    assert!(matches!(mixed[1], Verb::Cas { old: 0, .. }));
+    assert!(part[..] == big[..2 << 20]);
+    assert_eq!(views[1].cas(word, 42, 0).unwrap(), 42);
     // 200 verbs in one batch: several chunks, both nodes.
     let mut bufs = vec![[0u8; 8]; 100];
     let mut batch: Vec<Verb<'_>> = Vec::new();
@@ -288,7 +308,7 @@ fn large_batches_are_split_and_large_verbs_staged() {
     }
     for i in 0..100u64 {
         batch.push(Verb::Cas {
-            addr: RemoteAddr::new((i % 2) as usize, RegionId::data(0), (4 << 20) - 8 * (1 + i)),
+            addr: RemoteAddr::new((i % 2) as usize, RegionId::data(0), (8 << 20) - 8 * (1 + i)),
             expected: 0,
             new: i + 1,
             old: 99,
@@ -311,7 +331,7 @@ fn large_batches_are_split_and_large_verbs_staged() {
         let mut w = [0u8; 8];
         views[0]
             .read(
-                RemoteAddr::new((i % 2) as usize, RegionId::data(0), (4 << 20) - 8 * (1 + i)),
+                RemoteAddr::new((i % 2) as usize, RegionId::data(0), (8 << 20) - 8 * (1 + i)),
                 &mut w,
             )
             .unwrap();
@@ -330,11 +350,26 @@ fn store_config(cluster: &str) -> Config {
     }
 }
 
-/// Runs the same operations on two three-node clusters (node 0 writes and
-/// reads, node 1 reads) and returns each client's statistics.
-fn scripted_ops(nodes: &[Node]) -> (Stats, Stats) {
+/// What [`scripted_ops`] measured: each client's statistics, and the verbs
+/// of one PUT of a new key (node 0) and one GET of it (node 1, remote).
+struct Measured {
+    a: Stats,
+    b: Stats,
+    one_put: VerbCounts,
+    one_get: VerbCounts,
+}
+
+/// Runs the same operations on a three-node cluster: node 0 writes and
+/// reads, node 1 reads.
+fn scripted_ops(nodes: &[Node]) -> Measured {
     let mut a = nodes[0].client().unwrap();
     let mut b = nodes[1].client().unwrap();
+    let before = a.stats().put.verbs;
+    a.put(b"verbs-count-first", &[7u8; 1000]).unwrap();
+    let one_put = a.stats().put.verbs - before;
+    let before = b.stats().get.verbs;
+    assert_eq!(b.get(b"verbs-count-first").unwrap(), Some(vec![7u8; 1000]));
+    let one_get = b.stats().get.verbs - before;
     for i in 0..8 {
         let key = format!("verbs-count-{i}");
         a.put(key.as_bytes(), &vec![i as u8; 100 + 1000 * i])
@@ -352,7 +387,25 @@ fn scripted_ops(nodes: &[Node]) -> (Stats, Stats) {
     }
     assert!(a.delete(b"verbs-count-3").unwrap());
     assert_eq!(b.get(b"verbs-count-3").unwrap(), None);
-    (a.stats(), b.stats())
+    Measured {
+        a: a.stats(),
+        b: b.stats(),
+        one_put,
+        one_get,
+    }
+}
+
+fn show(c: &VerbCounts) -> String {
+    format!(
+        "{} READ, {} WRITE, {} CAS, {} B, {} round trips ({} local, {} remote verbs)",
+        c.reads,
+        c.writes,
+        c.cas,
+        c.bytes(),
+        c.round_trips,
+        c.local,
+        c.remote
+    )
 }
 
 #[test]
@@ -396,27 +449,24 @@ fn store_on_verbs_issues_the_same_verbs_as_on_shm() {
         .collect();
     let on_shm = scripted_ops(&shm_nodes);
 
+    assert_eq!(on_verbs.one_put, on_shm.one_put, "one PUT");
+    assert_eq!(on_verbs.one_get, on_shm.one_get, "one GET");
     for (who, v, s) in [
-        ("node 0", on_verbs.0, on_shm.0),
-        ("node 1", on_verbs.1, on_shm.1),
+        ("node 0", on_verbs.a, on_shm.a),
+        ("node 1", on_verbs.b, on_shm.b),
     ] {
         assert_eq!(v.get.verbs, s.get.verbs, "{who}: GET verbs");
         assert_eq!(v.put.verbs, s.put.verbs, "{who}: PUT verbs");
         assert_eq!(v.delete.verbs, s.delete.verbs, "{who}: DELETE verbs");
-        for (kind, o) in [("GET", v.get), ("PUT", v.put)] {
-            let c = o.verbs;
-            let per = |x: u64| x as f64 / o.ops.max(1) as f64;
-            println!(
-                "VERB-COUNTS {who} {kind} on verbs and shm alike: {} ops; per op {:.2} READ, {:.2} WRITE, {:.2} CAS, {:.1} bytes, {:.2} round trips",
-                o.ops,
-                per(c.reads),
-                per(c.writes),
-                per(c.cas),
-                per(c.bytes()),
-                per(c.round_trips),
-            );
-        }
     }
+    println!(
+        "VERB-COUNTS one PUT of a new 1000 B value from node 0, on verbs and on shm: {}",
+        show(&on_verbs.one_put)
+    );
+    println!(
+        "VERB-COUNTS one GET of it from node 1, on verbs and on shm: {}",
+        show(&on_verbs.one_get)
+    );
 }
 
 fn median_us(mut samples: Vec<Duration>) -> f64 {

@@ -141,7 +141,8 @@ fn op_name(verb: &Verb<'_>) -> &'static str {
     }
 }
 
-fn verb_len(verb: &Verb<'_>) -> usize {
+/// Bytes a verb moves (a CAS moves one word).
+pub(super) fn verb_len(verb: &Verb<'_>) -> usize {
     match verb {
         Verb::Read { buf, .. } => buf.len(),
         Verb::Write { data, .. } => data.len(),

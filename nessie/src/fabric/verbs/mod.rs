@@ -50,7 +50,7 @@ mod lane;
 
 use self::device::{Device, QpInfo};
 use self::handshake::{Expect, Hello};
-use self::lane::{Lane, CHUNK};
+use self::lane::{verb_len, Lane, CHUNK};
 use super::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr, Verb, VerbsFailure};
 use crate::layout::{FORMAT_VERSION, WORD};
 use memmap2::{MmapMut, MmapRaw};
@@ -170,6 +170,12 @@ fn thread_number() -> usize {
         })
     })
 }
+
+/// Longest READ or WRITE posted as one work request; longer ones are split
+/// (NICs limit a message to 1 or 2 GiB, and the staging buffer stays small).
+const PIECE: usize = 1 << 20;
+/// Bytes one chunk of a batch stages at most (unless one piece is larger).
+const STAGING_CAP: usize = 4 << 20;
 
 /// The word CAS'd by the byte-order self-test at open.
 const SELF_TEST: u64 = 0x0123_4567_89ab_cdef;
@@ -490,25 +496,94 @@ impl VerbsFabric {
         })
     }
 
-    /// Checks every verb of `batch`, then runs it on one lane.
+    /// Checks every verb of `batch`, then runs it on one lane: READs and
+    /// WRITEs longer than [`PIECE`] as several work requests (a READ of
+    /// many words is not atomic anyway), in chunks of at most [`CHUNK`]
+    /// work requests and [`STAGING_CAP`] bytes (or one larger piece).
     fn execute(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-        let targets = batch
-            .iter()
-            .map(|verb| {
-                let len = match verb {
-                    Verb::Read { buf, .. } => buf.len(),
-                    Verb::Write { data, .. } => data.len(),
-                    Verb::Cas { .. } => WORD,
-                };
-                self.resolve(verb.addr(), len)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        for verb in batch.iter() {
+            self.resolve(verb.addr(), verb_len(verb))?;
+        }
         if batch.is_empty() {
             return Ok(());
         }
+        if batch.iter().all(|v| verb_len(v) <= PIECE) {
+            return self.run_checked(batch);
+        }
+        let mut pieces: Vec<Verb<'_>> = Vec::new();
+        for verb in batch.iter_mut() {
+            match verb {
+                Verb::Read { addr, buf } => {
+                    for (k, part) in buf.chunks_mut(PIECE).enumerate() {
+                        pieces.push(Verb::Read {
+                            addr: addr.add((k * PIECE) as u64),
+                            buf: part,
+                        });
+                    }
+                }
+                Verb::Write { addr, data } => {
+                    for (k, part) in data.chunks(PIECE).enumerate() {
+                        pieces.push(Verb::Write {
+                            addr: addr.add((k * PIECE) as u64),
+                            data: part,
+                        });
+                    }
+                }
+                Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                    ..
+                } => pieces.push(Verb::Cas {
+                    addr: *addr,
+                    expected: *expected,
+                    new: *new,
+                    old: 0,
+                }),
+            }
+        }
+        self.run_checked(&mut pieces)?;
+        let olds: Vec<u64> = pieces
+            .iter()
+            .filter_map(|v| match v {
+                Verb::Cas { old, .. } => Some(*old),
+                _ => None,
+            })
+            .collect();
+        drop(pieces);
+        let cases = batch.iter_mut().filter_map(|v| match v {
+            Verb::Cas { old, .. } => Some(old),
+            _ => None,
+        });
+        for (old, value) in cases.zip(olds) {
+            *old = value;
+        }
+        Ok(())
+    }
+
+    /// Runs checked verbs of at most [`PIECE`] bytes on one lane, chunk by
+    /// chunk.
+    fn run_checked(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        let targets = batch
+            .iter()
+            .map(|verb| self.resolve(verb.addr(), verb_len(verb)))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut lane = self.lane();
-        for (chunk, targets) in batch.chunks_mut(CHUNK).zip(targets.chunks(CHUNK)) {
-            lane.run(&self.device, chunk, targets)?;
+        let (mut rest, mut rest_targets) = (batch, &targets[..]);
+        while !rest.is_empty() {
+            let (mut n, mut bytes) = (0, 0);
+            while n < rest.len() && n < CHUNK {
+                let len = verb_len(&rest[n]);
+                if n > 0 && bytes + len > STAGING_CAP {
+                    break;
+                }
+                bytes += len;
+                n += 1;
+            }
+            let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            lane.run(&self.device, chunk, &rest_targets[..n])?;
+            rest = tail;
+            rest_targets = &rest_targets[n..];
         }
         Ok(())
     }
