@@ -174,13 +174,16 @@ pub fn sweep_stale_shm() {
     };
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.split("bench-").nth(1) else {
+        // Exactly `nessie-bench-<pid>-<n>`, the names `run` gives clusters.
+        let Some(rest) = name.strip_prefix("nessie-bench-") else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        let parts: Vec<&str> = rest.split('-').collect();
+        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if parts.len() != 2 || !parts.iter().all(|p| numeric(p)) {
             continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        }
+        if !Path::new(&format!("/proc/{}", parts[0])).exists() {
             remove_path(&entry.path());
         }
     }
@@ -637,6 +640,20 @@ mod tests {
         while spin.elapsed() < Duration::from_millis(30) {}
         let cpu = process_cpu_secs(std::process::id()).unwrap();
         assert!(cpu > 0.0);
+    }
+
+    #[test]
+    fn stale_clusters_of_dead_harnesses_are_swept() {
+        // No process has a pid above pid_max (at most 2^22).
+        let dead = Path::new("/dev/shm/nessie-bench-99999999-7");
+        let other = Path::new("/dev/shm/nessie-bench-sd-99999999");
+        std::fs::create_dir_all(dead).unwrap();
+        std::fs::create_dir_all(other).unwrap();
+        sweep_stale_shm();
+        let (dead_left, other_left) = (dead.exists(), other.exists());
+        let _ = std::fs::remove_dir_all(other);
+        assert!(!dead_left, "a dead harness's cluster is removed");
+        assert!(other_left, "names the harness does not make are left alone");
     }
 
     #[test]

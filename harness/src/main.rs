@@ -13,7 +13,7 @@ use harness::{cluster, HarnessError};
 /// Benchmarks for Nessie (CD) and its server-driven (SD) and hybrid (HY)
 /// baselines: each subcommand reproduces one experiment of the paper on a
 /// cluster of node processes on this host. Reports go to
-/// results/<subcommand>-<timestamp>/ (results.json, CSV, SVG/PNG, report.md).
+/// `results/<subcommand>-<timestamp>/` (results.json, CSV, SVG/PNG, report.md).
 #[derive(Debug, Parser)]
 #[command(name = "nessie-bench", version)]
 struct Cli {

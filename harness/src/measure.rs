@@ -6,7 +6,7 @@
 //! successes, errors and misses. A node merges its workers' recorders into a
 //! [`NodeReport`], which travels to the harness as one JSON line with the
 //! histograms in HdrHistogram V2 encoding (hex). The harness merges the
-//! nodes' reports into a [`RunResult`]: throughput, goodput, latency
+//! nodes' reports into a [`RunFigures`]: throughput, goodput, latency
 //! percentiles, verbs and bytes per operation and CPU time per operation.
 
 use crate::error::{HarnessError, Result};
@@ -410,6 +410,59 @@ impl Merged {
     }
 }
 
+/// One node's share of a run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeFigures {
+    /// Node id.
+    pub node: usize,
+    /// Successful operations per second issued by this node's workers.
+    pub throughput_ops_s: f64,
+    /// Failed operations.
+    pub errors: u64,
+    /// CPU seconds of the node process over the measured phase.
+    pub cpu_s: f64,
+    /// CPU µs of this process per operation its workers completed.
+    pub cpu_us_per_op: f64,
+    /// Median GET latency of its workers, µs.
+    pub get_p50_us: f64,
+    /// 99th percentile GET latency of its workers, µs.
+    pub get_p99_us: f64,
+    /// Seconds its preload took.
+    pub preload_s: f64,
+}
+
+impl NodeFigures {
+    fn of(r: &NodeReport) -> Self {
+        let ok = r.get.ok + r.put.ok;
+        let h = &r.get.latency_ns.0;
+        let q = |q: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                h.value_at_quantile(q) as f64 / 1e3
+            }
+        };
+        NodeFigures {
+            node: r.node,
+            throughput_ops_s: if r.elapsed_s > 0.0 {
+                ok as f64 / r.elapsed_s
+            } else {
+                0.0
+            },
+            errors: r.get.errors + r.put.errors,
+            cpu_s: r.cpu_s,
+            cpu_us_per_op: if ok == 0 {
+                0.0
+            } else {
+                r.cpu_s * 1e6 / ok as f64
+            },
+            get_p50_us: q(0.5),
+            get_p99_us: q(0.99),
+            preload_s: r.preload.secs,
+        }
+    }
+}
+
 /// The figures of one run, as written to results.json.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunFigures {
@@ -443,6 +496,8 @@ pub struct RunFigures {
     pub late_ops: u64,
     /// Error messages and counts, all nodes.
     pub errors: BTreeMap<String, u64>,
+    /// Each node's share.
+    pub nodes: Vec<NodeFigures>,
 }
 
 /// Merges node reports into a run's figures.
@@ -505,6 +560,7 @@ pub fn summarize(
         preload_errors: reports.iter().map(|r| r.preload.errors).sum(),
         late_ops: reports.iter().map(|r| r.late).sum(),
         errors,
+        nodes: reports.iter().map(NodeFigures::of).collect(),
     };
     Ok((figures, merged))
 }
@@ -566,6 +622,9 @@ mod tests {
         assert!((f.cpu_us_per_op - 10_000.0).abs() < 1e-6);
         assert_eq!(merged.get.verbs.cdf(), vec![(2.0, 1.0)]);
         assert!((f.get.p50_us - 10.0).abs() < 0.1);
+        assert_eq!(f.nodes.len(), 3);
+        assert!((f.nodes[2].throughput_ops_s - 50.0).abs() < 1e-9);
+        assert!((f.nodes[2].cpu_us_per_op - 10_000.0).abs() < 1e-6);
     }
 
     #[test]

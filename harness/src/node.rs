@@ -134,6 +134,9 @@ impl Commands {
 }
 
 fn run(args: &NodeArgs) -> Result<()> {
+    // Open-loop workers sleep between arrivals: make those sleeps precise
+    // (the default timer slack adds 50 µs).
+    let _ = nix::sys::prctl::set_timerslack(1_000);
     let config = Config::from_file(&args.config)?;
     let text = std::fs::read(&args.spec).map_err(HarnessError::io("reading", &args.spec))?;
     let spec: RunSpec = serde_json::from_slice(&text)?;
@@ -357,9 +360,13 @@ fn stamp(value: &mut [u8], index: u64, version: u64) {
     value[..n].copy_from_slice(&stamp[..n]);
 }
 
-/// Sleeps (open loop: idle workers should not burn CPU) until `at`; false
-/// if told to stop meanwhile.
+/// Sleeps until `at` (open loop: idle workers must not burn CPU, or the
+/// energy experiment measures the harness), spinning only for the last few
+/// microseconds; false if told to stop meanwhile. Arrival times are
+/// absolute, so a late wake-up shortens the next wait and the offered rate
+/// holds on average.
 fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
+    const SPIN: Duration = Duration::from_micros(20);
     loop {
         if stop.load(Ordering::Relaxed) {
             return false;
@@ -369,10 +376,10 @@ fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
             return true;
         }
         let left = at - now;
-        if left > Duration::from_micros(200) {
-            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(50)));
+        if left > SPIN {
+            std::thread::sleep((left - SPIN / 2).min(Duration::from_millis(50)));
         } else {
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
 }

@@ -15,6 +15,11 @@ use std::time::Duration;
 /// use an index table load factor of 0.4").
 pub const PAPER_LOAD_FACTOR: f64 = 0.4;
 
+/// Cache capacity as a share of all keys, per node (§6: "a cache size that
+/// is able to accommodate data for 0.5% of the total number keys on each
+/// node").
+pub const PAPER_CACHE_SHARE: f64 = 0.005;
+
 /// Expiry-gated slot reuse: a replaced DTE slot comes back only `expiry`
 /// (+ skew, + the recycler's period) after it was unlinked, so the data
 /// tables need room for every PUT of that window; this many times `expiry`.
@@ -132,6 +137,14 @@ impl RunSpec {
                 self.load_factor
             ));
         }
+        if self.system.has_server_workers() && self.clients_per_node > nessie_sd::CLIENT_SLOTS {
+            return bad(format!(
+                "{} client workers per node: {} allows at most {}",
+                self.clients_per_node,
+                self.system,
+                nessie_sd::CLIENT_SLOTS
+            ));
+        }
         if let Load::Open { ops_per_sec } = self.load {
             if !(ops_per_sec.is_finite() && ops_per_sec > 0.0) {
                 return bad(format!("open-loop rate {ops_per_sec}/s is not positive"));
@@ -148,7 +161,8 @@ impl RunSpec {
 
     /// The store configuration of this run for cluster `cluster`: shm fabric
     /// under `/dev/shm/nessie-<cluster>`, tables sized so the run cannot
-    /// fill them (see [`size_tables`]).
+    /// fill them (see [`size_tables`]), and the paper's cache size (0.5 % of
+    /// the keys per node, split among the node's clients).
     ///
     /// # Errors
     /// [`HarnessError::Store`] if the sized configuration is invalid (e.g.
@@ -167,6 +181,9 @@ impl RunSpec {
             ..Config::default()
         };
         size_tables(&mut c, &self.workload, self.nodes, self.load_factor);
+        // The store's cache is per client; the paper's is per node.
+        let per_node = (self.workload.keys as f64 * PAPER_CACHE_SHARE).ceil();
+        c.cache_entries = ((per_node / self.clients_per_node as f64).ceil() as usize).max(1);
         c.validate()?;
         Ok(c)
     }
@@ -179,7 +196,7 @@ impl RunSpec {
 /// * Data, in the value's size class: room for twice the node's share of
 ///   live keys (a CD PUT moves the key's entry to the writer's node, and SD
 ///   homes keys by hash, so shares vary), plus every PUT of
-///   [`PUT_WINDOW_EXPIRIES`] × `expiry` at the highest rate a node could
+///   `PUT_WINDOW_EXPIRIES` × `expiry` at the highest rate a node could
 ///   reach, since replaced slots return only after `expiry`; then a third
 ///   more, because the recycler scans only once a class is three quarters
 ///   used. No roomier than that: the store hands out fresh slots before
@@ -220,6 +237,7 @@ mod tests {
             assert!(c.class_slots(class) >= 2 * 5000 / 3, "{value_size}");
             assert!(c.index_slots_per_node * 3 >= (5000.0 / 0.4) as usize);
             assert_eq!(c.shm_dir(), PathBuf::from("/dev/shm/nessie-bench-test"));
+            assert_eq!(c.cache_entries, 13, "0.5 % of 5000 keys over 2 clients");
         }
     }
 

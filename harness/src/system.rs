@@ -103,7 +103,7 @@ impl System {
         };
         match self {
             System::Cd => Ok(()),
-            System::Sd => missing("the nessie-sd crate is not in this build yet"),
+            System::Sd => Ok(()),
             System::Hy => missing("the nessie-hy crate is not in this build yet"),
             System::Redis | System::Memcached => peers::check_installed(self),
             System::Null => Ok(()),
@@ -142,7 +142,11 @@ pub fn start_node(
             config.clone(),
             node_id,
         )?))),
-        System::Sd | System::Hy => Err(HarnessError::NotAvailable {
+        System::Sd => Ok(Box::new(SdNode(nessie_sd::Node::start(
+            config.clone(),
+            node_id,
+        )?))),
+        System::Hy => Err(HarnessError::NotAvailable {
             system,
             why: "not wired into this build".into(),
         }),
@@ -161,6 +165,17 @@ pub fn start_node(
 struct CdNode(nessie::Node);
 
 impl NodeHandle for CdNode {
+    fn client(&self) -> Result<Box<dyn KvClient>> {
+        Ok(Box::new(self.0.client()?))
+    }
+}
+
+/// A node of the server-driven baseline (its server workers run while it
+/// lives).
+#[derive(Debug)]
+struct SdNode(nessie_sd::Node);
+
+impl NodeHandle for SdNode {
     fn client(&self) -> Result<Box<dyn KvClient>> {
         Ok(Box::new(self.0.client()?))
     }

@@ -71,7 +71,15 @@ fn compare_quick_measures_every_available_system() {
     let dir = tmp.path().join("compare");
     let started = Instant::now();
     let (out, pid) = run(
-        &["compare", "--quick", "--duration-ms", "300", "--json"],
+        &[
+            "compare",
+            "--quick",
+            "--duration-ms",
+            "300",
+            "--keys",
+            "600",
+            "--json",
+        ],
         &dir,
         &[],
     );

@@ -86,7 +86,29 @@ pub enum FabricConfig {
         #[serde(default)]
         dir: Option<PathBuf>,
     },
+    /// One process per node on any hosts; verbs travel over TCP to a
+    /// software NIC in each node (see [`crate::fabric::TcpFabric`]).
+    Tcp {
+        /// `host:port` of every node, indexed by node id; a node listens on
+        /// its own entry.
+        peers: Vec<String>,
+        /// Cluster secret: every connection proves both sides know it
+        /// (HMAC-SHA256 challenge–response). Use 16 bytes or more of
+        /// randomness.
+        secret: String,
+        /// Connections a node opens to each peer at most (so worker threads
+        /// a node runs per peer).
+        #[serde(default = "default_tcp_threads")]
+        threads: usize,
+    },
 }
+
+fn default_tcp_threads() -> usize {
+    4
+}
+
+/// Secrets shorter than this get a warning.
+const SHORT_SECRET: usize = 16;
 
 /// Configuration of a cluster. Every process of a cluster must use the same
 /// values (region sizes are checked when peers attach).
@@ -170,6 +192,13 @@ mod millis {
     }
 }
 
+/// Whether users other than the owner may read the file at `path`.
+#[must_use]
+pub(crate) fn readable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o044 != 0)
+}
+
 fn bad(msg: String) -> Error {
     Error::Config(msg)
 }
@@ -192,10 +221,23 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, Error> {
         let text =
             std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let config = Self::from_toml(&text).map_err(|e| match e {
             Error::Config(m) => bad(format!("{}: {m}", path.display())),
             other => other,
-        })
+        })?;
+        if config.has_secret() && readable_by_others(path) {
+            tracing::warn!(
+                "{}: holds the cluster secret but is readable by other users (chmod 600 it)",
+                path.display()
+            );
+        }
+        Ok(config)
+    }
+
+    /// Whether the configuration carries a secret (the `tcp` fabric's).
+    #[must_use]
+    pub fn has_secret(&self) -> bool {
+        matches!(&self.fabric, FabricConfig::Tcp { secret, .. } if !secret.is_empty())
     }
 
     /// The configuration as TOML.
@@ -280,6 +322,7 @@ impl Config {
                 self.value_size_max
             )));
         }
+        self.validate_fabric()?;
         let classes = self.size_classes();
         if classes.len() > ite::MAX_CLASSES {
             return Err(bad(format!(
@@ -302,7 +345,57 @@ impl Config {
                 )));
             }
         }
-        self.validate_verbs()
+        Ok(())
+    }
+
+    fn validate_fabric(&self) -> Result<(), Error> {
+        let (peers, secret, threads) = match &self.fabric {
+            FabricConfig::Verbs { peers, .. } => return self.validate_peers(peers),
+            FabricConfig::Tcp {
+                peers,
+                secret,
+                threads,
+            } => (peers, secret, threads),
+            FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
+        };
+        self.validate_peers(peers)?;
+        if secret.is_empty() {
+            return Err(bad("fabric.secret must not be empty".into()));
+        }
+        if secret.len() < SHORT_SECRET {
+            tracing::warn!(
+                "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
+                secret.len()
+            );
+        }
+        if *threads == 0 || *threads > 1024 {
+            return Err(bad(format!(
+                "fabric.threads = {threads} must be between 1 and 1024"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One `host:port` per node (`tcp` and `verbs` fabrics).
+    fn validate_peers(&self, peers: &[String]) -> Result<(), Error> {
+        if peers.len() != self.nodes {
+            return Err(bad(format!(
+                "fabric.peers lists {} addresses for {} nodes",
+                peers.len(),
+                self.nodes
+            )));
+        }
+        for (node, peer) in peers.iter().enumerate() {
+            let port = peer
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                return Err(bad(format!(
+                    "fabric.peers[{node}] = {peer:?} is not host:port"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Value capacities of the size classes: powers of two from
@@ -359,31 +452,6 @@ impl Config {
             FabricConfig::Shm { dir: Some(dir) } => dir.clone(),
             _ => PathBuf::from(format!("/dev/shm/nessie-{}", self.cluster)),
         }
-    }
-
-    /// Checks the `verbs` fabric's peer list: one `host:port` per node.
-    fn validate_verbs(&self) -> Result<(), Error> {
-        let FabricConfig::Verbs { peers, .. } = &self.fabric else {
-            return Ok(());
-        };
-        if peers.len() != self.nodes {
-            return Err(bad(format!(
-                "fabric.peers lists {} addresses for {} nodes",
-                peers.len(),
-                self.nodes
-            )));
-        }
-        for (node, peer) in peers.iter().enumerate() {
-            let ok = peer
-                .rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-            if !ok {
-                return Err(bad(format!(
-                    "fabric.peers[{node}] = {peer:?} is not host:port"
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// A 64-bit identity of the cluster, derived from its name.
@@ -458,6 +526,72 @@ mod tests {
             let m = msg(&c);
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
+    }
+
+    #[test]
+    fn tcp_fabric_is_parsed_and_checked() {
+        let c = Config::from_toml(
+            "nodes = 2\n[fabric]\nkind = \"tcp\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\nsecret = \"0123456789abcdef\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.fabric,
+            FabricConfig::Tcp {
+                peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                secret: "0123456789abcdef".into(),
+                threads: 4,
+            }
+        );
+        let tcp = |peers: &[&str], secret: &str, threads| Config {
+            nodes: 2,
+            fabric: FabricConfig::Tcp {
+                peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                secret: secret.into(),
+                threads,
+            },
+            ..Config::default()
+        };
+        for (c, field) in [
+            (tcp(&["a:1"], "s", 1), "fabric.peers"),
+            (tcp(&["a:1", "b"], "s", 1), "fabric.peers[1]"),
+            (tcp(&["a:1", "b:99999"], "s", 1), "fabric.peers[1]"),
+            (tcp(&["a:1", "b:2"], "", 1), "fabric.secret"),
+            (tcp(&["a:1", "b:2"], "s", 0), "fabric.threads"),
+        ] {
+            let m = msg(&c);
+            assert!(m.contains(field), "message {m:?} should name {field}");
+        }
+        tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
+    }
+
+    #[test]
+    fn secrets_in_world_readable_files_are_noticed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        let config = Config {
+            fabric: FabricConfig::Tcp {
+                peers: vec![
+                    "127.0.0.1:1".into(),
+                    "127.0.0.1:2".into(),
+                    "127.0.0.1:3".into(),
+                ],
+                secret: "s3cret-s3cret-s3cret".into(),
+                threads: 2,
+            },
+            ..Config::default()
+        };
+        std::fs::write(&path, config.to_toml().unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(config.has_secret() && readable_by_others(&path));
+        assert_eq!(
+            Config::from_file(&path).unwrap(),
+            config,
+            "a warning, not an error"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(!readable_by_others(&path));
+        assert!(!Config::default().has_secret());
     }
 
     #[test]

@@ -30,11 +30,14 @@
 //! * [`fabric`] — the only way to touch another node's memory: a [`fabric::Fabric`]
 //!   executes READ, WRITE and CAS on registered regions, singly or as a batch;
 //!   an [`fabric::Endpoint`] counts what one client issues. Backends:
-//!   [`fabric::LocalFabric`] (all nodes in one process) and
-//!   [`fabric::ShmFabric`] (one process per node, regions in shared files).
-//! * [`layout`] — every byte layout in remote memory: index entries
-//!   ([`layout::Ite`]), data entries ([`layout::DteHeader`]) and region file
-//!   headers, little-endian, field widths checked at compile time.
+//!   [`fabric::LocalFabric`] (all nodes in one process),
+//!   [`fabric::ShmFabric`] (one process per node, regions in shared files)
+//!   and [`fabric::TcpFabric`] (one process per node on any hosts: a
+//!   software NIC serving verbs over authenticated TCP connections).
+//! * [`layout`] — every byte layout in remote memory or on the wire: index
+//!   entries ([`layout::Ite`]), data entries ([`layout::DteHeader`]), region
+//!   file headers and the tcp fabric's frames ([`layout::frame`]),
+//!   little-endian, field widths checked at compile time.
 //! * [`index`] — where a key may live: `H` candidate slots over all nodes'
 //!   index tables, and filter bits.
 //! * [`data`] — size classes, per-node slot allocation, expiry-gated reuse and

@@ -1,17 +1,18 @@
-//! One process's node of a multi-process cluster (the `shm` fabric).
+//! One process's node of a multi-process cluster (the `shm` or `tcp` fabric).
 
 use crate::client::Client;
 use crate::clock::{Clock, WallClock};
 use crate::cluster::recycle_period;
 use crate::data::Recycler;
-use crate::fabric::{Fabric, NodeId, ShmFabric, ShmOptions};
+use crate::fabric::{Fabric, NodeId, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
 use crate::store::{store_regions, Shared};
 use crate::watch::ClockWatch;
 use crate::{Config, Error, FabricConfig};
 use std::sync::Arc;
 
-/// This process's node: it owns an index table and data tables in shared
-/// memory, maps every peer's, and hands out clients.
+/// This process's node: it owns an index table and data tables (in shared
+/// memory on `shm`, in its heap behind a verb service on `tcp`), reaches
+/// every peer's, and hands out clients.
 #[derive(Debug)]
 pub struct Node {
     shared: Arc<Shared>,
@@ -22,13 +23,17 @@ pub struct Node {
 
 impl Node {
     /// Creates this node's regions on the fabric named by `config.fabric`
-    /// (`shm`), waits for every peer's (up to `attach_timeout`) and starts
-    /// the recycler. Nodes may start in any order.
+    /// (`shm`, `tcp` or `verbs`), waits for every peer (up to
+    /// `attach_timeout`) and starts the recycler. Nodes may start in any
+    /// order. On `tcp` and `verbs` the node listens on `peers[node_id]` and
+    /// connects to every other entry.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, a node id out of
-    /// range or a fabric other than `shm`; [`Error::Fabric`] when a peer's
-    /// region is missing, of another cluster, version or size.
+    /// range, the `local` fabric, or `verbs` in a build without the `verbs`
+    /// feature; [`Error::Fabric`] when a peer's region
+    /// is missing or unreachable, of another cluster, version, size or
+    /// secret, or the node's address cannot be bound.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         config.validate()?;
         if node_id >= config.nodes {
@@ -37,24 +42,29 @@ impl Node {
                 config.nodes
             )));
         }
-        if let FabricConfig::Verbs { .. } = config.fabric {
-            return Node::start_verbs(config, node_id);
-        }
-        let FabricConfig::Shm { .. } = config.fabric else {
-            return Err(Error::Config(
-                "Node::start needs fabric = shm (use Cluster::local for an in-process cluster)"
-                    .into(),
-            ));
+        let fabric: Arc<dyn Fabric> = match config.fabric {
+            FabricConfig::Shm { .. } => Arc::new(ShmFabric::open(&ShmOptions {
+                dir: config.shm_dir(),
+                cluster_id: config.cluster_id(),
+                node: node_id,
+                nodes: config.nodes,
+                regions: store_regions(&config),
+                attach_timeout: config.attach_timeout,
+            })?),
+            FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
+                &config,
+                node_id,
+                store_regions(&config),
+            )?)?),
+            FabricConfig::Verbs { .. } => return Node::start_verbs(config, node_id),
+            FabricConfig::Local => {
+                return Err(Error::Config(
+                    "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)"
+                        .into(),
+                ))
+            }
         };
-        let fabric = ShmFabric::open(&ShmOptions {
-            dir: config.shm_dir(),
-            cluster_id: config.cluster_id(),
-            node: node_id,
-            nodes: config.nodes,
-            regions: store_regions(&config),
-            attach_timeout: config.attach_timeout,
-        })?;
-        Node::with_fabric(config, node_id, Arc::new(fabric))
+        Node::with_fabric(config, node_id, fabric)
     }
 
     /// Runs node `node_id` on a fabric the caller opened (whose regions are

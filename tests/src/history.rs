@@ -55,6 +55,20 @@ impl Call {
     }
 }
 
+impl Call {
+    /// Issues the call on `client` and returns what it returned.
+    ///
+    /// # Errors
+    /// Whatever the store returned.
+    pub fn apply(&self, client: &mut dyn nessie::KvClient) -> Result<Ret, nessie::Error> {
+        match self {
+            Call::Get(k) => client.get(k).map(Ret::Get),
+            Call::Put(k, v) => client.put(k, v).map(|()| Ret::Put),
+            Call::Delete(k) => client.delete(k).map(Ret::Delete),
+        }
+    }
+}
+
 /// What a call returned.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Ret {

@@ -10,7 +10,10 @@
 //!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
 //!   counterexamples step by step.
 //! * [`stress`]: real-thread stress runs of any [`nessie::KvClient`].
+//! * [`chaos`]: multi-process runs with kills, stalls, full tables and a
+//!   crowded index.
 
+pub mod chaos;
 pub mod conformance;
 pub mod history;
 pub mod linearizability;

@@ -228,11 +228,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
                         _ => Call::get(k),
                     };
                     let pending = recorder.invoke(id as u64, call.clone());
-                    let result = match &call {
-                        Call::Get(k) => client.get(k).map(Ret::Get),
-                        Call::Put(k, v) => client.put(k, v).map(|()| Ret::Put),
-                        Call::Delete(k) => client.delete(k).map(Ret::Delete),
-                    };
+                    let result = call.apply(&mut client);
                     match result {
                         Ok(ret) => recorder.returned(pending, ret),
                         Err(Error::Timeout | Error::IndexFull | Error::DataTableFull) => {

@@ -1,7 +1,7 @@
 //! Real-thread stress runs: several OS threads hammer a few keys of any
 //! store through [`KvClient`], recording a history for the checker.
 
-use crate::history::{Call, Recorder, Ret};
+use crate::history::{Call, Recorder};
 use nessie::{Error, KvClient};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -57,11 +57,7 @@ pub fn run_client(
             _ => Call::get(key),
         };
         let pending = recorder.invoke(id, call.clone());
-        let result = match &call {
-            Call::Get(k) => client.get(k).map(Ret::Get),
-            Call::Put(k, v) => client.put(k, v).map(|()| Ret::Put),
-            Call::Delete(k) => client.delete(k).map(Ret::Delete),
-        };
+        let result = call.apply(client);
         match result {
             Ok(ret) => recorder.returned(pending, ret),
             Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {

@@ -295,6 +295,18 @@ impl Report {
     /// to draw becomes a note instead.
     pub fn write(&mut self, dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).map_err(HarnessError::io("creating", dir))?;
+        let cores = self.host["cores"].as_f64().unwrap_or(0.0);
+        // Only the load before the first run: during runs it counts our own
+        // node processes.
+        let at_start = self.host["load_average_at_start"].as_f64();
+        if let Some(busy) = at_start.filter(|&l| cores > 0.0 && l > cores / 2.0) {
+            let note = format!(
+                "the host was busy before the runs started (1-minute load average {busy:.1} on {cores} cores): other processes competed for the CPU, expect noisy numbers"
+            );
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+        }
         let mut written = Vec::new();
         let mut put = |name: &str, bytes: &[u8]| -> Result<()> {
             let p = dir.join(name);
@@ -421,7 +433,23 @@ fn host_info() -> serde_json::Value {
                 .map(|m| m.trim().to_owned())
         })
         .unwrap_or_default();
-    serde_json::json!({ "cores": cores, "kernel": kernel, "cpu": cpu })
+    serde_json::json!({
+        "cores": cores,
+        "kernel": kernel,
+        "cpu": cpu,
+        "load_average_at_start": load_average(),
+    })
+}
+
+/// The host's 1-minute load average.
+#[must_use]
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `16384` → `16KiB`, `256` → `256B`, `1.5e6` → `1.4MiB`.

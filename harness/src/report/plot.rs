@@ -155,7 +155,12 @@ fn lines<DB: DrawingBackend>(
         }
         mesh.draw().map_err(err)?;
     }
-    for (i, s) in f.series.iter().enumerate() {
+    for (i, s) in f
+        .series
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.points.is_empty())
+    {
         let color = COLORS[i % COLORS.len()];
         let mut pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -186,7 +191,7 @@ fn lines<DB: DrawingBackend>(
                 .map_err(err)?;
         }
     }
-    if text && !f.series.is_empty() {
+    if text && f.series.iter().any(|s| !s.points.is_empty()) {
         chart
             .configure_series_labels()
             .position(if cdf {

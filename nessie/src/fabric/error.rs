@@ -1,6 +1,7 @@
 //! Errors of the fabric layer.
 
 use super::{NodeId, RegionId};
+use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -161,6 +162,136 @@ pub enum FabricError {
         #[source]
         source: std::io::Error,
     },
+    /// No connection to a peer could be opened (or the last attempt failed
+    /// and the back-off period has not passed yet).
+    #[error("node {node} at {addr} is unreachable: {source}")]
+    Unreachable {
+        /// Peer.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// Why the last attempt failed.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer failed the handshake: other secret, cluster, version, node or
+    /// region sizes, or not a nessie peer at all.
+    #[error("handshake with node {node} at {addr} failed: {reason}")]
+    Handshake {
+        /// Peer.
+        node: NodeId,
+        /// Its address.
+        addr: String,
+        /// What did not match.
+        #[source]
+        reason: HandshakeFailure,
+    },
+    /// The connection to a peer broke during the verb. A READ changed
+    /// nothing; a WRITE or CAS may or may not have executed.
+    #[error("connection to node {node} broke: {source}")]
+    Disconnected {
+        /// Peer.
+        node: NodeId,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer refused the verb for a reason other than bounds or alignment,
+    /// or the verb cannot be sent at all; nothing executed.
+    #[error("node {node} refused the verb: {reason}")]
+    Refused {
+        /// Peer.
+        node: NodeId,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A peer answered with bytes that do not follow the wire protocol; the
+    /// connection was dropped, and the verb's outcome is unknown.
+    #[error("node {node} broke the wire protocol: {reason}")]
+    Protocol {
+        /// Peer.
+        node: NodeId,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// Options of a fabric contradict each other.
+    #[error("invalid fabric options: {reason}")]
+    Options {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The node's own listening address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address from the configuration.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why a `tcp` handshake failed. Both sides check the same things, so each
+/// learns the same reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeFailure {
+    /// The connection broke or timed out during the handshake.
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// The peer does not speak the nessie tcp protocol.
+    #[error("the peer is not a nessie tcp node (bad magic)")]
+    BadMagic,
+    /// The peer's hello does not parse.
+    #[error("malformed hello")]
+    Malformed,
+    /// The peer was built with another layout version.
+    #[error("peer speaks format version {found}, this build speaks {expected}")]
+    Version {
+        /// The peer's version.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
+    /// The peer belongs to another cluster.
+    #[error("peer is in cluster {found:#x}, expected cluster {expected:#x}")]
+    Cluster {
+        /// The peer's cluster id.
+        found: u64,
+        /// Ours.
+        expected: u64,
+    },
+    /// The peer is another node than the configuration says, or thinks we are.
+    #[error("peer says it is node {found}, expected node {expected}")]
+    Node {
+        /// Node id the peer claims (or believes we are).
+        found: u32,
+        /// Node id expected.
+        expected: u32,
+    },
+    /// The peer's cluster has another number of nodes.
+    #[error("peer's cluster has {found} nodes, ours {expected}")]
+    Nodes {
+        /// The peer's count.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
+    /// The peer registers a region of another size, or another set of
+    /// regions (`None`: the region is missing on that side).
+    #[error("peer's {region} has {found:?} bytes, ours {expected:?} (peers disagree on the configuration)")]
+    RegionSize {
+        /// First region that differs.
+        region: RegionId,
+        /// Its size at the peer.
+        found: Option<u64>,
+        /// Its size here.
+        expected: Option<u64>,
+    },
+    /// The peer's proof did not verify, or it rejected ours: the cluster
+    /// secrets differ.
+    #[error("authentication failed: the cluster secrets differ")]
+    Authentication,
 }
 
 /// Why an RDMA verbs call failed (see [`FabricError::Verbs`]).

@@ -2,23 +2,14 @@
 //! process. Used by unit tests, the deterministic simulator and
 //! [`crate::Cluster::local`].
 
-use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
+use super::memory::{impl_fabric_for_memory_map, HeapRegions, MemoryMap};
 use super::RegionSpec;
-use crate::layout::WORD;
 
 /// All nodes of a cluster in one address space.
 #[derive(Debug)]
 pub struct LocalFabric {
-    map: MemoryMap,
-    // Owned allocations; `map` points into them.
-    allocations: Vec<*mut [u64]>,
+    memory: HeapRegions,
 }
-
-// SAFETY: the raw allocations are only freed in `Drop` and otherwise accessed
-// through `map`, whose accesses are atomic.
-unsafe impl Send for LocalFabric {}
-// SAFETY: as above.
-unsafe impl Sync for LocalFabric {}
 
 impl LocalFabric {
     /// A fabric of `nodes` nodes, each registering every region of `regions`
@@ -28,37 +19,14 @@ impl LocalFabric {
     /// If a region length is not a multiple of 8 (a caller bug).
     #[must_use]
     pub fn new(nodes: usize, regions: &[RegionSpec]) -> LocalFabric {
-        let mut map = MemoryMap::new(nodes);
-        let mut allocations = Vec::new();
-        for node in 0..nodes {
-            for spec in regions {
-                assert_eq!(
-                    spec.len % WORD as u64,
-                    0,
-                    "region length must be whole words"
-                );
-                let words = (spec.len / WORD as u64) as usize;
-                let raw = Box::into_raw(vec![0u64; words].into_boxed_slice());
-                allocations.push(raw);
-                // SAFETY: `raw` is a live, u64-aligned allocation of `words`
-                // words, freed only in `Drop` after `map` is gone, and only
-                // accessed through `map`'s atomics.
-                let memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
-                map.insert(node, spec.id, memory);
-            }
+        let hosted: Vec<_> = (0..nodes).collect();
+        LocalFabric {
+            memory: HeapRegions::new(nodes, &hosted, regions),
         }
-        LocalFabric { map, allocations }
     }
-}
 
-impl Drop for LocalFabric {
-    fn drop(&mut self) {
-        self.map = MemoryMap::default();
-        for raw in self.allocations.drain(..) {
-            // SAFETY: `raw` came from `Box::into_raw` in `new` and is freed
-            // exactly once; no RegionMemory points at it any more.
-            drop(unsafe { Box::from_raw(raw) });
-        }
+    fn memory_map(&self) -> &MemoryMap {
+        self.memory.memory_map()
     }
 }
 

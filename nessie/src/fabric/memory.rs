@@ -1,5 +1,6 @@
-//! Word-atomic access to registered memory, shared by the in-process and
-//! shared-memory backends. This file and the backends' allocation and mapping
+//! Word-atomic access to registered memory, shared by every backend (the
+//! `tcp` fabric's service executes peers' verbs through the same
+//! [`MemoryMap`]). This file and the backends' allocation and mapping
 //! code are the only places of the crate that use `unsafe`.
 //!
 //! Every access is a 64-bit atomic on an 8-byte aligned word: READ and WRITE
@@ -9,7 +10,7 @@
 //! words at any time, even from other processes, so plain (non-atomic)
 //! accesses would be data races.
 
-use super::{FabricError, NodeId, RegionId, RemoteAddr};
+use super::{FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
 use crate::layout::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -175,6 +176,21 @@ impl MemoryMap {
         Ok((mem, (addr.offset / WORD as u64) as usize))
     }
 
+    /// Checks a verb of `len` bytes at `addr` without executing it.
+    pub(crate) fn check(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
+        let Ok(len) = usize::try_from(len) else {
+            let mem = self.region(addr.node, addr.region)?;
+            return Err(FabricError::OutOfBounds {
+                node: addr.node,
+                region: addr.region,
+                offset: addr.offset,
+                len,
+                region_len: mem.len(),
+            });
+        };
+        self.resolve(addr, len).map(|_| ())
+    }
+
     pub(crate) fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
         let (mem, word) = self.resolve(addr, buf.len())?;
         mem.read(word, buf);
@@ -198,13 +214,73 @@ impl MemoryMap {
     }
 }
 
-/// Implements [`super::Fabric`] for a backend whose `map` field is a
-/// [`MemoryMap`] holding every node's memory in this address space.
+/// Zeroed heap memory for the regions of some nodes, reached through a
+/// [`MemoryMap`] (the `local` backend hosts every node, `tcp` its own).
+#[derive(Debug)]
+pub(crate) struct HeapRegions {
+    map: MemoryMap,
+    // Owned allocations; `map` points into them.
+    allocations: Vec<*mut [u64]>,
+}
+
+// SAFETY: the raw allocations are only freed in `Drop` and otherwise accessed
+// through `map`, whose accesses are atomic.
+unsafe impl Send for HeapRegions {}
+// SAFETY: as above.
+unsafe impl Sync for HeapRegions {}
+
+impl HeapRegions {
+    /// Registers every region of `regions` for each node of `hosted`, in a
+    /// map of `nodes` nodes, as zeroed memory (allocated lazily by the OS).
+    ///
+    /// # Panics
+    /// If a region length is not a multiple of 8 (a caller bug).
+    pub(crate) fn new(nodes: usize, hosted: &[NodeId], regions: &[RegionSpec]) -> HeapRegions {
+        let mut map = MemoryMap::new(nodes);
+        let mut allocations = Vec::new();
+        for &node in hosted {
+            for spec in regions {
+                assert_eq!(
+                    spec.len % WORD as u64,
+                    0,
+                    "region length must be whole words"
+                );
+                let words = (spec.len / WORD as u64) as usize;
+                let raw = Box::into_raw(vec![0u64; words].into_boxed_slice());
+                allocations.push(raw);
+                // SAFETY: `raw` is a live, u64-aligned allocation of `words`
+                // words, freed only in `Drop` after `map` is gone, and only
+                // accessed through `map`'s atomics.
+                let memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
+                map.insert(node, spec.id, memory);
+            }
+        }
+        HeapRegions { map, allocations }
+    }
+
+    pub(crate) fn memory_map(&self) -> &MemoryMap {
+        &self.map
+    }
+}
+
+impl Drop for HeapRegions {
+    fn drop(&mut self) {
+        self.map = MemoryMap::default();
+        for raw in self.allocations.drain(..) {
+            // SAFETY: `raw` came from `Box::into_raw` in `new` and is freed
+            // exactly once; no RegionMemory points at it any more.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+    }
+}
+
+/// Implements [`super::Fabric`] for a backend whose `memory_map()` method
+/// returns a [`MemoryMap`] holding every node's memory in this address space.
 macro_rules! impl_fabric_for_memory_map {
     ($backend:ty) => {
         impl $crate::fabric::Fabric for $backend {
             fn nodes(&self) -> usize {
-                self.map.node_count()
+                self.memory_map().node_count()
             }
 
             fn region_len(
@@ -212,7 +288,7 @@ macro_rules! impl_fabric_for_memory_map {
                 node: $crate::fabric::NodeId,
                 region: $crate::fabric::RegionId,
             ) -> Option<u64> {
-                self.map.region_len(node, region)
+                self.memory_map().region_len(node, region)
             }
 
             fn read(
@@ -220,7 +296,7 @@ macro_rules! impl_fabric_for_memory_map {
                 addr: $crate::fabric::RemoteAddr,
                 buf: &mut [u8],
             ) -> Result<(), $crate::fabric::FabricError> {
-                self.map.read(addr, buf)
+                self.memory_map().read(addr, buf)
             }
 
             fn write(
@@ -228,7 +304,7 @@ macro_rules! impl_fabric_for_memory_map {
                 addr: $crate::fabric::RemoteAddr,
                 data: &[u8],
             ) -> Result<(), $crate::fabric::FabricError> {
-                self.map.write(addr, data)
+                self.memory_map().write(addr, data)
             }
 
             fn cas(
@@ -237,7 +313,7 @@ macro_rules! impl_fabric_for_memory_map {
                 expected: u64,
                 new: u64,
             ) -> Result<u64, $crate::fabric::FabricError> {
-                self.map.cas(addr, expected, new)
+                self.memory_map().cas(addr, expected, new)
             }
         }
     };

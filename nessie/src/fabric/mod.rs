@@ -12,9 +12,11 @@
 //! [`Fabric::cas`], even by its own node, and no WRITE ever targets it. A READ
 //! of several words is not atomic; readers verify checksums.
 //!
-//! Backends: [`LocalFabric`] (all nodes in one process) and [`ShmFabric`]
-//! (one process per node, regions in shared files). An [`Endpoint`] wraps a
-//! fabric for one client and counts every verb it issues.
+//! Backends: [`LocalFabric`] (all nodes in one process), [`ShmFabric`]
+//! (one process per node, regions in shared files) and [`TcpFabric`] (one
+//! process per node on any hosts, a software NIC serving verbs over TCP).
+//! An [`Endpoint`] wraps a fabric for one client and counts every verb it
+//! issues.
 //!
 //! With the cargo feature `verbs`, `VerbsFabric` runs the verbs on RDMA
 //! NICs (one process per node, RC queue pairs, regions registered with the
@@ -25,15 +27,17 @@ mod error;
 mod local;
 mod memory;
 mod shm;
+mod tcp;
 #[cfg(feature = "verbs")]
 mod verbs;
 
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::{FabricError, VerbsFailure, VerbsHandshakeFailure};
+pub use error::{FabricError, HandshakeFailure, VerbsFailure, VerbsHandshakeFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 #[cfg(feature = "verbs")]
 pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};
 

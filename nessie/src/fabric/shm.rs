@@ -128,6 +128,12 @@ impl ShmFabric {
     }
 }
 
+impl ShmFabric {
+    fn memory_map(&self) -> &MemoryMap {
+        &self.map
+    }
+}
+
 impl Drop for ShmFabric {
     fn drop(&mut self) {
         self.map = MemoryMap::default();

@@ -163,7 +163,7 @@ pub struct DteHeader {
     pub replaced: u64,
     /// MIGRATE copies: the source index slot, see [`encode_source`].
     pub source: u64,
-    /// Checksum, see [`checksum`].
+    /// Checksum, see [`DteHeader::compute_checksum`].
     pub checksum: u64,
 }
 

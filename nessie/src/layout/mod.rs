@@ -1,5 +1,6 @@
-//! Every byte layout that lives in remote memory: index table entries (ITEs),
-//! data table entries (DTEs) and region file headers.
+//! Every byte layout that lives in remote memory or crosses the network:
+//! index table entries (ITEs), data table entries (DTEs), region file
+//! headers, the baselines' ring frames and the `tcp` fabric's wire frames.
 //!
 //! All multi-byte fields are little-endian. Field widths are named constants,
 //! checked at compile time, so that processes of one build agree on every bit;
@@ -7,8 +8,10 @@
 //! of different builds refuse to talk to each other.
 
 pub mod dte;
+pub mod frame;
 pub mod ite;
 pub mod region;
+pub mod ring;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
 pub use ite::{Ite, IteKind, SlotRef};

@@ -13,7 +13,7 @@ impl RegionId {
     /// The node's index table.
     pub const INDEX: RegionId = RegionId(0);
     /// The node's metadata page (its clock heartbeat, see
-    /// [`crate::clock::SkewMonitor`]).
+    /// [`crate::clock::SkewVerdict`]).
     pub const META: RegionId = RegionId(Self::FIRST_EXTERNAL - 1);
     /// First id free for regions of other stores (baselines' rings, ...).
     pub const FIRST_EXTERNAL: u16 = 64;

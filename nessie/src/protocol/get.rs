@@ -53,43 +53,28 @@ impl Ctx<'_> {
     ) -> Result<Pass, Error> {
         let opts = self.config.optimizations;
         let now = self.clock.now_us();
-        // Which DTEs to read: filter matches (unless cached) and the copies
-        // behind markers (Z1b: a marker whose copy aborted must be restored
-        // before anyone answers "not found").
         let mut reqs = Vec::new();
         let mut slots = Vec::new();
-        for (i, ite) in ites.iter().enumerate() {
-            match ite.kind() {
-                IteKind::Empty => {}
-                IteKind::Moved { copy } => {
-                    reqs.push((copy, self.config.key_size_max, false));
-                    slots.push(i);
-                }
-                IteKind::Occupied { dte, .. } => {
-                    if opts.filter && !ite.filter_matches(filter, self.config.filter_bits) {
+        for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
+            let remote = usize::from(req.0.node) != self.ep.node();
+            if opts.cache && remote && ites[i].is_occupied() {
+                if let Some(hit) = self.cache.get(ites[i].0, now) {
+                    if &*hit.key != key {
                         continue;
                     }
-                    let remote = usize::from(dte.node) != self.ep.node();
-                    if opts.cache && remote {
-                        if let Some(hit) = self.cache.get(ite.0, now) {
-                            if &*hit.key == key {
-                                self.stats.cache_hits += 1;
-                                out.clear();
-                                return Ok(match &hit.value {
-                                    Some(v) => {
-                                        out.extend_from_slice(v);
-                                        Pass::Found
-                                    }
-                                    None => Pass::Absent,
-                                });
-                            }
-                            continue;
+                    self.stats.cache_hits += 1;
+                    out.clear();
+                    return Ok(match &hit.value {
+                        Some(v) => {
+                            out.extend_from_slice(v);
+                            Pass::Found
                         }
-                    }
-                    reqs.push((dte, key.len(), opts.multi_read));
-                    slots.push(i);
+                        None => Pass::Absent,
+                    });
                 }
             }
+            reqs.push(req);
+            slots.push(i);
         }
         let views = self.read_dtes(&reqs)?;
         for (view, &i) in views.into_iter().zip(&slots) {

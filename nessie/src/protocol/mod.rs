@@ -40,7 +40,7 @@ use crate::data::{dte_addr, NodeData};
 use crate::fabric::{Endpoint, Fabric, RemoteAddr, Verb};
 use crate::index::{Candidate, KeyHasher};
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
-use crate::layout::{round_up_words, Ite, SlotRef};
+use crate::layout::{round_up_words, Ite, IteKind, SlotRef};
 use crate::stats::OpStats;
 use crate::{Config, Error};
 use rand::rngs::StdRng;
@@ -271,6 +271,31 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(words.iter().map(|w| Ite(u64::from_le_bytes(*w))).collect())
+    }
+
+    /// The DTEs a pass over the candidates must read, with the index of the
+    /// candidate each belongs to: the copies behind `MOVED` markers (Z1b: a
+    /// marker whose copy aborted must be restored before anyone answers "not
+    /// found") and the entries whose filter bits admit the key (all of them
+    /// when filters are off). `whole` reads those entries' whole slots.
+    pub(crate) fn entries_to_read(
+        &self,
+        ites: &[Ite],
+        filter: u8,
+        key_len: usize,
+        whole: bool,
+    ) -> Vec<(usize, (SlotRef, usize, bool))> {
+        let use_filter = self.config.optimizations.filter;
+        ites.iter()
+            .enumerate()
+            .filter_map(|(i, ite)| match ite.kind() {
+                IteKind::Empty => None,
+                IteKind::Moved { copy } => Some((i, (copy, self.config.key_size_max, false))),
+                IteKind::Occupied { dte, .. } => (!use_filter
+                    || ite.filter_matches(filter, self.config.filter_bits))
+                .then_some((i, (dte, key_len, whole))),
+            })
+            .collect()
     }
 
     /// Bytes to read of a DTE: header and `key_len` bytes of key, or the

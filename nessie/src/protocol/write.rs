@@ -5,7 +5,7 @@ use super::help::Helped;
 use super::{Ctx, Retry};
 use crate::index::Candidate;
 use crate::layout::dte::{DteHeader, DteState, DteStatus};
-use crate::layout::{Ite, IteKind};
+use crate::layout::Ite;
 use crate::Error;
 
 /// Which write.
@@ -70,24 +70,10 @@ impl Ctx<'_> {
         cands: &[Candidate],
         ites: &[Ite],
     ) -> Result<Step<Plan>, Error> {
-        let opts = self.config.optimizations;
-        let mut reqs = Vec::new();
-        let mut slots = Vec::new();
-        for (i, ite) in ites.iter().enumerate() {
-            match ite.kind() {
-                IteKind::Empty => {}
-                IteKind::Moved { copy } => {
-                    reqs.push((copy, self.config.key_size_max, false));
-                    slots.push(i);
-                }
-                IteKind::Occupied { dte, .. } => {
-                    if !opts.filter || ite.filter_matches(filter, self.config.filter_bits) {
-                        reqs.push((dte, key.len(), false));
-                        slots.push(i);
-                    }
-                }
-            }
-        }
+        let (slots, reqs): (Vec<usize>, Vec<_>) = self
+            .entries_to_read(ites, filter, key.len(), false)
+            .into_iter()
+            .unzip();
         let views = self.read_dtes(&reqs)?;
         let mut plan = Plan {
             holder: None,

@@ -1,0 +1,335 @@
+//! Starting a cluster: every node in one process ([`Cluster`]) or one
+//! process per node on shared memory ([`Node`]).
+
+use crate::client::{Client, ClientContext, SlotPool};
+use crate::messaging::RpcClient;
+use crate::server::{Server, ServerConfig};
+use crate::table::Table;
+use nessie::data::{NodeData, Recycler};
+use nessie::fabric::{
+    Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, ShmFabric, ShmOptions, TcpFabric,
+    TcpOptions, VerbCounts,
+};
+use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
+use nessie::{Clock, Config, Error, FabricConfig, WallClock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Client slots per node: how many clients a node can have at once. Every
+/// slot has a request ring on every node and a response ring on its own,
+/// whether used or not (rings are registered memory and cannot be added
+/// later); memory of unused rings is never touched, so it costs address
+/// space only.
+pub const CLIENT_SLOTS: usize = 32;
+
+/// The ring layout of a configuration.
+fn geometry(config: &Config) -> Result<RingGeometry, Error> {
+    RingGeometry::new(
+        config.nodes,
+        CLIENT_SLOTS,
+        config.key_size_max,
+        config.value_size_max,
+    )
+    .ok_or_else(|| {
+        Error::Config(format!(
+            "the request rings for {} nodes, {CLIENT_SLOTS} client slots and value_size_max = {} do not fit in memory",
+            config.nodes, config.value_size_max
+        ))
+    })
+}
+
+/// Every region a node registers: tables and rings.
+fn regions(config: &Config, g: &RingGeometry) -> Vec<RegionSpec> {
+    let mut regions = Table::regions(config);
+    for (id, len) in [
+        (REQUEST_RINGS, g.request_region_bytes()),
+        (RESPONSE_RINGS, g.response_region_bytes()),
+        (HEAD_MIRRORS, g.head_region_bytes()),
+    ] {
+        // `RingGeometry::new` checked that every length is representable.
+        regions.push(RegionSpec {
+            id,
+            len: len.unwrap_or(0),
+        });
+    }
+    regions
+}
+
+fn unknown_node(node: NodeId, nodes: usize) -> Error {
+    Error::Config(format!("node id {node} is out of range for {nodes} nodes"))
+}
+
+/// How often the recycler looks for expired data slots (as in `nessie`).
+fn recycle_period(config: &Config) -> std::time::Duration {
+    (config.expiry / 10).max(std::time::Duration::from_millis(1))
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One node's server and client slots. Dropping it stops the server.
+#[derive(Debug)]
+struct NodeRuntime {
+    server: Server,
+    node: NodeId,
+    fabric: Arc<dyn Fabric>,
+    geometry: RingGeometry,
+    ctx: ClientContext,
+    running: Arc<AtomicBool>,
+}
+
+impl NodeRuntime {
+    fn start(
+        config: &Config,
+        node: NodeId,
+        fabric: Arc<dyn Fabric>,
+        table: &Arc<Table>,
+        data: Arc<NodeData>,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<NodeRuntime, Error> {
+        let geometry = geometry(config)?;
+        let server = Server::start(ServerConfig {
+            node,
+            fabric: Arc::clone(&fabric),
+            table: Arc::clone(table),
+            geometry,
+            data,
+            clock: Arc::clone(clock),
+            workers: config.server_workers,
+            op_timeout_us: micros(config.op_timeout),
+            max_migrate_depth: config.max_migrate_depth,
+        })?;
+        Ok(NodeRuntime {
+            server,
+            node,
+            fabric,
+            geometry,
+            ctx: ClientContext {
+                table: Arc::clone(table),
+                clock: Arc::clone(clock),
+                pool: Arc::new(SlotPool::new(node, CLIENT_SLOTS, config.nodes)),
+                op_timeout_us: micros(config.op_timeout),
+                give_up_us: micros(config.op_timeout + config.expiry),
+            },
+            running: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    fn client(&self) -> Result<Client, Error> {
+        let rings = self.ctx.pool.take()?;
+        let ep = Endpoint::new(Arc::clone(&self.fabric), self.node);
+        let rpc = RpcClient::new(ep, self.geometry, rings, Arc::clone(&self.running));
+        Ok(Client::new(rpc, self.ctx.clone()))
+    }
+}
+
+impl Drop for NodeRuntime {
+    fn drop(&mut self) {
+        // Clients still waiting on this node's servers give up at once.
+        // (The server itself stops when its field drops, right after.)
+        self.running.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An in-process cluster on the local fabric: every node's tables, rings
+/// and server workers live in this process. Dropping it stops every server
+/// (clients that outlive it get [`Error::Timeout`] from requests to their
+/// own node and time out on others).
+#[derive(Debug)]
+pub struct Cluster {
+    nodes: Vec<NodeRuntime>,
+    _recycler: Recycler,
+    fabric: Arc<dyn Fabric>,
+    config: Config,
+}
+
+impl Cluster {
+    /// Starts a cluster of `config.nodes` nodes in this process, with
+    /// `config.server_workers` server threads per node.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration; [`Error::Io`] if a
+    /// thread cannot be started.
+    pub fn local(config: Config) -> Result<Cluster, Error> {
+        config.validate()?;
+        let g = geometry(&config)?;
+        let fabric: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(config.nodes, &regions(&config, &g)));
+        let table = Arc::new(Table::new(&config));
+        let clock: Arc<dyn Clock> = Arc::new(WallClock::default());
+        let data: Vec<Arc<NodeData>> = (0..config.nodes)
+            .map(|n| Arc::new(NodeData::new(&config, n)))
+            .collect();
+        let recycler = Recycler::start(
+            data.clone(),
+            Arc::clone(&fabric),
+            Arc::clone(&clock),
+            recycle_period(&config),
+        )?;
+        let nodes = data
+            .into_iter()
+            .enumerate()
+            .map(|(n, d)| NodeRuntime::start(&config, n, Arc::clone(&fabric), &table, d, &clock))
+            .collect::<Result<_, _>>()?;
+        Ok(Cluster {
+            nodes,
+            _recycler: recycler,
+            fabric,
+            config,
+        })
+    }
+
+    /// A new client on `node`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a node outside the cluster, or when all
+    /// [`CLIENT_SLOTS`] slots of the node are taken.
+    pub fn client(&self, node: NodeId) -> Result<Client, Error> {
+        self.nodes
+            .get(node)
+            .ok_or_else(|| unknown_node(node, self.nodes.len()))?
+            .client()
+    }
+
+    /// The fabric every node and client uses (e.g. to inspect memory in
+    /// tests).
+    #[must_use]
+    pub fn fabric(&self) -> Arc<dyn Fabric> {
+        Arc::clone(&self.fabric)
+    }
+
+    /// The configuration the cluster runs with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Verbs the server workers of every node issued: table operations on
+    /// their own memory (local), replies and request-ring head updates.
+    #[must_use]
+    pub fn server_verbs(&self) -> VerbCounts {
+        self.nodes
+            .iter()
+            .fold(VerbCounts::default(), |acc, n| acc + n.server.verbs())
+    }
+}
+
+/// One node of a cluster whose nodes are processes: on one host sharing
+/// memory through files (`fabric = shm`: [`nessie::fabric::ShmFabric`],
+/// directory `config.shm_dir()`, cluster identity `config.cluster_id()`),
+/// or on several hosts over the software NIC (`fabric = tcp`:
+/// [`nessie::fabric::TcpFabric`]). Dropping it stops its server (and, on
+/// shm, removes its region files).
+#[derive(Debug)]
+pub struct Node {
+    runtime: NodeRuntime,
+    _recycler: Recycler,
+    config: Config,
+}
+
+impl Node {
+    /// Registers this node's regions, waits (up to `config.attach_timeout`)
+    /// for every peer's, and starts the node's server workers.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration, a `node_id` outside
+    /// the cluster, or the `local` fabric; [`Error::Fabric`] for a peer that
+    /// did not appear or does not match; [`Error::Io`] if a thread cannot
+    /// be started.
+    pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
+        config.validate()?;
+        if node_id >= config.nodes {
+            return Err(unknown_node(node_id, config.nodes));
+        }
+        let regions = regions(&config, &geometry(&config)?);
+        let fabric: Arc<dyn Fabric> = match &config.fabric {
+            FabricConfig::Shm { .. } => Arc::new(ShmFabric::open(&ShmOptions {
+                dir: config.shm_dir(),
+                cluster_id: config.cluster_id(),
+                node: node_id,
+                nodes: config.nodes,
+                regions,
+                attach_timeout: config.attach_timeout,
+            })?),
+            FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
+                &config, node_id, regions,
+            )?)?),
+            FabricConfig::Local => {
+                return Err(Error::Config(
+                    "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)".into(),
+                ))
+            }
+        };
+        Node::with_fabric(config, node_id, fabric)
+    }
+
+    /// Runs node `node_id` on a fabric opened by the caller, which must
+    /// register [`Node::regions`] on every node.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration or a `node_id`
+    /// outside the cluster; [`Error::Io`] if a thread cannot be started.
+    pub fn with_fabric(
+        config: Config,
+        node_id: NodeId,
+        fabric: Arc<dyn Fabric>,
+    ) -> Result<Node, Error> {
+        config.validate()?;
+        if node_id >= config.nodes {
+            return Err(unknown_node(node_id, config.nodes));
+        }
+        let table = Arc::new(Table::new(&config));
+        let clock: Arc<dyn Clock> = Arc::new(WallClock::default());
+        let data = Arc::new(NodeData::new(&config, node_id));
+        let recycler = Recycler::start(
+            vec![Arc::clone(&data)],
+            Arc::clone(&fabric),
+            Arc::clone(&clock),
+            recycle_period(&config),
+        )?;
+        let runtime = NodeRuntime::start(&config, node_id, fabric, &table, data, &clock)?;
+        Ok(Node {
+            runtime,
+            _recycler: recycler,
+            config,
+        })
+    }
+
+    /// The regions every node of a cluster with this configuration
+    /// registers: index and data tables, request rings, response rings and
+    /// head mirrors.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the rings would not fit in memory.
+    pub fn regions(config: &Config) -> Result<Vec<RegionSpec>, Error> {
+        Ok(regions(config, &geometry(config)?))
+    }
+
+    /// A new client on this node.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when all [`CLIENT_SLOTS`] slots are taken.
+    pub fn client(&self) -> Result<Client, Error> {
+        self.runtime.client()
+    }
+
+    /// This node's id.
+    #[must_use]
+    pub fn id(&self) -> NodeId {
+        self.runtime.node
+    }
+
+    /// The configuration the node runs with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Verbs this node's server workers issued (see
+    /// [`Cluster::server_verbs`]).
+    #[must_use]
+    pub fn server_verbs(&self) -> VerbCounts {
+        self.runtime.server.verbs()
+    }
+}

@@ -1,0 +1,675 @@
+//! The TCP backend: a software NIC for hosts without RDMA.
+//!
+//! Each node keeps its regions in its own heap memory and runs a small
+//! verb-executing service ([`service`]): a listener thread and one worker
+//! thread per accepted connection. Peers connect with an authenticated
+//! handshake ([`handshake`]: HMAC-SHA256 challenge–response in both
+//! directions over the cluster secret, plus format version, cluster id, node
+//! ids and region sizes, each mismatch its own [`HandshakeFailure`]), then
+//! send request frames ([`crate::layout::frame`]) that the worker executes
+//! in order and answers with one response frame each.
+//!
+//! * **Verbs.** A single verb is one frame. A batch ([`Fabric::post`]) sends
+//!   one frame per peer it touches (split only if it exceeds the frame
+//!   limit), each in one write, to every peer before reading any answer, and
+//!   executes its verbs on this node's memory meanwhile: one round trip
+//!   however many peers it spans.
+//! * **Local verbs** go straight to the node's [`MemoryMap`], no socket: a
+//!   local CAS and a peer's CAS act on the same `AtomicU64`, so the
+//!   atomicity rule of [`crate::fabric`] holds as on a NIC.
+//! * **Checks.** The service checks every verb against the registered
+//!   region (bounds, alignment, region id) and refuses a bad one with a
+//!   status that the caller turns into the same [`FabricError`] the local
+//!   backends return; refusals are counted ([`TcpStats`]). Oversized,
+//!   malformed or truncated frames close the connection and are counted. No
+//!   bytes from the network can make the service panic.
+//! * **Connections** ([`peer`]): a pool per peer of at most `threads`
+//!   connections, each carrying one whole request/response exchange at a
+//!   time; so every node serves each peer with at most `threads` worker
+//!   threads, and at most `threads` verbs of a process are in flight to one
+//!   peer at once. Broken connections are dropped and reopened on demand,
+//!   with back-off after a failed attempt.
+//! * **Start and stop.** [`TcpFabric::open`] binds the node's address,
+//!   starts serving, then connects to every peer, retrying until
+//!   `attach_timeout`, so nodes may start in any order. Dropping the
+//!   fabric stops the listener, closes every connection and joins every
+//!   thread.
+
+mod handshake;
+mod peer;
+mod service;
+
+use super::memory::{HeapRegions, MemoryMap};
+use super::{
+    Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
+};
+use crate::config::FabricConfig;
+use crate::layout::frame::{DEFAULT_FRAME_LIMIT, FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
+use crate::layout::round_up_words;
+use crate::{Config, Error};
+use handshake::Identity;
+use peer::{Link, Peer, BACKOFF_MAX, BACKOFF_MIN};
+use serde::{Deserialize, Serialize};
+use service::{Counters, Service, ServiceConfig};
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to open a node's view of a TCP cluster.
+#[derive(Clone)]
+pub struct TcpOptions {
+    /// This node.
+    pub node: NodeId,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Cluster identity, checked in the handshake.
+    pub cluster_id: u64,
+    /// Regions every node registers (the same list on every node; the
+    /// handshake checks it).
+    pub regions: Vec<RegionSpec>,
+    /// `host:port` of every node, indexed by node id; this node listens on
+    /// its own entry.
+    pub peers: Vec<String>,
+    /// The cluster secret both sides of every connection prove they know.
+    pub secret: String,
+    /// Connections this node opens to each peer at most (and so worker
+    /// threads each peer runs for this node).
+    pub threads: usize,
+    /// How long [`TcpFabric::open`] keeps trying to reach every peer.
+    pub attach_timeout: Duration,
+    /// How long a handshake may take.
+    pub handshake_timeout: Duration,
+    /// How long a verb waits for its peer before the connection counts as
+    /// broken.
+    pub io_timeout: Duration,
+    /// Largest frame payload this node accepts and sends.
+    pub frame_limit: u64,
+}
+
+impl fmt::Debug for TcpOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpOptions")
+            .field("node", &self.node)
+            .field("nodes", &self.nodes)
+            .field("cluster_id", &self.cluster_id)
+            .field("regions", &self.regions)
+            .field("peers", &self.peers)
+            .field("secret", &"<redacted>")
+            .field("threads", &self.threads)
+            .field("attach_timeout", &self.attach_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("frame_limit", &self.frame_limit)
+            .finish()
+    }
+}
+
+impl TcpOptions {
+    /// Options for node `node` of a cluster configured with
+    /// `fabric = tcp`, registering `regions` (e.g. [`crate::store_regions`]).
+    /// The frame limit fits the largest DTE slot; the I/O timeout is
+    /// `attach_timeout`, at least 5 s.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the configuration is invalid or not `tcp`.
+    pub fn from_config(
+        config: &Config,
+        node: NodeId,
+        regions: Vec<RegionSpec>,
+    ) -> Result<TcpOptions, Error> {
+        config.validate()?;
+        let FabricConfig::Tcp {
+            peers,
+            secret,
+            threads,
+        } = &config.fabric
+        else {
+            return Err(Error::Config("fabric is not tcp".into()));
+        };
+        if node >= config.nodes {
+            return Err(Error::Config(format!(
+                "node id {node} is out of range for {} nodes",
+                config.nodes
+            )));
+        }
+        let largest_slot = config.class_slot_bytes(config.size_classes().len().saturating_sub(1));
+        let frame_limit =
+            (DEFAULT_FRAME_LIMIT).max(round_up_words(largest_slot + (64 << 10)) as u64);
+        Ok(TcpOptions {
+            node,
+            nodes: config.nodes,
+            cluster_id: config.cluster_id(),
+            regions,
+            peers: peers.clone(),
+            secret: secret.clone(),
+            threads: *threads,
+            attach_timeout: config.attach_timeout,
+            handshake_timeout: config
+                .attach_timeout
+                .clamp(Duration::from_secs(1), Duration::from_secs(10)),
+            io_timeout: config.attach_timeout.max(Duration::from_secs(5)),
+            frame_limit,
+        })
+    }
+}
+
+/// Counters of a node's TCP fabric: what its service served and refused,
+/// and what its connections to peers went through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpStats {
+    /// Verbs executed or refused for peers.
+    pub verbs_served: u64,
+    /// Request frames answered.
+    pub frames_served: u64,
+    /// Verbs refused: past the end of their region.
+    pub refused_out_of_bounds: u64,
+    /// Verbs refused: offset or length not a multiple of 8.
+    pub refused_misaligned: u64,
+    /// Verbs refused: no such region.
+    pub refused_unknown_region: u64,
+    /// Verbs refused otherwise (bad CAS length, READs over the frame limit).
+    pub refused_other: u64,
+    /// Connections closed for announcing a frame over the limit.
+    pub oversized_frames: u64,
+    /// Connections closed for a frame that does not parse.
+    pub malformed_frames: u64,
+    /// Connections that ended inside a frame.
+    pub truncated_frames: u64,
+    /// Incoming connections that failed the handshake.
+    pub handshake_failures: u64,
+    /// Incoming connections accepted.
+    pub connections_accepted: u64,
+    /// Incoming connections closed at once (over the connection limit).
+    pub connections_rejected: u64,
+    /// Outgoing connections opened (handshake passed).
+    pub connections_opened: u64,
+    /// Outgoing connections that broke during a verb.
+    pub connections_broken: u64,
+}
+
+impl TcpStats {
+    /// Verbs refused for any reason.
+    #[must_use]
+    pub fn refused(&self) -> u64 {
+        self.refused_out_of_bounds
+            + self.refused_misaligned
+            + self.refused_unknown_region
+            + self.refused_other
+    }
+}
+
+/// A node's view of a TCP cluster.
+#[derive(Debug)]
+pub struct TcpFabric {
+    // Dropped first: stops serving (joins every worker) before the rest.
+    _service: Service,
+    node: NodeId,
+    nodes: usize,
+    regions: Vec<RegionSpec>,
+    memory: Arc<HeapRegions>,
+    peers: Vec<Option<Peer>>,
+    link: Link,
+    counters: Arc<Counters>,
+    local_addr: SocketAddr,
+}
+
+fn bad_options(reason: &'static str) -> FabricError {
+    FabricError::Options { reason }
+}
+
+impl TcpFabric {
+    /// Binds `peers[node]`, serves this node's regions, and connects to
+    /// every peer (retrying until `attach_timeout`).
+    ///
+    /// # Errors
+    /// [`FabricError::Bind`] if the address cannot be bound;
+    /// [`FabricError::Unreachable`] for a peer not reached in time;
+    /// [`FabricError::Handshake`] for a peer of another secret, cluster,
+    /// version, node or configuration; [`FabricError::Options`] for
+    /// inconsistent options.
+    pub fn open(options: &TcpOptions) -> Result<TcpFabric, FabricError> {
+        let addr = options
+            .peers
+            .get(options.node)
+            .ok_or(bad_options("peers has no entry for this node"))?;
+        let listener = TcpListener::bind(addr.as_str()).map_err(|source| FabricError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+        TcpFabric::with_listener(options, listener)
+    }
+
+    /// As [`TcpFabric::open`], on a listener the caller bound (e.g. to port
+    /// 0 in tests; `peers[node]` is then only informative).
+    ///
+    /// # Errors
+    /// As [`TcpFabric::open`].
+    pub fn with_listener(
+        options: &TcpOptions,
+        listener: TcpListener,
+    ) -> Result<TcpFabric, FabricError> {
+        let fabric = TcpFabric::serve(options, listener)?;
+        fabric.attach(options.attach_timeout)?;
+        Ok(fabric)
+    }
+
+    /// Starts serving, without connecting to anyone yet.
+    fn serve(options: &TcpOptions, listener: TcpListener) -> Result<TcpFabric, FabricError> {
+        if options.node >= options.nodes {
+            return Err(FabricError::UnknownNode {
+                node: options.node,
+                nodes: options.nodes,
+            });
+        }
+        if options.peers.len() != options.nodes {
+            return Err(bad_options("peers must list one address per node"));
+        }
+        if options.threads == 0 {
+            return Err(bad_options("threads must be at least 1"));
+        }
+        if options.regions.iter().any(|r| r.len % 8 != 0) {
+            return Err(bad_options("region lengths must be whole words"));
+        }
+        let bind = |source| FabricError::Bind {
+            addr: options.peers[options.node].clone(),
+            source,
+        };
+        let local_addr = listener.local_addr().map_err(bind)?;
+        let memory = Arc::new(HeapRegions::new(
+            options.nodes,
+            &[options.node],
+            &options.regions,
+        ));
+        let identity = Arc::new(Identity {
+            cluster_id: options.cluster_id,
+            node: options.node,
+            nodes: options.nodes,
+            regions: options.regions.clone(),
+            frame_limit: options
+                .frame_limit
+                .max(FRAME_HEADER_BYTES as u64 + VERB_HEADER_BYTES as u64 + 64),
+            secret: options.secret.as_bytes().to_vec(),
+        });
+        let counters = Arc::new(Counters::default());
+        let service = Service::start(
+            listener,
+            ServiceConfig {
+                identity: Arc::clone(&identity),
+                memory: Arc::clone(&memory),
+                counters: Arc::clone(&counters),
+                max_connections: 2 * options.threads * options.nodes + 16,
+                handshake_timeout: options.handshake_timeout,
+                io_timeout: options.io_timeout,
+            },
+        )
+        .map_err(bind)?;
+        Ok(TcpFabric {
+            _service: service,
+            node: options.node,
+            nodes: options.nodes,
+            regions: options.regions.clone(),
+            memory,
+            peers: (0..options.nodes)
+                .map(|n| (n != options.node).then(|| Peer::new(n, options.peers[n].clone())))
+                .collect(),
+            link: Link {
+                identity,
+                counters: Arc::clone(&counters),
+                handshake_timeout: options.handshake_timeout,
+                io_timeout: options.io_timeout,
+                connections_per_peer: options.threads,
+            },
+            counters,
+            local_addr,
+        })
+    }
+
+    /// Opens one connection to every peer, retrying with back-off until
+    /// the deadline (peers may not have started yet).
+    fn attach(&self, timeout: Duration) -> Result<(), FabricError> {
+        let deadline = Instant::now() + timeout;
+        for peer in self.peers.iter().flatten() {
+            let mut pause = BACKOFF_MIN;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let attempt = left.clamp(Duration::from_millis(10), Duration::from_secs(2));
+                match peer.connect(&self.link, attempt) {
+                    Ok(conn) => {
+                        peer.add_idle(conn);
+                        break;
+                    }
+                    Err(
+                        e @ (FabricError::Unreachable { .. }
+                        | FabricError::Handshake {
+                            reason: HandshakeFailure::Io(_),
+                            ..
+                        }),
+                    ) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Err(e);
+                        }
+                        std::thread::sleep(pause.min(left));
+                        pause = (pause * 2).min(BACKOFF_MAX / 2);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This node's id.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The address the service listens on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// What the service served and refused so far.
+    #[must_use]
+    pub fn stats(&self) -> TcpStats {
+        self.counters.snapshot()
+    }
+
+    fn map(&self) -> &MemoryMap {
+        self.memory.memory_map()
+    }
+
+    fn execute_local(&self, verb: &mut Verb<'_>) -> Result<(), FabricError> {
+        match verb {
+            Verb::Read { addr, buf } => self.map().read(*addr, buf),
+            Verb::Write { addr, data } => self.map().write(*addr, data),
+            Verb::Cas {
+                addr,
+                expected,
+                new,
+                old,
+            } => {
+                *old = self.map().cas(*addr, *expected, *new)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn check_node(&self, node: NodeId) -> Result<(), FabricError> {
+        if node < self.nodes {
+            Ok(())
+        } else {
+            Err(FabricError::UnknownNode {
+                node,
+                nodes: self.nodes,
+            })
+        }
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        if node >= self.nodes {
+            return None;
+        }
+        self.regions.iter().find(|r| r.id == region).map(|r| r.len)
+    }
+
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        if addr.node == self.node {
+            return self.map().read(addr, buf);
+        }
+        self.post(&mut [Verb::Read { addr, buf }])
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        if addr.node == self.node {
+            return self.map().write(addr, data);
+        }
+        self.post(&mut [Verb::Write { addr, data }])
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        if addr.node == self.node {
+            return self.map().cas(addr, expected, new);
+        }
+        let mut batch = [Verb::Cas {
+            addr,
+            expected,
+            new,
+            old: 0,
+        }];
+        self.post(&mut batch)?;
+        match batch {
+            [Verb::Cas { old, .. }] => Ok(old),
+            _ => unreachable!("the batch holds the CAS built above"),
+        }
+    }
+
+    fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.nodes];
+        for (i, verb) in batch.iter().enumerate() {
+            let node = verb.addr().node;
+            self.check_node(node)?;
+            groups[node].push(i);
+        }
+        // The failed verb that comes first in the batch wins.
+        let mut first: Option<(usize, FabricError)> = None;
+        let mut note = |i: usize, e: FabricError| {
+            if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                first = Some((i, e));
+            }
+        };
+        // Send to every peer (ascending node order), then run the local
+        // verbs while the peers work, then collect the answers.
+        let mut in_flight = Vec::new();
+        for (node, group) in groups.iter().enumerate() {
+            let Some(peer) = self.peers[node].as_ref().filter(|_| !group.is_empty()) else {
+                continue;
+            };
+            match peer.send(&self.link, batch, group) {
+                Ok((conn, frames)) => in_flight.push((peer, conn, frames, group)),
+                Err(e) => note(group[0], e),
+            }
+        }
+        for &i in &groups[self.node] {
+            if let Err(e) = self.execute_local(&mut batch[i]) {
+                note(i, e);
+            }
+        }
+        for (peer, conn, frames, group) in in_flight {
+            match peer.receive(&self.link, conn, batch, group, &frames) {
+                Ok(None) => {}
+                Ok(Some((i, e))) => note(i, e),
+                Err(e) => note(group[0], e),
+            }
+        }
+        first.map_or(Ok(()), |(_, e)| Err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::frame::{
+        put_word, FrameHeader, VerbHeader, OP_READ, REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_OK,
+        STATUS_RESPONSE_TOO_LARGE,
+    };
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    const LIMIT: u64 = 4096;
+
+    /// Node 0 of a two-node cluster, serving; the test plays node 1.
+    fn server() -> (TcpFabric, Arc<Identity>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let regions = vec![RegionSpec {
+            id: RegionId::INDEX,
+            len: 1024,
+        }];
+        let options = TcpOptions {
+            node: 0,
+            nodes: 2,
+            cluster_id: 9,
+            regions: regions.clone(),
+            peers: vec![
+                listener.local_addr().unwrap().to_string(),
+                "127.0.0.1:1".into(),
+            ],
+            secret: "unit-test-secret".into(),
+            threads: 1,
+            attach_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(5),
+            frame_limit: LIMIT,
+        };
+        let fabric = TcpFabric::serve(&options, listener).unwrap();
+        let me = Arc::new(Identity {
+            cluster_id: 9,
+            node: 1,
+            nodes: 2,
+            regions,
+            frame_limit: LIMIT,
+            secret: b"unit-test-secret".to_vec(),
+        });
+        (fabric, me)
+    }
+
+    fn connect(fabric: &TcpFabric, me: &Identity) -> TcpStream {
+        let mut s = TcpStream::connect(fabric.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        handshake::client(&mut s, me, 0).unwrap();
+        s
+    }
+
+    fn read_frame(fabric: &TcpFabric, me: &Identity, verbs: u32, each: u64) -> Vec<u8> {
+        let mut req = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs,
+            payload: u64::from(verbs) * VERB_HEADER_BYTES as u64,
+        }
+        .encode()
+        .to_vec();
+        for _ in 0..verbs {
+            VerbHeader {
+                op: OP_READ,
+                region: 0,
+                offset: 0,
+                len: each,
+            }
+            .encode_into(&mut req);
+        }
+        let mut s = connect(fabric, me);
+        s.write_all(&req).unwrap();
+        let mut head = [0u8; FRAME_HEADER_BYTES];
+        s.read_exact(&mut head).unwrap();
+        let h = FrameHeader::decode(&head);
+        assert_eq!((h.magic, h.verbs), (RESPONSE_MAGIC, verbs));
+        let mut body = vec![0u8; h.payload as usize];
+        s.read_exact(&mut body).unwrap();
+        body
+    }
+
+    /// The connection ends (EOF or reset) without an answer.
+    fn closed(mut s: TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    #[test]
+    fn hostile_bytes_close_the_connection_and_are_counted() {
+        let (fabric, me) = server();
+        // Not a nessie peer at all.
+        let mut s = TcpStream::connect(fabric.local_addr()).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert!(closed(s));
+        // Oversized: the header announces more than the limit.
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: 1,
+            payload: LIMIT + 8,
+        };
+        s.write_all(&h.encode()).unwrap();
+        assert!(closed(s));
+        // Truncated: the payload stops short, then the peer hangs up.
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: 1,
+            payload: 64,
+        };
+        s.write_all(&h.encode()).unwrap();
+        s.write_all(&[0u8; 16]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(closed(s));
+        // Malformed: an unknown op, then a WRITE longer than the frame.
+        for op in [77u16, crate::layout::frame::OP_WRITE] {
+            let mut s = connect(&fabric, &me);
+            let mut req = FrameHeader {
+                magic: REQUEST_MAGIC,
+                verbs: 1,
+                payload: VERB_HEADER_BYTES as u64,
+            }
+            .encode()
+            .to_vec();
+            VerbHeader {
+                op,
+                region: 0,
+                offset: 0,
+                len: 1 << 40,
+            }
+            .encode_into(&mut req);
+            s.write_all(&req).unwrap();
+            assert!(closed(s));
+        }
+        // A lying verb count (more verbs than the payload can hold).
+        let mut s = connect(&fabric, &me);
+        let h = FrameHeader {
+            magic: REQUEST_MAGIC,
+            verbs: u32::MAX,
+            payload: 8,
+        };
+        s.write_all(&h.encode()).unwrap();
+        assert!(closed(s));
+        let stats = fabric.stats();
+        assert_eq!(stats.handshake_failures, 1, "{stats:?}");
+        assert_eq!(stats.oversized_frames, 1, "{stats:?}");
+        assert_eq!(stats.truncated_frames, 1, "{stats:?}");
+        assert_eq!(stats.malformed_frames, 3, "{stats:?}");
+        // The service still serves well-formed frames.
+        let body = read_frame(&fabric, &me, 1, 16);
+        let mut expected = Vec::new();
+        put_word(&mut expected, STATUS_OK);
+        expected.extend_from_slice(&[0u8; 16]);
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn reads_past_the_frame_limit_are_refused_not_buffered() {
+        let (fabric, me) = server();
+        // Five 1 KiB READs: the fifth would take the response past 4 KiB.
+        let body = read_frame(&fabric, &me, 5, 1024);
+        let statuses: Vec<u64> = {
+            let mut at = 0;
+            let mut out = Vec::new();
+            for _ in 0..5 {
+                let st = crate::layout::frame::word(&body[at..], 0).unwrap();
+                out.push(st);
+                at += 8 + if st == STATUS_OK { 1024 } else { 8 };
+            }
+            assert_eq!(at, body.len());
+            out
+        };
+        assert_eq!(&statuses[..3], &[STATUS_OK; 3]);
+        assert_eq!(statuses[4], STATUS_RESPONSE_TOO_LARGE);
+        assert!(fabric.stats().refused_other >= 1);
+    }
+}

@@ -1,0 +1,479 @@
+//! The `tcp` fabric between nodes of one process on 127.0.0.1: verb
+//! semantics, batches, refusals and their counters, concurrent CAS,
+//! handshake failures, unreachable peers and reconnection.
+
+use nessie::fabric::{
+    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions,
+    Verb,
+};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SMALL: RegionId = RegionId::INDEX;
+const LARGE: RegionId = RegionId::data(0);
+
+fn regions() -> Vec<RegionSpec> {
+    vec![
+        RegionSpec {
+            id: SMALL,
+            len: 4096,
+        },
+        RegionSpec {
+            id: LARGE,
+            len: 256 << 10,
+        },
+    ]
+}
+
+fn options(node: usize, peers: &[String]) -> TcpOptions {
+    TcpOptions {
+        node,
+        nodes: peers.len(),
+        cluster_id: 0x7c9,
+        regions: regions(),
+        peers: peers.to_vec(),
+        secret: "tcp-fabric-test-secret".into(),
+        threads: 2,
+        attach_timeout: Duration::from_secs(20),
+        handshake_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(20),
+        frame_limit: 64 << 10,
+    }
+}
+
+fn listeners(n: usize) -> (Vec<TcpListener>, Vec<String>) {
+    let ls: Vec<_> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs = ls
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    (ls, addrs)
+}
+
+/// Opens every node of a cluster concurrently (each waits for the others).
+fn open_all(opts: Vec<TcpOptions>, ls: Vec<TcpListener>) -> Vec<Arc<TcpFabric>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = opts
+            .iter()
+            .zip(ls)
+            .map(|(o, l)| s.spawn(move || TcpFabric::with_listener(o, l)))
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(n, h)| {
+                Arc::new(
+                    h.join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("node {n}: {e}")),
+                )
+            })
+            .collect()
+    })
+}
+
+fn cluster(n: usize) -> Vec<Arc<TcpFabric>> {
+    let (ls, addrs) = listeners(n);
+    open_all((0..n).map(|i| options(i, &addrs)).collect(), ls)
+}
+
+/// Waits (boundedly) for a condition another thread makes true.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn reads_writes_and_cas_reach_every_node() {
+    let f = cluster(3);
+    for (i, fab) in f.iter().enumerate() {
+        assert_eq!(fab.nodes(), 3);
+        assert_eq!(fab.region_len(i, LARGE), Some(256 << 10));
+        assert_eq!(fab.region_len(3, LARGE), None);
+        assert_eq!(fab.region_len(1, RegionId::data(5)), None);
+    }
+    // Fresh memory is zero; a WRITE through one node is read through all.
+    let a = RemoteAddr::new(1, LARGE, 8192);
+    let mut buf = vec![1u8; 16 << 10];
+    f[0].read(a, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    let data = pattern(16 << 10, 3);
+    f[0].write(a, &data).unwrap();
+    for fab in &f {
+        let mut back = vec![0u8; data.len()];
+        fab.read(a, &mut back).unwrap();
+        assert_eq!(back, data);
+    }
+    // Neighbouring words are untouched.
+    let mut w = [9u8; 8];
+    f[2].read(a.add(16 << 10), &mut w).unwrap();
+    assert_eq!(w, [0; 8]);
+    // CAS: swaps on a match only, returns the old value, agrees with READ
+    // on the little-endian word, locally and remotely alike.
+    for (node, via) in [(2, 0), (0, 0), (1, 2)] {
+        let word = RemoteAddr::new(node, SMALL, 64);
+        assert_eq!(f[via].cas(word, 0, 0xdead_beef).unwrap(), 0);
+        assert_eq!(f[via].cas(word, 0, 5).unwrap(), 0xdead_beef);
+        let mut b = [0u8; 8];
+        f[(via + 1) % 3].read(word, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 0xdead_beef);
+        f[via].write(word, &7u64.to_le_bytes()).unwrap();
+        assert_eq!(f[(via + 2) % 3].cas(word, 7, 8).unwrap(), 7);
+    }
+}
+
+#[test]
+fn batches_span_nodes_split_into_frames_and_fill_results() {
+    let f = cluster(3);
+    let big = pattern(40 << 10, 1);
+    let small = pattern(64, 2);
+    f[0].write(RemoteAddr::new(2, SMALL, 0), &11u64.to_le_bytes())
+        .unwrap();
+    let (mut r1, mut r2, mut r3) = (vec![0u8; 40 << 10], vec![0u8; 64], vec![0u8; 8]);
+    // Writes first (a batch's verbs may run in any order, so the reads of
+    // the same words come in a second batch).
+    let mut writes = [
+        Verb::Write {
+            addr: RemoteAddr::new(1, LARGE, 0),
+            data: &big,
+        },
+        Verb::Write {
+            addr: RemoteAddr::new(1, LARGE, 64 << 10),
+            data: &big, // with the first: over the 64 KiB frame limit
+        },
+        Verb::Write {
+            addr: RemoteAddr::new(0, SMALL, 128),
+            data: &small,
+        },
+        Verb::Cas {
+            addr: RemoteAddr::new(2, SMALL, 0),
+            expected: 11,
+            new: 12,
+            old: 0,
+        },
+    ];
+    f[0].post(&mut writes).unwrap();
+    assert!(matches!(writes[3], Verb::Cas { old: 11, .. }));
+    {
+        let mut reads = [
+            Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, 64 << 10),
+                buf: &mut r1,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(0, SMALL, 128),
+                buf: &mut r2,
+            },
+            Verb::Read {
+                addr: RemoteAddr::new(2, SMALL, 0),
+                buf: &mut r3,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(0, SMALL, 8),
+                expected: 1,
+                new: 2,
+                old: 99,
+            },
+        ];
+        f[1].post(&mut reads).unwrap();
+        assert!(
+            matches!(reads[3], Verb::Cas { old: 0, .. }),
+            "failed CAS reports the word"
+        );
+    }
+    assert_eq!(r1, big);
+    assert_eq!(r2, small);
+    assert_eq!(u64::from_le_bytes(r3.try_into().unwrap()), 12);
+    // A batch of many small verbs to one peer.
+    let mut bufs = vec![[0u8; 8]; 300];
+    {
+        let mut many: Vec<Verb<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Verb::Read {
+                addr: RemoteAddr::new(1, LARGE, (i * 8) as u64),
+                buf: b,
+            })
+            .collect();
+        f[2].post(&mut many).unwrap();
+    }
+    assert_eq!(bufs.concat(), big[..2400]);
+    // An empty batch does nothing.
+    f[2].post(&mut []).unwrap();
+}
+
+#[test]
+fn bad_verbs_are_refused_counted_and_change_nothing() {
+    let f = cluster(2);
+    let before = f[1].stats();
+    let mut buf = [0u8; 16];
+    let e = f[0]
+        .read(RemoteAddr::new(1, SMALL, 4088), &mut buf)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FabricError::OutOfBounds {
+                node: 1,
+                offset: 4088,
+                len: 16,
+                region_len: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = f[0]
+        .write(RemoteAddr::new(1, SMALL, u64::MAX - 7), &buf)
+        .unwrap_err();
+    assert!(matches!(e, FabricError::OutOfBounds { .. }), "{e}");
+    let e = f[0].cas(RemoteAddr::new(1, SMALL, 4), 0, 1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FabricError::Misaligned {
+                node: 1,
+                offset: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = f[0]
+        .write(RemoteAddr::new(1, SMALL, 0), &[1u8; 12])
+        .unwrap_err();
+    assert!(matches!(e, FabricError::Misaligned { len: 12, .. }), "{e}");
+    let e = f[0]
+        .read(RemoteAddr::new(1, RegionId::data(9), 0), &mut buf)
+        .unwrap_err();
+    assert!(
+        matches!(e, FabricError::UnknownRegion { node: 1, .. }),
+        "{e}"
+    );
+    let e = f[0].cas(RemoteAddr::new(2, SMALL, 0), 0, 1).unwrap_err();
+    assert!(
+        matches!(e, FabricError::UnknownNode { node: 2, nodes: 2 }),
+        "{e}"
+    );
+    // In a batch: the first bad verb is reported, the good ones still ran.
+    let data = [5u8; 8];
+    let mut batch = [
+        Verb::Write {
+            addr: RemoteAddr::new(1, SMALL, 0),
+            data: &data,
+        },
+        Verb::Write {
+            addr: RemoteAddr::new(1, SMALL, 4096),
+            data: &data,
+        },
+    ];
+    let e = f[0].post(&mut batch).unwrap_err();
+    assert!(
+        matches!(e, FabricError::OutOfBounds { offset: 4096, .. }),
+        "{e}"
+    );
+    let after = f[1].stats();
+    assert_eq!(
+        after.refused_out_of_bounds - before.refused_out_of_bounds,
+        3
+    );
+    assert_eq!(after.refused_misaligned - before.refused_misaligned, 2);
+    assert_eq!(
+        after.refused_unknown_region - before.refused_unknown_region,
+        1
+    );
+    assert_eq!(after.refused() - before.refused(), 6);
+    // Nothing changed but the one good WRITE; the connection still works.
+    let mut all = vec![0u8; 4096];
+    f[0].read(RemoteAddr::new(1, SMALL, 0), &mut all).unwrap();
+    assert_eq!(&all[..8], &data);
+    assert!(all[8..].iter().all(|&b| b == 0));
+    assert_eq!(f[0].stats().connections_broken, 0);
+}
+
+#[test]
+fn concurrent_cas_increments_from_every_node_lose_nothing() {
+    let f = cluster(3);
+    const THREADS: usize = 6; // more than the 2 connections per peer
+    const PER_THREAD: u64 = 400;
+    let words = [RemoteAddr::new(0, SMALL, 0), RemoteAddr::new(2, SMALL, 8)];
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let fab = Arc::clone(&f[t % 3]);
+            s.spawn(move || {
+                for _ in 0..PER_THREAD {
+                    for w in words {
+                        let mut cur = 0;
+                        loop {
+                            let old = fab.cas(w, cur, cur + 1).unwrap();
+                            if old == cur {
+                                break;
+                            }
+                            cur = old;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for w in words {
+        let mut b = [0u8; 8];
+        f[1].read(w, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), THREADS as u64 * PER_THREAD);
+    }
+}
+
+/// A node of the cluster and an impostor claiming to be node 0 that
+/// differs in one respect.
+fn impostor_error(change: impl FnOnce(&mut TcpOptions)) -> (FabricError, Arc<TcpFabric>) {
+    // Node 1 of a two-node cluster, attached to a real node 0.
+    let f = cluster(2);
+    let (ls, mut addrs) = listeners(1);
+    addrs.push(f[1].local_addr().to_string());
+    let mut o = options(0, &addrs);
+    o.attach_timeout = Duration::from_millis(500);
+    change(&mut o);
+    let e = TcpFabric::with_listener(&o, ls.into_iter().next().unwrap()).unwrap_err();
+    (e, Arc::clone(&f[1]))
+}
+
+#[test]
+fn wrong_secret_is_a_handshake_error_on_both_sides() {
+    let (e, node1) = impostor_error(|o| o.secret = "not the secret".into());
+    assert!(
+        matches!(
+            e,
+            FabricError::Handshake {
+                node: 1,
+                reason: HandshakeFailure::Authentication,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The serving side counts it once it sees the connection go.
+    eventually("node 1 counts the failed handshake", || {
+        node1.stats().handshake_failures == 1
+    });
+}
+
+#[test]
+fn other_cluster_or_sizes_are_typed_handshake_errors() {
+    let (e, _) = impostor_error(|o| o.cluster_id = 0xbad);
+    assert!(
+        matches!(
+            e,
+            FabricError::Handshake {
+                reason: HandshakeFailure::Cluster {
+                    found: 0x7c9,
+                    expected: 0xbad
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let (e, _) = impostor_error(|o| o.regions[1].len *= 2);
+    assert!(
+        matches!(
+            e,
+            FabricError::Handshake {
+                reason: HandshakeFailure::RegionSize {
+                    region: LARGE,
+                    found: Some(262_144),
+                    expected: Some(524_288)
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let (e, node1) = impostor_error(|o| {
+        o.nodes = 3;
+        o.peers.push("127.0.0.1:1".into());
+    });
+    assert!(
+        matches!(
+            e,
+            FabricError::Handshake {
+                reason: HandshakeFailure::Nodes {
+                    found: 2,
+                    expected: 3
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    eventually("node 1 counts the failed handshake", || {
+        node1.stats().handshake_failures >= 1
+    });
+}
+
+#[test]
+fn a_peer_that_is_down_is_unreachable_after_the_deadline() {
+    let (ls, addrs) = listeners(2);
+    let mut ls = ls.into_iter();
+    let mine = ls.next().unwrap();
+    drop(ls); // node 1's port: nobody listens
+    let mut o = options(0, &addrs);
+    o.attach_timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let e = TcpFabric::with_listener(&o, mine).unwrap_err();
+    assert!(
+        matches!(&e, FabricError::Unreachable { node: 1, addr, .. } if *addr == addrs[1]),
+        "{e}"
+    );
+    assert!(start.elapsed() >= o.attach_timeout);
+}
+
+#[test]
+fn verbs_reconnect_after_the_serving_node_restarts() {
+    let (ls, addrs) = listeners(2);
+    let opts: Vec<_> = (0..2).map(|i| options(i, &addrs)).collect();
+    let mut f = open_all(opts.clone(), ls);
+    let word = RemoteAddr::new(1, SMALL, 0);
+    f[0].write(word, &42u64.to_le_bytes()).unwrap();
+    let node0 = Arc::clone(&f[0]);
+    drop(f.pop()); // node 1 goes away: listener stopped, workers joined
+    let mut b = [0u8; 8];
+    let e = node0.read(word, &mut b).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FabricError::Disconnected { node: 1, .. } | FabricError::Unreachable { node: 1, .. }
+        ),
+        "{e}"
+    );
+    // Node 1 comes back on the same address (with fresh memory).
+    let restarted = TcpFabric::open(&opts[1]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match node0.read(word, &mut b) {
+            Ok(()) => break,
+            Err(e @ (FabricError::Unreachable { .. } | FabricError::Disconnected { .. })) => {
+                assert!(Instant::now() < deadline, "never reconnected: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(u64::from_le_bytes(b), 0);
+    assert_eq!(node0.cas(word, 0, 3).unwrap(), 0);
+    let mut mine = [0u8; 8];
+    restarted.read(word, &mut mine).unwrap();
+    assert_eq!(u64::from_le_bytes(mine), 3);
+    assert!(node0.stats().connections_broken >= 1);
+}

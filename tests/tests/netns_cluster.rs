@@ -1,0 +1,178 @@
+//! Three node processes on the `tcp` fabric, each in its own network
+//! namespace (`scripts/netns-cluster.sh`: veth pairs to a bridge, a private
+//! /24 that exists only inside the namespaces), run a mixed workload on
+//! shared keys; the merged history of all of them is linearizable. Every
+//! verb between nodes crosses a real (virtual) network, not loopback.
+//!
+//! Needs root and `ip` (iproute2); elsewhere it prints a SKIP line and
+//! passes.
+
+use nessie::{Config, Error, FabricConfig, KvClient, Node};
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tests::history::Call;
+use tests::proc_history::{read_logs, ProcLog};
+use tests::stress::{stress_key, unique_value};
+
+const NODES: usize = 3;
+const KEYS: usize = 12;
+const THREADS: usize = 2;
+const OPS_PER_THREAD: usize = 500;
+const CHILD_ENV: &str = "NESSIE_NETNS_TEST_CHILD";
+/// The script's exit status for "cannot run here".
+const SKIP_STATUS: i32 = 77;
+
+fn config(peers: Vec<String>, cluster: &str) -> Config {
+    Config {
+        cluster: cluster.to_owned(),
+        nodes: NODES,
+        index_slots_per_node: 1024,
+        data_bytes_per_node: 32 << 20,
+        value_size_max: 4096,
+        fabric: FabricConfig::Tcp {
+            peers,
+            secret: format!("{cluster}-secret-0123456789"),
+            threads: THREADS,
+        },
+        attach_timeout: Duration::from_secs(30),
+        ..Config::default()
+    }
+}
+
+fn skip(why: &str) {
+    eprintln!("SKIP netns_cluster: {why} (needs root and iproute2's `ip` with network namespaces)");
+    println!("SKIP netns_cluster: {why}");
+}
+
+fn runs_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn has_ip() -> bool {
+    Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn three_nodes_in_network_namespaces_stay_linearizable() {
+    if !runs_as_root() {
+        return skip("not running as root");
+    }
+    if !has_ip() {
+        return skip("`ip` not found");
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns-cluster.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = format!("netns-{}", std::process::id());
+    let started = Instant::now();
+    let output = Command::new("bash")
+        .arg(&script)
+        .args(["-n", &NODES.to_string(), "-t", "120", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_netns_node",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .env("NESSIE_NETNS_DIR", dir.path())
+        .env("NESSIE_NETNS_CLUSTER", &cluster)
+        .output()
+        .expect("run scripts/netns-cluster.sh");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(SKIP_STATUS) {
+        return skip(stderr.trim());
+    }
+    assert!(
+        output.status.success(),
+        "node processes failed ({}):\n{stderr}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let history = read_logs(dir.path()).unwrap();
+    let expected = NODES * THREADS * OPS_PER_THREAD;
+    assert!(
+        history.len() >= expected,
+        "only {} of {expected} operations were logged",
+        history.len()
+    );
+    tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{} operations from {NODES} namespaces are linearizable ({:.1} s)",
+        history.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The body of a node process (run only inside a namespace by the test
+/// above, through the script).
+#[test]
+#[ignore = "run as a child process by three_nodes_in_network_namespaces_stay_linearizable"]
+fn child_netns_node() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let node: usize = env("NESSIE_NETNS_NODE").parse().unwrap();
+    let peers: Vec<String> = env("NESSIE_NETNS_PEERS")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        peers.iter().all(|p| !p.starts_with("127.")),
+        "peers must be namespace addresses, not loopback: {peers:?}"
+    );
+    let dir = PathBuf::from(env("NESSIE_NETNS_DIR"));
+    let n = Node::start(config(peers, &env("NESSIE_NETNS_CLUSTER")), node).unwrap();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let mut client = n.client().unwrap();
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let id = (node * THREADS + t) as u64;
+                let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).unwrap();
+                let mut rng = rand::rngs::StdRng::seed_from_u64(id ^ 0x6e65_7473);
+                for i in 0..OPS_PER_THREAD {
+                    let key = stress_key(rng.gen_range(0..KEYS));
+                    let call = match rng.gen_range(0..10) {
+                        0..=3 => Call::put(key, unique_value(id, i, rng.gen_range(0..4000))),
+                        4 => Call::delete(key),
+                        _ => Call::get(key),
+                    };
+                    run(&mut client, &mut log, &call);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Keep serving this node's memory until every node is done.
+    std::fs::write(dir.join(format!("done-{node}")), b"").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(0..NODES).all(|n| dir.join(format!("done-{n}")).exists()) {
+        assert!(Instant::now() < deadline, "peers did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs and logs one call; a timeout or a full table is logged as an
+/// unknown outcome.
+fn run(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) {
+    let id = log.invoke(call).unwrap();
+    let result = call.apply(client);
+    match result {
+        Ok(ret) => log.returned(id, &ret).unwrap(),
+        Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {}
+        Err(e) => panic!("{call:?}: {e}"),
+    }
+}
