@@ -122,37 +122,62 @@ impl Node {
 }
 
 impl Node {
-    /// [`Node::start`] on the `verbs` fabric: opens the RDMA device, listens
-    /// on `peers[node_id]` and connects a queue pair per lane to every peer.
-    #[cfg(feature = "verbs")]
+    /// [`Node::start`] on the `verbs` fabric.
     fn start_verbs(config: Config, node_id: NodeId) -> Result<Node, Error> {
-        use crate::fabric::{VerbsFabric, VerbsOptions, DEFAULT_LANES};
-        let FabricConfig::Verbs {
-            device,
-            peers,
-            gid_index,
-        } = &config.fabric
-        else {
-            return Err(Error::Config("fabric is not verbs".into()));
-        };
-        let fabric = VerbsFabric::open(&VerbsOptions {
-            device: device.clone(),
-            gid_index: *gid_index,
-            peers: peers.clone(),
-            cluster_id: config.cluster_id(),
-            node: node_id,
-            regions: store_regions(&config),
-            attach_timeout: config.attach_timeout,
-            lanes: DEFAULT_LANES,
-        })?;
-        Node::with_fabric(config, node_id, Arc::new(fabric))
+        let fabric = open_verbs_fabric(&config, node_id, store_regions(&config))?;
+        Node::with_fabric(config, node_id, fabric)
     }
+}
 
-    /// Without the `verbs` feature there is no RDMA backend.
-    #[cfg(not(feature = "verbs"))]
-    fn start_verbs(_config: Config, _node_id: NodeId) -> Result<Node, Error> {
-        Err(Error::Config(
-            "fabric = verbs needs nessie built with the `verbs` cargo feature".into(),
-        ))
-    }
+/// Opens node `node_id`'s view of the `verbs` fabric of `config`
+/// (`fabric = verbs`), every node registering `regions`: opens the RDMA
+/// device, listens on `peers[node_id]` and connects queue pairs to every
+/// peer. Stores other than the client-driven one (the baselines) use this
+/// with their own regions.
+///
+/// # Errors
+/// [`Error::Config`] if `config.fabric` is not `verbs` or nessie was built
+/// without the `verbs` feature; [`Error::Fabric`] as
+/// `nessie::fabric::VerbsFabric::open`.
+#[cfg(feature = "verbs")]
+pub fn open_verbs_fabric(
+    config: &Config,
+    node_id: NodeId,
+    regions: Vec<crate::fabric::RegionSpec>,
+) -> Result<Arc<dyn Fabric>, Error> {
+    use crate::fabric::{VerbsFabric, VerbsOptions, DEFAULT_LANES};
+    let FabricConfig::Verbs {
+        device,
+        peers,
+        gid_index,
+    } = &config.fabric
+    else {
+        return Err(Error::Config("fabric is not verbs".into()));
+    };
+    Ok(Arc::new(VerbsFabric::open(&VerbsOptions {
+        device: device.clone(),
+        gid_index: *gid_index,
+        peers: peers.clone(),
+        cluster_id: config.cluster_id(),
+        node: node_id,
+        regions,
+        attach_timeout: config.attach_timeout,
+        lanes: DEFAULT_LANES,
+    })?))
+}
+
+/// Opens node `node_id`'s view of the `verbs` fabric: without the `verbs`
+/// feature there is none.
+///
+/// # Errors
+/// Always [`Error::Config`].
+#[cfg(not(feature = "verbs"))]
+pub fn open_verbs_fabric(
+    _config: &Config,
+    _node_id: NodeId,
+    _regions: Vec<crate::fabric::RegionSpec>,
+) -> Result<Arc<dyn Fabric>, Error> {
+    Err(Error::Config(
+        "fabric = verbs needs nessie built with the `verbs` cargo feature".into(),
+    ))
 }

@@ -141,18 +141,6 @@ pub enum FabricError {
         #[source]
         reason: VerbsFailure,
     },
-    /// Exchanging queue-pair information with a peer failed (`verbs`
-    /// backend): it is unreachable, or it is not a peer of this cluster.
-    #[error("verbs handshake with node {node} at {addr} failed: {reason}")]
-    VerbsHandshake {
-        /// The peer.
-        node: NodeId,
-        /// Its handshake address.
-        addr: String,
-        /// What went wrong or did not match.
-        #[source]
-        reason: VerbsHandshakeFailure,
-    },
     /// An I/O error on a region file.
     #[error("{path}: {source}")]
     Io {
@@ -175,7 +163,7 @@ pub enum FabricError {
         source: io::Error,
     },
     /// A peer failed the handshake: other secret, cluster, version, node or
-    /// region sizes, or not a nessie peer at all.
+    /// region sizes, or not a nessie peer at all (`tcp` and `verbs`).
     #[error("handshake with node {node} at {addr} failed: {reason}")]
     Handshake {
         /// Peer.
@@ -231,8 +219,9 @@ pub enum FabricError {
     },
 }
 
-/// Why a `tcp` handshake failed. Both sides check the same things, so each
-/// learns the same reason.
+/// Why a handshake with a peer failed (`tcp` connections, `verbs`
+/// queue-pair exchanges). Both sides check the same things, so each learns
+/// the same reason.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandshakeFailure {
@@ -240,7 +229,7 @@ pub enum HandshakeFailure {
     #[error("{0}")]
     Io(#[source] io::Error),
     /// The peer does not speak the nessie tcp protocol.
-    #[error("the peer is not a nessie tcp node (bad magic)")]
+    #[error("the peer is not a nessie node of this fabric (bad magic)")]
     BadMagic,
     /// The peer's hello does not parse.
     #[error("malformed hello")]
@@ -292,6 +281,14 @@ pub enum HandshakeFailure {
     /// secrets differ.
     #[error("authentication failed: the cluster secrets differ")]
     Authentication,
+    /// The peer did not connect to this node before the attach deadline
+    /// (`verbs`: every node connects to every other).
+    #[error("the peer did not connect within {0:?}")]
+    NotConnected(Duration),
+    /// The peer refused this node's hello for the reason given (as the peer
+    /// saw it).
+    #[error("refused by the peer: {0}")]
+    Refused(#[source] Box<HandshakeFailure>),
 }
 
 /// Why an RDMA verbs call failed (see [`FabricError::Verbs`]).
@@ -321,74 +318,4 @@ pub enum VerbsFailure {
     /// The device lacks something the backend needs.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
-}
-
-/// Why a `verbs` queue-pair exchange failed (see
-/// [`FabricError::VerbsHandshake`]). Both sides check the same things, so a
-/// refused peer learns the reason too.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum VerbsHandshakeFailure {
-    /// This node's own handshake address could not be bound.
-    #[error("cannot listen: {0}")]
-    Listen(#[source] std::io::Error),
-    /// The peer could not be reached, or the connection broke.
-    #[error("{0}")]
-    Io(#[source] std::io::Error),
-    /// The peer did not connect to this node before the attach deadline.
-    #[error("the peer did not connect within {0:?}")]
-    NotConnected(Duration),
-    /// The other side does not speak this handshake.
-    #[error("not a nessie verbs peer (bad magic)")]
-    BadMagic,
-    /// The message does not parse.
-    #[error("malformed handshake message")]
-    Malformed,
-    /// The peer was built with another layout version.
-    #[error("peer speaks format version {found}, this build speaks {expected}")]
-    Version {
-        /// The peer's version.
-        found: u32,
-        /// Ours.
-        expected: u32,
-    },
-    /// The peer belongs to another cluster.
-    #[error("peer is in cluster {found:#x}, expected cluster {expected:#x}")]
-    Cluster {
-        /// The peer's cluster id.
-        found: u64,
-        /// Ours.
-        expected: u64,
-    },
-    /// The peer's cluster has another number of nodes.
-    #[error("peer's cluster has {found} nodes, ours {expected}")]
-    Nodes {
-        /// The peer's count.
-        found: u64,
-        /// Ours.
-        expected: u64,
-    },
-    /// The peer is another node than the configuration says, or takes us
-    /// for another node.
-    #[error("peer says node {found}, expected node {expected}")]
-    Node {
-        /// The node id found.
-        found: u64,
-        /// The node id expected.
-        expected: u64,
-    },
-    /// The peer registers another set of regions or sizes (the nodes'
-    /// configurations differ).
-    #[error("peer's {region} has {found:?} bytes, ours {expected:?}")]
-    RegionSize {
-        /// First region that differs.
-        region: RegionId,
-        /// Its size at the peer (`None`: not registered there).
-        found: Option<u64>,
-        /// Its size here.
-        expected: Option<u64>,
-    },
-    /// The peer refused this node's handshake for the reason given.
-    #[error("refused by the peer: {0}")]
-    Refused(#[source] Box<VerbsHandshakeFailure>),
 }

@@ -34,7 +34,7 @@ mod verbs;
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::{FabricError, HandshakeFailure, VerbsFailure, VerbsHandshakeFailure};
+pub use error::{FabricError, HandshakeFailure, VerbsFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};

@@ -22,7 +22,7 @@
 
 use super::device::{PortAddress, QpInfo};
 use super::RemoteRegion;
-use crate::fabric::{FabricError, NodeId, RegionId, RegionSpec, VerbsHandshakeFailure};
+use crate::fabric::{FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +59,7 @@ pub(super) struct Hello {
 pub(super) enum Message {
     Hello(Hello),
     Accept(Hello),
-    Refuse(VerbsHandshakeFailure),
+    Refuse(HandshakeFailure),
 }
 
 /// What this node expects of a peer.
@@ -194,15 +194,15 @@ fn decode_hello(r: &mut Reader<'_>) -> Option<Hello> {
     })
 }
 
-fn encode_refusal(w: &mut Writer, f: &VerbsHandshakeFailure) {
-    use VerbsHandshakeFailure as F;
+fn encode_refusal(w: &mut Writer, f: &HandshakeFailure) {
+    use HandshakeFailure as F;
     let (code, region, found, expected) = match f {
         F::Version { found, expected } => {
             (1, 0, Some(u64::from(*found)), Some(u64::from(*expected)))
         }
         F::Cluster { found, expected } => (2, 0, Some(*found), Some(*expected)),
-        F::Nodes { found, expected } => (3, 0, Some(*found), Some(*expected)),
-        F::Node { found, expected } => (4, 0, Some(*found), Some(*expected)),
+        F::Nodes { found, expected } => (3, 0, Some(u64::from(*found)), Some(u64::from(*expected))),
+        F::Node { found, expected } => (4, 0, Some(u64::from(*found)), Some(u64::from(*expected))),
         F::RegionSize {
             region,
             found,
@@ -218,8 +218,8 @@ fn encode_refusal(w: &mut Writer, f: &VerbsHandshakeFailure) {
     w.u64(expected.unwrap_or(0));
 }
 
-fn decode_refusal(r: &mut Reader<'_>) -> Option<VerbsHandshakeFailure> {
-    use VerbsHandshakeFailure as F;
+fn decode_refusal(r: &mut Reader<'_>) -> Option<HandshakeFailure> {
+    use HandshakeFailure as F;
     let code = r.u8()?;
     let region = RegionId(r.u16()?);
     let flags = r.u8()?;
@@ -232,8 +232,14 @@ fn decode_refusal(r: &mut Reader<'_>) -> Option<VerbsHandshakeFailure> {
             expected: narrow(expected)?,
         },
         2 => F::Cluster { found, expected },
-        3 => F::Nodes { found, expected },
-        4 => F::Node { found, expected },
+        3 => F::Nodes {
+            found: narrow(found)?,
+            expected: narrow(expected)?,
+        },
+        4 => F::Node {
+            found: narrow(found)?,
+            expected: narrow(expected)?,
+        },
         5 => F::RegionSize {
             region,
             found: (flags & 1 != 0).then_some(found),
@@ -270,7 +276,7 @@ impl Message {
     }
 
     /// Parses a frame's body.
-    pub(super) fn decode(body: &[u8]) -> Result<Message, VerbsHandshakeFailure> {
+    pub(super) fn decode(body: &[u8]) -> Result<Message, HandshakeFailure> {
         let mut r = Reader(body);
         let message = match r.u8() {
             Some(KIND_HELLO) => decode_hello(&mut r).map(Message::Hello),
@@ -280,29 +286,30 @@ impl Message {
         };
         match message {
             Some(m) if r.0.is_empty() => Ok(m),
-            _ => Err(VerbsHandshakeFailure::Malformed),
+            _ => Err(HandshakeFailure::Malformed),
         }
     }
 
     /// Reads one frame from `stream`.
-    pub(super) fn read(stream: &mut impl Read) -> Result<Message, VerbsHandshakeFailure> {
+    pub(super) fn read(stream: &mut impl Read) -> Result<Message, HandshakeFailure> {
         let mut head = [0u8; 12];
-        stream
-            .read_exact(&mut head)
-            .map_err(VerbsHandshakeFailure::Io)?;
+        stream.read_exact(&mut head).map_err(HandshakeFailure::Io)?;
         if head[..8] != MAGIC {
-            return Err(VerbsHandshakeFailure::BadMagic);
+            return Err(HandshakeFailure::BadMagic);
         }
         let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
         if len > MAX_BODY {
-            return Err(VerbsHandshakeFailure::Malformed);
+            return Err(HandshakeFailure::Malformed);
         }
         let mut body = vec![0u8; len as usize];
-        stream
-            .read_exact(&mut body)
-            .map_err(VerbsHandshakeFailure::Io)?;
+        stream.read_exact(&mut body).map_err(HandshakeFailure::Io)?;
         Message::decode(&body)
     }
+}
+
+/// A node id or count as the error reports it (saturating).
+fn narrow(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// Checks a peer's hello (or accept) against this node's expectations;
@@ -311,8 +318,8 @@ pub(super) fn check(
     hello: &Hello,
     expect: &Expect<'_>,
     peer: Option<NodeId>,
-) -> Result<(), VerbsHandshakeFailure> {
-    use VerbsHandshakeFailure as F;
+) -> Result<(), HandshakeFailure> {
+    use HandshakeFailure as F;
     if hello.format_version != expect.format_version {
         return Err(F::Version {
             found: hello.format_version,
@@ -327,14 +334,14 @@ pub(super) fn check(
     }
     if hello.nodes != expect.nodes as u64 {
         return Err(F::Nodes {
-            found: hello.nodes,
-            expected: expect.nodes as u64,
+            found: narrow(hello.nodes),
+            expected: narrow(expect.nodes as u64),
         });
     }
     if hello.to != expect.me as u64 {
         return Err(F::Node {
-            found: hello.to,
-            expected: expect.me as u64,
+            found: narrow(hello.to),
+            expected: narrow(expect.me as u64),
         });
     }
     let from_ok = match peer {
@@ -343,8 +350,8 @@ pub(super) fn check(
     };
     if !from_ok {
         return Err(F::Node {
-            found: hello.from,
-            expected: peer.unwrap_or(expect.me) as u64,
+            found: narrow(hello.from),
+            expected: narrow(peer.unwrap_or(expect.me) as u64),
         });
     }
     for spec in expect.regions {
@@ -395,8 +402,9 @@ fn prepare(stream: &TcpStream, deadline: Instant) -> io::Result<()> {
 /// listening yet), sends `hello` and returns the peer's checked accept.
 ///
 /// # Errors
-/// [`FabricError::VerbsHandshake`]: unreachable by the deadline, refused
-/// (with the peer's reason), or an accept that fails [`check`].
+/// [`FabricError::Unreachable`] if nothing accepts the connection by the
+/// deadline; [`FabricError::Handshake`]: refused (with the peer's reason),
+/// the connection broke, or an accept that fails [`check`].
 pub(super) fn exchange(
     addr: &str,
     peer: NodeId,
@@ -405,7 +413,7 @@ pub(super) fn exchange(
     deadline: Instant,
     stop: &AtomicBool,
 ) -> Result<Hello, FabricError> {
-    let fail = |reason| FabricError::VerbsHandshake {
+    let fail = |reason| FabricError::Handshake {
         node: peer,
         addr: addr.to_owned(),
         reason,
@@ -419,26 +427,30 @@ pub(super) fn exchange(
         });
         match attempt {
             Ok(s) => break s,
-            Err(e) if Instant::now() >= deadline || stop.load(Ordering::Relaxed) => {
-                return Err(fail(VerbsHandshakeFailure::Io(e)))
+            Err(source) if Instant::now() >= deadline || stop.load(Ordering::Relaxed) => {
+                return Err(FabricError::Unreachable {
+                    node: peer,
+                    addr: addr.to_owned(),
+                    source,
+                })
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    prepare(&stream, deadline).map_err(|e| fail(VerbsHandshakeFailure::Io(e)))?;
+    prepare(&stream, deadline).map_err(|e| fail(HandshakeFailure::Io(e)))?;
     stream
         .write_all(&Message::Hello(hello.clone()).encode())
-        .map_err(|e| fail(VerbsHandshakeFailure::Io(e)))?;
+        .map_err(|e| fail(HandshakeFailure::Io(e)))?;
     match Message::read(&mut stream).map_err(fail)? {
         Message::Accept(reply) => {
             check(&reply, expect, Some(peer)).map_err(fail)?;
             if reply.qps.len() != hello.qps.len() {
-                return Err(fail(VerbsHandshakeFailure::Malformed));
+                return Err(fail(HandshakeFailure::Malformed));
             }
             Ok(reply)
         }
-        Message::Refuse(reason) => Err(fail(VerbsHandshakeFailure::Refused(Box::new(reason)))),
-        Message::Hello(_) => Err(fail(VerbsHandshakeFailure::Malformed)),
+        Message::Refuse(reason) => Err(fail(HandshakeFailure::Refused(Box::new(reason)))),
+        Message::Hello(_) => Err(fail(HandshakeFailure::Malformed)),
     }
 }
 
@@ -451,7 +463,7 @@ pub(super) fn exchange(
 ///
 /// # Errors
 /// For a peer that never completed a handshake: the last reason it was
-/// refused for, else [`VerbsHandshakeFailure::NotConnected`]. An error of
+/// refused for, else [`HandshakeFailure::NotConnected`]. An error of
 /// `accept` ends serving at once.
 pub(super) fn serve<T>(
     listener: &TcpListener,
@@ -459,7 +471,7 @@ pub(super) fn serve<T>(
     peers: &[String],
     deadline: Instant,
     stop: &AtomicBool,
-    refused: &Mutex<Vec<Option<VerbsHandshakeFailure>>>,
+    refused: &Mutex<Vec<Option<HandshakeFailure>>>,
     mut accept: impl FnMut(&Hello) -> Result<(Hello, T), FabricError>,
 ) -> Result<Vec<(NodeId, T)>, FabricError> {
     let started = Instant::now();
@@ -470,12 +482,11 @@ pub(super) fn serve<T>(
             .filter(|&n| n != expect.me)
             .all(|n| served.iter().any(|(s, _)| *s == n))
     };
-    let mut fail_listen = |e| FabricError::VerbsHandshake {
-        node: expect.me,
+    let fail_listen = |source| FabricError::Bind {
         addr: peers.get(expect.me).cloned().unwrap_or_default(),
-        reason: VerbsHandshakeFailure::Listen(e),
+        source,
     };
-    listener.set_nonblocking(true).map_err(&mut fail_listen)?;
+    listener.set_nonblocking(true).map_err(fail_listen)?;
     while !done(&served) {
         if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
             let missing = (0..nodes)
@@ -484,8 +495,8 @@ pub(super) fn serve<T>(
             let reason = lock(refused)
                 .get_mut(missing)
                 .and_then(Option::take)
-                .unwrap_or(VerbsHandshakeFailure::NotConnected(started.elapsed()));
-            return Err(FabricError::VerbsHandshake {
+                .unwrap_or(HandshakeFailure::NotConnected(started.elapsed()));
+            return Err(FabricError::Handshake {
                 node: missing,
                 addr: peers.get(missing).cloned().unwrap_or_default(),
                 reason,
@@ -506,8 +517,7 @@ pub(super) fn serve<T>(
         let hello = match Message::read(&mut stream) {
             Ok(Message::Hello(h)) => h,
             Ok(_) => {
-                let _ =
-                    stream.write_all(&Message::Refuse(VerbsHandshakeFailure::Malformed).encode());
+                let _ = stream.write_all(&Message::Refuse(HandshakeFailure::Malformed).encode());
                 continue;
             }
             Err(reason) => {
@@ -541,12 +551,12 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl VerbsHandshakeFailure {
+impl HandshakeFailure {
     /// A copy of the reasons that travel in a refusal (I/O causes do not).
-    fn clone_shallow(&self) -> VerbsHandshakeFailure {
+    fn clone_shallow(&self) -> HandshakeFailure {
         let mut w = Writer(Vec::new());
         encode_refusal(&mut w, self);
-        decode_refusal(&mut Reader(&w.0)).unwrap_or(VerbsHandshakeFailure::Malformed)
+        decode_refusal(&mut Reader(&w.0)).unwrap_or(HandshakeFailure::Malformed)
     }
 }
 
@@ -633,7 +643,7 @@ mod tests {
 
     #[test]
     fn refusals_round_trip() {
-        use VerbsHandshakeFailure as F;
+        use HandshakeFailure as F;
         let cases = [
             F::Version {
                 found: 2,
@@ -675,7 +685,7 @@ mod tests {
         bad_magic[0] = b'X';
         assert!(matches!(
             Message::read(&mut &bad_magic[..]),
-            Err(VerbsHandshakeFailure::BadMagic)
+            Err(HandshakeFailure::BadMagic)
         ));
         // Every truncation is malformed or an I/O error, never a panic.
         for cut in 0..frame.len() {
@@ -691,7 +701,7 @@ mod tests {
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             Message::read(&mut &huge[..]),
-            Err(VerbsHandshakeFailure::Malformed)
+            Err(HandshakeFailure::Malformed)
         ));
         let mut trailing = frame;
         trailing.push(0);
@@ -699,13 +709,13 @@ mod tests {
         trailing[8..12].copy_from_slice(&len.to_le_bytes());
         assert!(matches!(
             Message::read(&mut &trailing[..]),
-            Err(VerbsHandshakeFailure::Malformed)
+            Err(HandshakeFailure::Malformed)
         ));
     }
 
     #[test]
     fn mismatches_are_named() {
-        use VerbsHandshakeFailure as F;
+        use HandshakeFailure as F;
         let regions = specs();
         let e = expect(&regions);
         check(&hello(), &e, None).unwrap();

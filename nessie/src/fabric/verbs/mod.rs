@@ -29,7 +29,7 @@
 //! address, length and rkey of every region are exchanged over TCP with
 //! each peer (see the `handshake` module); the handshake carries the cluster id and
 //! [`crate::layout::FORMAT_VERSION`], and a mismatch (or different region
-//! sizes) fails with [`FabricError::VerbsHandshake`] on both sides. A node
+//! sizes) fails with [`FabricError::Handshake`] on both sides. A node
 //! listens on its own entry of `peers` and connects to every other entry;
 //! nodes may start in any order within `attach_timeout`.
 //!
@@ -51,7 +51,10 @@ mod lane;
 use self::device::{Device, QpInfo};
 use self::handshake::{Expect, Hello};
 use self::lane::{verb_len, Lane, CHUNK};
-use super::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr, Verb, VerbsFailure};
+use super::{
+    Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
+    VerbsFailure,
+};
 use crate::layout::{FORMAT_VERSION, WORD};
 use memmap2::{MmapMut, MmapRaw};
 use sideway::ibverbs::completion::ExtendedCompletionQueue;
@@ -185,10 +188,8 @@ impl VerbsFabric {
     /// `peers[node]` and connects to every peer.
     ///
     /// # Errors
-    /// As [`VerbsFabric::open_with_listener`], and
-    /// [`FabricError::VerbsHandshake`] with
-    /// [`crate::fabric::VerbsHandshakeFailure::Listen`] if the address cannot
-    /// be bound.
+    /// As [`VerbsFabric::open_with_listener`], and [`FabricError::Bind`] if
+    /// the address cannot be bound.
     pub fn open(options: &VerbsOptions) -> Result<VerbsFabric, FabricError> {
         let addr = options
             .peers
@@ -197,10 +198,9 @@ impl VerbsFabric {
                 node: options.node,
                 nodes: options.peers.len(),
             })?;
-        let listener = TcpListener::bind(addr).map_err(|e| FabricError::VerbsHandshake {
-            node: options.node,
+        let listener = TcpListener::bind(addr).map_err(|source| FabricError::Bind {
             addr: addr.clone(),
-            reason: crate::fabric::VerbsHandshakeFailure::Listen(e),
+            source,
         })?;
         Self::open_with_listener(options, &listener)
     }
@@ -214,9 +214,10 @@ impl VerbsFabric {
     /// [`FabricError::Misaligned`] for a region whose length is not whole
     /// words; [`FabricError::NoDevice`] without a (matching) RDMA device;
     /// [`FabricError::Verbs`] if the device cannot be set up (or returns
-    /// atomic results in another byte order); [`FabricError::VerbsHandshake`]
-    /// for a peer that is unreachable, of another cluster, version or
-    /// configuration, or that did not connect within `attach_timeout`.
+    /// atomic results in another byte order); [`FabricError::Unreachable`]
+    /// for a peer that does not listen within `attach_timeout`;
+    /// [`FabricError::Handshake`] for a peer of another cluster, version or
+    /// configuration, or that did not connect to this node in time.
     pub fn open_with_listener(
         options: &VerbsOptions,
         listener: &TcpListener,
@@ -631,23 +632,25 @@ impl Fabric for VerbsFabric {
 
 /// A handshake that failed on the way (unreachable, broken connection)
 /// while that peer's own hello was refused here: the refusal says more.
-fn prefer_refusal(
-    e: FabricError,
-    refused: &Mutex<Vec<Option<crate::fabric::VerbsHandshakeFailure>>>,
-) -> FabricError {
-    use crate::fabric::VerbsHandshakeFailure as F;
+fn prefer_refusal(e: FabricError, refused: &Mutex<Vec<Option<HandshakeFailure>>>) -> FabricError {
+    let node = match &e {
+        FabricError::Unreachable { node, .. } => *node,
+        FabricError::Handshake {
+            node,
+            reason: HandshakeFailure::Io(_) | HandshakeFailure::NotConnected(_),
+            ..
+        } => *node,
+        _ => return e,
+    };
+    let Some(reason) = handshake::lock(refused)
+        .get_mut(node)
+        .and_then(Option::take)
+    else {
+        return e;
+    };
     match e {
-        FabricError::VerbsHandshake { node, addr, reason }
-            if matches!(reason, F::Io(_) | F::NotConnected(_)) =>
-        {
-            let recorded = handshake::lock(refused)
-                .get_mut(node)
-                .and_then(Option::take);
-            FabricError::VerbsHandshake {
-                node,
-                addr,
-                reason: recorded.unwrap_or(reason),
-            }
+        FabricError::Unreachable { addr, .. } | FabricError::Handshake { addr, .. } => {
+            FabricError::Handshake { node, addr, reason }
         }
         other => other,
     }
