@@ -89,6 +89,6 @@ pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
 pub use error::Error;
 pub use kv::KvClient;
-pub use node::Node;
+pub use node::{open_verbs_fabric, Node};
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
 pub use store::store_regions;
