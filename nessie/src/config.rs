@@ -179,6 +179,27 @@ pub struct Config {
     pub attach_timeout: Duration,
     /// Server worker threads per node (server-driven and hybrid baselines).
     pub server_workers: usize,
+    /// When a GET verifies the checksum of the committed entry it returns.
+    pub verify_checksums: ChecksumPolicy,
+}
+
+/// When readers verify the checksum of a committed entry.
+///
+/// A committed DTE never changes, and its slot can be reused only `expiry`
+/// after someone unlinked it — after the reader's index read that found it
+/// linked. A READ that completes within that window cannot be torn, so
+/// verifying it only guards against memory corruption. A reader that was
+/// stalled past half the expiry period verifies under either policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChecksumPolicy {
+    /// Verify every entry returned (also catches memory corruption, at the
+    /// cost of hashing every value).
+    Always,
+    /// Verify only when the read may have raced a slot's reuse (the reader
+    /// stalled for `expiry / 2` or more since its index read).
+    #[default]
+    AfterStall,
 }
 
 impl Default for Config {
@@ -201,6 +222,7 @@ impl Default for Config {
             fabric: FabricConfig::Local,
             attach_timeout: Duration::from_secs(30),
             server_workers: 1,
+            verify_checksums: ChecksumPolicy::default(),
         }
     }
 }
