@@ -53,6 +53,8 @@ pub(crate) use write::WriteKind;
 /// Consecutive torn reads of one entry after which an operation reports
 /// [`Error::Corrupt`] instead of retrying.
 const MAX_TORN: u32 = 64;
+/// Read buffers a client keeps between operations.
+const MAX_KEPT_BUFFERS: usize = 8;
 /// First back-off delay.
 const BACKOFF_BASE: Duration = Duration::from_micros(2);
 /// Longest back-off delay.
@@ -69,6 +71,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) slot_bytes: &'a [usize],
     pub(crate) class_caps: &'a [usize],
     pub(crate) cache: &'a mut DteCache,
+    /// Read buffers kept across operations (no allocation or zeroing of a
+    /// whole slot per READ once warm).
+    pub(crate) buffers: &'a mut Vec<Vec<u8>>,
     pub(crate) rng: &'a mut StdRng,
     pub(crate) stats: &'a mut OpStats,
     /// `created_at` of the operation (µs).
@@ -333,7 +338,7 @@ impl<'a> Ctx<'a> {
     ) -> Result<Vec<Option<DteView>>, Error> {
         let mut bufs: Vec<Vec<u8>> = reqs
             .iter()
-            .map(|&(r, k, whole)| vec![0u8; self.read_len(r, k, whole)])
+            .map(|&(r, k, whole)| self.buffer(self.read_len(r, k, whole)))
             .collect();
         if self.config.optimizations.batched_reads {
             let mut batch: Vec<Verb<'_>> = Vec::with_capacity(reqs.len());
@@ -365,10 +370,25 @@ impl<'a> Ctx<'a> {
         whole: bool,
     ) -> Result<Option<DteView>, Error> {
         let len = self.read_len(r, key_len, whole);
-        let mut bytes = vec![0u8; len];
+        let mut bytes = self.buffer(len);
         let addr = self.dte_addr(r);
         self.ep.read(addr, &mut bytes)?;
         Ok(self.view(r, bytes))
+    }
+
+    /// A buffer of `len` bytes (contents unspecified: a READ overwrites
+    /// them), from the kept ones if any.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.buffers.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Keeps a view's buffer for later READs.
+    pub(crate) fn recycle(&mut self, view: DteView) {
+        if self.buffers.len() < MAX_KEPT_BUFFERS {
+            self.buffers.push(view.bytes);
+        }
     }
 
     /// Decodes and sanity-checks a DTE read: the generation must be the one
@@ -450,6 +470,7 @@ impl OpEnv<'_> {
         &'b self,
         ep: &'b mut Endpoint,
         cache: &'b mut DteCache,
+        buffers: &'b mut Vec<Vec<u8>>,
         rng: &'b mut StdRng,
         stats: &'b mut OpStats,
     ) -> Ctx<'b> {
@@ -464,6 +485,7 @@ impl OpEnv<'_> {
             slot_bytes: self.slot_bytes,
             class_caps: self.class_caps,
             cache,
+            buffers,
             rng,
             stats,
             start,
