@@ -36,7 +36,8 @@ enum Cmd {
     Zipf(ZipfArgs),
     /// Fig. 13: CD with its optimisations switched on one by one.
     Breakdown(BreakdownArgs),
-    /// Fig. 14: CPU cost (energy proxy) at fractions of peak load.
+    /// Fig. 14: power (RAPL/IPMI where the host allows) and CPU cost at
+    /// fractions of peak load.
     Energy(EnergyArgs),
     /// The same workload against Redis and memcached on loopback.
     Peers(PeersArgs),

@@ -74,6 +74,9 @@ pub struct RunSpec {
     pub load_factor: f64,
     /// Where a peer server listens (Redis, memcached); set by the harness.
     pub peer: Option<PeerTarget>,
+    /// Sample the host's power (RAPL, IPMI) over the measured phase.
+    #[serde(default)]
+    pub measure_power: bool,
 }
 
 impl RunSpec {
@@ -94,6 +97,7 @@ impl RunSpec {
             optimizations: Optimizations::default(),
             load_factor: PAPER_LOAD_FACTOR,
             peer: None,
+            measure_power: false,
         }
     }
 

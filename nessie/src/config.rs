@@ -58,8 +58,9 @@ impl Optimizations {
     }
 }
 
-/// Which fabric backend carries the verbs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Which fabric backend carries the verbs. `Debug` does not print the tcp
+/// secret (configurations get logged).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum FabricConfig {
     /// All nodes in one process.
@@ -101,6 +102,31 @@ pub enum FabricConfig {
         #[serde(default = "default_tcp_threads")]
         threads: usize,
     },
+}
+
+impl std::fmt::Debug for FabricConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FabricConfig::Local => f.write_str("Local"),
+            FabricConfig::Shm { dir } => f.debug_struct("Shm").field("dir", dir).finish(),
+            FabricConfig::Tcp { peers, threads, .. } => f
+                .debug_struct("Tcp")
+                .field("peers", peers)
+                .field("secret", &"<redacted>")
+                .field("threads", threads)
+                .finish(),
+            FabricConfig::Verbs {
+                device,
+                peers,
+                gid_index,
+            } => f
+                .debug_struct("Verbs")
+                .field("device", device)
+                .field("peers", peers)
+                .field("gid_index", gid_index)
+                .finish(),
+        }
+    }
 }
 
 fn default_tcp_threads() -> usize {
@@ -153,6 +179,27 @@ pub struct Config {
     pub attach_timeout: Duration,
     /// Server worker threads per node (server-driven and hybrid baselines).
     pub server_workers: usize,
+    /// When a GET verifies the checksum of the committed entry it returns.
+    pub verify_checksums: ChecksumPolicy,
+}
+
+/// When readers verify the checksum of a committed entry.
+///
+/// A committed DTE never changes, and its slot can be reused only `expiry`
+/// after someone unlinked it — after the reader's index read that found it
+/// linked. A READ that completes within that window cannot be torn, so
+/// verifying it only guards against memory corruption. A reader that was
+/// stalled past half the expiry period verifies under either policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChecksumPolicy {
+    /// Verify every entry returned (also catches memory corruption, at the
+    /// cost of hashing every value).
+    Always,
+    /// Verify only when the read may have raced a slot's reuse (the reader
+    /// stalled for `expiry / 2` or more since its index read).
+    #[default]
+    AfterStall,
 }
 
 impl Default for Config {
@@ -175,6 +222,7 @@ impl Default for Config {
             fabric: FabricConfig::Local,
             attach_timeout: Duration::from_secs(30),
             server_workers: 1,
+            verify_checksums: ChecksumPolicy::default(),
         }
     }
 }
@@ -562,6 +610,11 @@ mod tests {
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
         tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
+        let shown = format!("{:?}", tcp(&["a:1", "b:2"], "hunter2-hunter2", 1));
+        assert!(
+            !shown.contains("hunter2") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -86,7 +86,9 @@ mod watch;
 pub use client::Client;
 pub use clock::{Clock, WallClock};
 pub use cluster::{Cluster, ClusterBuilder};
-pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
+pub use config::{
+    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES,
+};
 pub use error::Error;
 pub use kv::KvClient;
 pub use node::{open_verbs_fabric, Node};

@@ -17,6 +17,8 @@ use std::sync::Arc;
 pub struct Node {
     shared: Arc<Shared>,
     id: NodeId,
+    /// The tcp fabric when `Node::start` opened one (for its counters).
+    tcp: Option<Arc<TcpFabric>>,
     _recycler: Recycler,
     _watch: ClockWatch,
 }
@@ -51,11 +53,16 @@ impl Node {
                 regions: store_regions(&config),
                 attach_timeout: config.attach_timeout,
             })?),
-            FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
-                &config,
-                node_id,
-                store_regions(&config),
-            )?)?),
+            FabricConfig::Tcp { .. } => {
+                let tcp = Arc::new(TcpFabric::open(&TcpOptions::from_config(
+                    &config,
+                    node_id,
+                    store_regions(&config),
+                )?)?);
+                let mut node = Node::with_fabric(config, node_id, Arc::clone(&tcp) as _)?;
+                node.tcp = Some(tcp);
+                return Ok(node);
+            }
             FabricConfig::Verbs { .. } => return Node::start_verbs(config, node_id),
             FabricConfig::Local => {
                 return Err(Error::Config(
@@ -95,6 +102,7 @@ impl Node {
         Ok(Node {
             shared,
             id: node_id,
+            tcp: None,
             _recycler: recycler,
             _watch: watch,
         })
@@ -106,6 +114,13 @@ impl Node {
     /// None in practice; the signature matches [`crate::Cluster::client`].
     pub fn client(&self) -> Result<Client, Error> {
         self.shared.client(self.id)
+    }
+
+    /// Counters of the tcp fabric's verb service and connections, if this
+    /// node runs on `tcp` (opened by [`Node::start`]).
+    #[must_use]
+    pub fn tcp_stats(&self) -> Option<crate::fabric::TcpStats> {
+        self.tcp.as_ref().map(|t| t.stats())
     }
 
     /// This node's id.

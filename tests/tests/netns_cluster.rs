@@ -46,11 +46,15 @@ fn skip(why: &str) {
     println!("SKIP netns_cluster: {why}");
 }
 
+/// Whether the effective uid is 0 (from `/proc/self/status`: "Uid: real effective ...").
 fn runs_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "0")
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|uids| uids.split_whitespace().nth(1).map(|e| e == "0"))
+            .unwrap_or(false)
+    })
 }
 
 fn has_ip() -> bool {

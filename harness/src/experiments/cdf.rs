@@ -7,7 +7,7 @@ use super::{parse_fraction, parse_size, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::Hist;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::{KeyDistribution, OpKind};
 
@@ -94,15 +94,15 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
         .collect();
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "cdf",
         &format!(
             "Figs. 8–11: verbs and bytes per operation, {}",
             workload.describe()
         ),
         serde_json::json!({
-            "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
-            "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
+            "workload": workload, "systems": systems,
+             "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

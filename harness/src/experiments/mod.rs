@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Flags every experiment takes.
-#[derive(Clone, Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args, serde::Serialize)]
 pub struct Common {
     /// A complete but short run (under a minute on 2 cores): fewer points,
     /// fewer keys, shorter phases.
@@ -64,6 +64,14 @@ pub struct Common {
     /// Key size in bytes.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(8..=1024))]
     pub key_size: u16,
+    /// Background CPU hogs (unpinned busy processes) beside every run, to
+    /// emulate a shared host (`contention` sets its own).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub cpu_hogs: u16,
+    /// Open loop: Poisson arrivals at this many operations per second over
+    /// the whole cluster (default: closed loop; `energy` sets its own).
+    #[arg(long, value_name = "OPS_PER_SEC", value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// Seed of every random stream.
     #[arg(long, default_value_t = WorkloadSpec::default().seed)]
     pub seed: u64,
@@ -93,6 +101,19 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
     match n.checked_mul(mult) {
         Some(v) if (1..=nessie::MAX_VALUE_SIZE).contains(&v) => Ok(v),
         _ => Err(format!("`{s}` is not between 1 B and 1 GiB")),
+    }
+}
+
+/// Parses a positive rate (operations per second).
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_rate(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a positive number of operations per second"
+        )),
     }
 }
 
@@ -181,6 +202,19 @@ impl Ctx {
         })
     }
 
+    /// The report of this experiment; its parameters are `params` plus the
+    /// common flags.
+    #[must_use]
+    pub fn report(&self, experiment: &str, title: &str, mut params: serde_json::Value) -> Report {
+        if let Some(map) = params.as_object_mut() {
+            map.insert(
+                "common".to_owned(),
+                serde_json::to_value(&self.common).unwrap_or_default(),
+            );
+        }
+        Report::new(experiment, title, params)
+    }
+
     /// The systems to run: `--systems` or the experiment's default.
     #[must_use]
     pub fn systems(&self, default: &[System]) -> Vec<System> {
@@ -241,6 +275,10 @@ impl Ctx {
             usize::from(self.common.server_workers),
         );
         s.nodes = usize::from(self.common.nodes);
+        s.hogs = usize::from(self.common.cpu_hogs);
+        if let Some(ops_per_sec) = self.common.rate {
+            s.load = crate::spec::Load::Open { ops_per_sec };
+        }
         s.duration_ms = duration_ms;
         s.warmup_ms = self.common.warmup_ms.unwrap_or((duration_ms / 5).min(1000));
         s
@@ -350,6 +388,14 @@ impl Ctx {
             if let Err(e) = s.check_available() {
                 report.notes.push(format!("skipped: {e}"));
             }
+        }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = usize::from(self.common.nodes) * usize::from(self.common.threads);
+        if threads > cores {
+            report.notes.push(format!(
+                "each cluster runs {threads} worker threads (nodes × --threads) on {cores} cores: the CPU is oversubscribed {:.1}×, which hurts the polling server workers of SD and HY most (as in Fig. 4)",
+                threads as f64 / cores as f64
+            ));
         }
         report.write(&self.out)?;
         if self.common.json {
@@ -558,5 +604,7 @@ mod tests {
         assert_eq!(parse_fraction("0.5"), Ok(0.5));
         assert!(parse_fraction("1.5").is_err());
         assert!(parse_fraction("x").is_err());
+        assert_eq!(parse_rate("2500"), Ok(2500.0));
+        assert!(parse_rate("0").is_err() && parse_rate("inf").is_err());
     }
 }

@@ -87,13 +87,12 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             }
         }
     }
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "sweep",
         "Figs. 5–7 and Table 1: value-size sweep, uniform keys",
         serde_json::json!({
             "value_sizes": sizes, "get_ratios": ratios, "systems": systems,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": quick, "seed": ctx.common.seed,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

@@ -4,9 +4,7 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{
-    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
-};
+use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 
@@ -72,7 +70,7 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             }
         }
     }
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "zipf",
         &format!(
             "Fig. 12: Zipf (θ = {}) keys, CD goodput relative to SD",
@@ -80,8 +78,7 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         ),
         serde_json::json!({
             "value_sizes": sizes, "get_ratios": ratios, "theta": args.theta, "systems": systems,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": quick,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

@@ -37,6 +37,8 @@ pub use endpoint::{Endpoint, VerbCounts};
 pub use error::{FabricError, HandshakeFailure, VerbsFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+#[doc(hidden)]
+pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 #[cfg(feature = "verbs")]
 pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};

@@ -28,6 +28,7 @@ impl Ctx<'_> {
         let filter = self.hasher.filter(key);
         loop {
             self.check_deadline()?;
+            self.index_read_at = self.clock.now_us();
             let ites = self.read_ites(&cands, false)?;
             match self.get_pass(key, filter, &cands, &ites, out)? {
                 Pass::Found => return Ok(true),
@@ -134,7 +135,7 @@ impl Ctx<'_> {
             return Ok(Pass::Absent);
         }
         self.read_value(view)?;
-        if !view.checksum_ok() {
+        if !view.has_value() || (self.must_verify() && !view.checksum_ok()) {
             return Ok(Pass::Again(Retry::Torn));
         }
         out.clear();

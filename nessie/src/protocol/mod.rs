@@ -76,6 +76,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) deadline: u64,
     pub(crate) torn: u32,
     pub(crate) backoffs: u32,
+    /// When the current pass began reading the index (µs): entries found
+    /// linked then cannot be reused before `expiry` has passed.
+    pub(crate) index_read_at: u64,
 }
 
 /// A DTE as read through an ITE value.
@@ -115,6 +118,7 @@ impl DteView {
     }
 
     /// Whether the value read matches the checksum (needs the value).
+    /// Callers decide when to verify: see [`Ctx::must_verify`].
     pub(crate) fn checksum_ok(&self) -> bool {
         self.has_value()
             && self.header.compute_checksum(self.key(), self.value()) == self.header.checksum
@@ -141,6 +145,18 @@ pub(crate) enum Retry {
 }
 
 impl<'a> Ctx<'a> {
+    /// Whether a committed entry read in this pass must have its checksum
+    /// verified (see [`crate::ChecksumPolicy`]).
+    pub(crate) fn must_verify(&self) -> bool {
+        match self.config.verify_checksums {
+            crate::ChecksumPolicy::Always => true,
+            crate::ChecksumPolicy::AfterStall => {
+                let half_expiry = self.config.expiry.as_micros() as u64 / 2;
+                self.clock.now_us().saturating_sub(self.index_read_at) >= half_expiry
+            }
+        }
+    }
+
     /// Dead owner: `created_at + op_timeout + 2·max_clock_skew < now`.
     pub(crate) fn is_dead(&self, created_at: u64) -> bool {
         let margin = self.config.op_timeout + self.config.max_clock_skew * 2;
@@ -454,6 +470,7 @@ impl OpEnv<'_> {
             deadline: start + self.config.op_timeout.as_micros() as u64,
             torn: 0,
             backoffs: 0,
+            index_read_at: start,
         }
     }
 }
