@@ -211,7 +211,8 @@ run() {
   timeout "$limit" "$@" > /tmp/out.log 2>&1; rc=$?
   cat /tmp/out.log
   took=$(awk "BEGIN {printf \"%.1f\", $(up) - $t}")
-  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | awk '{print $2 "=" $4}'); do
+  # (node processes spawned by a test print their own `test child_node` lines)
+  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -v ' child_node ' | awk '{print $2 "=" $4}'); do
     test_name=${line%%=*} verdict=${line#*=}
     [ "$verdict" = ok ] && result "$name/$test_name" ok || result "$name/$test_name" FAIL
   done

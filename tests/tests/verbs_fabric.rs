@@ -216,7 +216,7 @@ fn peers_of_another_cluster_or_configuration_are_refused_on_both_sides() {
         options(1, &peers, next_cluster(), &spec.regions),
     ];
     for o in &mut all {
-        o.attach_timeout = Duration::from_secs(3);
+        o.attach_timeout = Duration::from_secs(5);
     }
     for (n, r) in open_all(&all, &ls).iter().enumerate() {
         let e = r.as_ref().expect_err("clusters differ");
@@ -235,7 +235,7 @@ fn peers_of_another_cluster_or_configuration_are_refused_on_both_sides() {
         options(1, &peers, id, &smaller),
     ];
     for o in &mut all {
-        o.attach_timeout = Duration::from_secs(3);
+        o.attach_timeout = Duration::from_secs(5);
     }
     for (n, r) in open_all(&all, &ls).iter().enumerate() {
         let e = r.as_ref().expect_err("region sizes differ");

@@ -492,9 +492,10 @@ pub(super) fn serve<T>(
             let missing = (0..nodes)
                 .find(|&n| n != expect.me && !served.iter().any(|(s, _)| *s == n))
                 .unwrap_or(expect.me);
+            // A copy: the connecting side may want the same reason.
             let reason = lock(refused)
-                .get_mut(missing)
-                .and_then(Option::take)
+                .get(missing)
+                .and_then(|r| r.as_ref().map(HandshakeFailure::clone_shallow))
                 .unwrap_or(HandshakeFailure::NotConnected(started.elapsed()));
             return Err(FabricError::Handshake {
                 node: missing,
