@@ -255,6 +255,7 @@ impl Node {
             FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
                 &config, node_id, regions,
             )?)?),
+            FabricConfig::Verbs { .. } => nessie::open_verbs_fabric(&config, node_id, regions)?,
             FabricConfig::Local => {
                 return Err(Error::Config(
                     "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)".into(),

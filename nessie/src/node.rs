@@ -25,13 +25,15 @@ pub struct Node {
 
 impl Node {
     /// Creates this node's regions on the fabric named by `config.fabric`
-    /// (`shm` or `tcp`), waits for every peer (up to `attach_timeout`) and
-    /// starts the recycler. Nodes may start in any order. On `tcp` the node
-    /// listens on `peers[node_id]` and connects to every other entry.
+    /// (`shm`, `tcp` or `verbs`), waits for every peer (up to
+    /// `attach_timeout`) and starts the recycler. Nodes may start in any
+    /// order. On `tcp` and `verbs` the node listens on `peers[node_id]` and
+    /// connects to every other entry.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, a node id out of
-    /// range or the `local` fabric; [`Error::Fabric`] when a peer's region
+    /// range, the `local` fabric, or `verbs` in a build without the `verbs`
+    /// feature; [`Error::Fabric`] when a peer's region
     /// is missing or unreachable, of another cluster, version, size or
     /// secret, or the node's address cannot be bound.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
@@ -61,6 +63,7 @@ impl Node {
                 node.tcp = Some(tcp);
                 return Ok(node);
             }
+            FabricConfig::Verbs { .. } => return Node::start_verbs(config, node_id),
             FabricConfig::Local => {
                 return Err(Error::Config(
                     "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)"
@@ -131,4 +134,65 @@ impl Node {
     pub fn config(&self) -> &Config {
         self.shared.config()
     }
+}
+
+impl Node {
+    /// [`Node::start`] on the `verbs` fabric.
+    fn start_verbs(config: Config, node_id: NodeId) -> Result<Node, Error> {
+        let fabric = open_verbs_fabric(&config, node_id, store_regions(&config))?;
+        Node::with_fabric(config, node_id, fabric)
+    }
+}
+
+/// Opens node `node_id`'s view of the `verbs` fabric of `config`
+/// (`fabric = verbs`), every node registering `regions`: opens the RDMA
+/// device, listens on `peers[node_id]` and connects queue pairs to every
+/// peer. Stores other than the client-driven one (the baselines) use this
+/// with their own regions.
+///
+/// # Errors
+/// [`Error::Config`] if `config.fabric` is not `verbs` or nessie was built
+/// without the `verbs` feature; [`Error::Fabric`] as
+/// `nessie::fabric::VerbsFabric::open`.
+#[cfg(feature = "verbs")]
+pub fn open_verbs_fabric(
+    config: &Config,
+    node_id: NodeId,
+    regions: Vec<crate::fabric::RegionSpec>,
+) -> Result<Arc<dyn Fabric>, Error> {
+    use crate::fabric::{VerbsFabric, VerbsOptions, DEFAULT_LANES};
+    let FabricConfig::Verbs {
+        device,
+        peers,
+        gid_index,
+    } = &config.fabric
+    else {
+        return Err(Error::Config("fabric is not verbs".into()));
+    };
+    Ok(Arc::new(VerbsFabric::open(&VerbsOptions {
+        device: device.clone(),
+        gid_index: *gid_index,
+        peers: peers.clone(),
+        cluster_id: config.cluster_id(),
+        node: node_id,
+        regions,
+        attach_timeout: config.attach_timeout,
+        lanes: DEFAULT_LANES,
+    })?))
+}
+
+/// Opens node `node_id`'s view of the `verbs` fabric: without the `verbs`
+/// feature there is none.
+///
+/// # Errors
+/// Always [`Error::Config`].
+#[cfg(not(feature = "verbs"))]
+pub fn open_verbs_fabric(
+    _config: &Config,
+    _node_id: NodeId,
+    _regions: Vec<crate::fabric::RegionSpec>,
+) -> Result<Arc<dyn Fabric>, Error> {
+    Err(Error::Config(
+        "fabric = verbs needs nessie built with the `verbs` cargo feature".into(),
+    ))
 }
