@@ -3,6 +3,7 @@
 //! the `harness` library for the architecture.
 
 use clap::{Parser, Subcommand};
+use harness::experiments::chaos::ChaosArgs;
 use harness::experiments::{
     self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
     ZipfArgs,
@@ -41,8 +42,14 @@ enum Cmd {
     Energy(EnergyArgs),
     /// The same workload against Redis and memcached on loopback.
     Peers(PeersArgs),
+    /// Faults on a multi-process cluster: kills, stalls longer than expiry,
+    /// full data tables, a crowded index; checks linearizability and wedges.
+    Chaos(ChaosArgs),
     /// Run one node of a cluster (the harness starts these itself).
     Node(NodeArgs),
+    /// One node of a chaos run (the `chaos` subcommand starts these).
+    #[command(hide = true)]
+    ChaosNode,
     /// A busy loop until stdin closes (background CPU hog).
     #[command(hide = true)]
     Hog,
@@ -53,6 +60,7 @@ fn main() {
     let result = match cli.command {
         Cmd::Node(args) => std::process::exit(node::main(&args)),
         Cmd::Hog => std::process::exit(node::hog()),
+        Cmd::ChaosNode => std::process::exit(experiments::chaos::node_main()),
         command => {
             cluster::install_signal_handlers();
             match command {
@@ -64,7 +72,8 @@ fn main() {
                 Cmd::Breakdown(a) => experiments::breakdown::run(a),
                 Cmd::Energy(a) => experiments::energy::run(a),
                 Cmd::Peers(a) => experiments::peers::run(a),
-                Cmd::Node(_) | Cmd::Hog => unreachable!("handled above"),
+                Cmd::Chaos(a) => experiments::chaos::run(a),
+                Cmd::Node(_) | Cmd::Hog | Cmd::ChaosNode => unreachable!("handled above"),
             }
         }
     };

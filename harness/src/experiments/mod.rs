@@ -4,6 +4,7 @@
 
 pub mod breakdown;
 pub mod cdf;
+pub mod chaos;
 pub mod compare;
 pub mod contention;
 pub mod energy;
