@@ -91,6 +91,6 @@ pub use config::{
 };
 pub use error::Error;
 pub use kv::KvClient;
-pub use node::{open_verbs_fabric, Node};
+pub use node::{open_fabric, Node, OpenFabric};
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
 pub use store::store_regions;

@@ -44,34 +44,10 @@ impl Node {
                 config.nodes
             )));
         }
-        let fabric: Arc<dyn Fabric> = match config.fabric {
-            FabricConfig::Shm { .. } => Arc::new(ShmFabric::open(&ShmOptions {
-                dir: config.shm_dir(),
-                cluster_id: config.cluster_id(),
-                node: node_id,
-                nodes: config.nodes,
-                regions: store_regions(&config),
-                attach_timeout: config.attach_timeout,
-            })?),
-            FabricConfig::Tcp { .. } => {
-                let tcp = Arc::new(TcpFabric::open(&TcpOptions::from_config(
-                    &config,
-                    node_id,
-                    store_regions(&config),
-                )?)?);
-                let mut node = Node::with_fabric(config, node_id, Arc::clone(&tcp) as _)?;
-                node.tcp = Some(tcp);
-                return Ok(node);
-            }
-            FabricConfig::Verbs { .. } => return Node::start_verbs(config, node_id),
-            FabricConfig::Local => {
-                return Err(Error::Config(
-                    "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)"
-                        .into(),
-                ))
-            }
-        };
-        Node::with_fabric(config, node_id, fabric)
+        let opened = open_fabric(&config, node_id, store_regions(&config))?;
+        let mut node = Node::with_fabric(config, node_id, opened.fabric)?;
+        node.tcp = opened.tcp;
+        Ok(node)
     }
 
     /// Runs node `node_id` on a fabric the caller opened (whose regions are
@@ -136,11 +112,55 @@ impl Node {
     }
 }
 
-impl Node {
-    /// [`Node::start`] on the `verbs` fabric.
-    fn start_verbs(config: Config, node_id: NodeId) -> Result<Node, Error> {
-        let fabric = open_verbs_fabric(&config, node_id, store_regions(&config))?;
-        Node::with_fabric(config, node_id, fabric)
+/// A node's view of the fabric [`open_fabric`] opened.
+#[derive(Debug)]
+pub struct OpenFabric {
+    /// The fabric.
+    pub fabric: Arc<dyn Fabric>,
+    /// The same fabric when it is `tcp` (for its service counters).
+    pub tcp: Option<Arc<TcpFabric>>,
+}
+
+/// Opens node `node_id`'s view of the fabric `config.fabric` names, every
+/// node registering `regions`: creates or maps the region files (`shm`), or
+/// binds `peers[node_id]` and connects to every peer (`tcp`, `verbs`),
+/// waiting up to `attach_timeout`. Every store of the project (the
+/// baselines too, with their own regions) opens its fabric here.
+///
+/// # Errors
+/// [`Error::Config`] for the `local` fabric (use an in-process cluster) or
+/// `verbs` in a build without the `verbs` feature; [`Error::Fabric`] when a
+/// peer is missing, unreachable or mismatched, or the address cannot be
+/// bound.
+pub fn open_fabric(
+    config: &Config,
+    node_id: NodeId,
+    regions: Vec<crate::fabric::RegionSpec>,
+) -> Result<OpenFabric, Error> {
+    let plain = |fabric: Arc<dyn Fabric>| OpenFabric { fabric, tcp: None };
+    match config.fabric {
+        FabricConfig::Shm { .. } => Ok(plain(Arc::new(ShmFabric::open(&ShmOptions {
+            dir: config.shm_dir(),
+            cluster_id: config.cluster_id(),
+            node: node_id,
+            nodes: config.nodes,
+            regions,
+            attach_timeout: config.attach_timeout,
+        })?))),
+        FabricConfig::Tcp { .. } => {
+            let tcp = Arc::new(TcpFabric::open(&TcpOptions::from_config(
+                config, node_id, regions,
+            )?)?);
+            Ok(OpenFabric {
+                fabric: Arc::clone(&tcp) as Arc<dyn Fabric>,
+                tcp: Some(tcp),
+            })
+        }
+        FabricConfig::Verbs { .. } => Ok(plain(open_verbs_fabric(config, node_id, regions)?)),
+        FabricConfig::Local => Err(Error::Config(
+            "a node process needs fabric = shm, tcp or verbs (use an in-process cluster for local)"
+                .into(),
+        )),
     }
 }
 
@@ -155,7 +175,7 @@ impl Node {
 /// without the `verbs` feature; [`Error::Fabric`] as
 /// `nessie::fabric::VerbsFabric::open`.
 #[cfg(feature = "verbs")]
-pub fn open_verbs_fabric(
+fn open_verbs_fabric(
     config: &Config,
     node_id: NodeId,
     regions: Vec<crate::fabric::RegionSpec>,
@@ -187,7 +207,7 @@ pub fn open_verbs_fabric(
 /// # Errors
 /// Always [`Error::Config`].
 #[cfg(not(feature = "verbs"))]
-pub fn open_verbs_fabric(
+fn open_verbs_fabric(
     _config: &Config,
     _node_id: NodeId,
     _regions: Vec<crate::fabric::RegionSpec>,
