@@ -9,15 +9,13 @@
 
 #![cfg(feature = "verbs")]
 
-use nessie::{Config, Error, FabricConfig, KvClient, Node};
-use rand::{Rng, SeedableRng};
+use nessie::{Config, FabricConfig, Node};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use tests::history::{Call, Ret};
-use tests::proc_history::{read_logs, ProcLog};
-use tests::stress::{stress_key, unique_value};
+use tests::proc_history::read_logs;
+use tests::proc_workload::{finish_together, run_node_workers, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 8;
@@ -152,49 +150,20 @@ fn child_node() {
     let cfg = config(&std::env::var("NESSIE_VERBS_PROC_CLUSTER").unwrap(), peers);
     let n = Node::start(cfg, node).unwrap_or_else(|e| panic!("node {node}: {e}"));
     let ops = ops_per_thread();
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let mut client = n.client().unwrap();
-            let dir = dir.clone();
-            std::thread::spawn(move || {
-                let id = (node * THREADS + t) as u64;
-                let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).unwrap();
-                let mut rng = rand::rngs::StdRng::seed_from_u64(id ^ 0x7665_7262);
-                for i in 0..ops {
-                    let key = stress_key(rng.gen_range(0..KEYS));
-                    let call = match rng.gen_range(0..10) {
-                        0..=3 => Call::put(key, unique_value(id, i, rng.gen_range(0..3000))),
-                        4 => Call::delete(key),
-                        _ => Call::get(key),
-                    };
-                    run(&mut client, &mut log, &call);
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    // Keep this node's memory reachable until every node is done.
-    std::fs::write(dir.join(format!("done-{node}")), b"").unwrap();
-    let wait = Instant::now() + Duration::from_secs(300);
-    while !(0..NODES).all(|p| dir.join(format!("done-{p}")).exists()) && Instant::now() < wait {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs and logs one call (a timeout or a full table is logged as an
-/// unknown outcome).
-fn run(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) {
-    let id = log.invoke(call).unwrap();
-    let result = match call {
-        Call::Get(k) => client.get(k).map(Ret::Get),
-        Call::Put(k, v) => client.put(k, v).map(|()| Ret::Put),
-        Call::Delete(k) => client.delete(k).map(Ret::Delete),
+    let work = NodeWork {
+        node,
+        nodes: NODES,
+        threads: THREADS,
+        ops_per_thread: ops,
+        keys: KEYS,
+        max_value: 3000,
+        pause: Duration::ZERO,
+        salt: 0x7665_7262,
     };
-    match result {
-        Ok(ret) => log.returned(id, &ret).unwrap(),
-        Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {}
-        Err(e) => panic!("{call:?}: {e}"),
-    }
+    run_node_workers(&n, &dir, work);
+    // Keep this node's memory reachable until every node is done.
+    assert!(
+        finish_together(&dir, node, NODES, Duration::from_secs(300)),
+        "peers did not finish"
+    );
 }
