@@ -7,6 +7,7 @@ use harness::experiments::{
     self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
     ZipfArgs,
 };
+use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::node::{self, NodeArgs};
 use harness::{cluster, HarnessError};
 
@@ -42,6 +43,12 @@ enum Cmd {
     Peers(PeersArgs),
     /// Run one node of a cluster (the harness starts these itself).
     Node(NodeArgs),
+    /// A distributed sort (or word count) through each store: time and
+    /// bytes per phase, CPU per node.
+    Job(JobArgs),
+    /// One task process of `job` (the harness starts these itself).
+    #[command(hide = true)]
+    JobTask(JobTaskArgs),
     /// A busy loop until stdin closes (background CPU hog).
     #[command(hide = true)]
     Hog,
@@ -52,6 +59,7 @@ fn main() {
     let result = match cli.command {
         Cmd::Node(args) => std::process::exit(node::main(&args)),
         Cmd::Hog => std::process::exit(node::hog()),
+        Cmd::JobTask(args) => std::process::exit(experiments::job::task::main(&args)),
         command => {
             cluster::install_signal_handlers();
             match command {
@@ -63,7 +71,8 @@ fn main() {
                 Cmd::Breakdown(a) => experiments::breakdown::run(a),
                 Cmd::Energy(a) => experiments::energy::run(a),
                 Cmd::Peers(a) => experiments::peers::run(a),
-                Cmd::Node(_) | Cmd::Hog => unreachable!("handled above"),
+                Cmd::Job(a) => experiments::job::run(a),
+                Cmd::Node(_) | Cmd::Hog | Cmd::JobTask(_) => unreachable!("handled above"),
             }
         }
     };

@@ -335,7 +335,7 @@ impl StoreNode {
 /// The root cause if any task failed (a task's own error rather than the
 /// [`JobError::Aborted`] it caused elsewhere); [`JobError::Spec`] if the
 /// job's keys or values do not fit the store.
-pub fn run_threads<J: MapReduce>(
+pub fn run_threads<J: MapReduce + ?Sized>(
     cluster: &LocalCluster,
     job: &J,
     spec: &JobSpec,

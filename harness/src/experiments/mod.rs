@@ -7,6 +7,7 @@ pub mod cdf;
 pub mod compare;
 pub mod contention;
 pub mod energy;
+pub mod job;
 pub mod peers;
 pub mod sweep;
 pub mod zipf;
