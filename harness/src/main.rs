@@ -3,11 +3,11 @@
 //! the `harness` library for the architecture.
 
 use clap::{Parser, Subcommand};
+use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::experiments::{
     self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
     ZipfArgs,
 };
-use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::node::{self, NodeArgs};
 use harness::{cluster, HarnessError};
 

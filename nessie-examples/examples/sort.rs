@@ -73,7 +73,9 @@ struct Args {
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: u64 = t[..split].parse().map_err(|_| format!("{s:?} is not a size"))?;
+    let n: u64 = t[..split]
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size"))?;
     let unit = match t[split..].trim() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -81,7 +83,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         _ => return Err(format!("{s:?}: use B, KiB, MiB or GiB")),
     };
-    n.checked_mul(unit).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// One task of the sort: what `nessie_examples::run_task` does, without
@@ -132,7 +135,8 @@ fn sort_task(
     }
     let digest = check_summaries(&inputs, &summaries, true)?;
 
-    // 6. Leave together: until then peers may read this node's memory.
+    // 6. Leave together: until then peers may read this node's memory
+    //    (and a little after, see `main`).
     barrier("finished").sync(client, task)?;
     Ok(digest)
 }
@@ -177,7 +181,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // This process is node `node`: start it, take a client, run task `node`.
         let store = StoreNode::start(args.store, config, node, args.redis)?;
         let mut client = store.client()?;
-        sort_task(client.as_mut(), &sort, &spec, node)?
+        let digest = sort_task(client.as_mut(), &sort, &spec, node)?;
+        // Stay up a moment: peers still polling the last barrier may read
+        // keys that live on this node.
+        std::thread::sleep(nessie_examples::job::LINGER);
+        digest
     } else {
         // Every node in this process; one thread (and client) per task.
         let cluster = LocalCluster::start(args.store, config, args.redis)?;

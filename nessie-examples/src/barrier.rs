@@ -124,9 +124,17 @@ impl<'a> Barrier<'a> {
     /// # Errors
     /// [`JobError::Spec`] for a task out of range; [`JobError::Store`] if
     /// the PUT fails.
-    pub fn arrive<C: KvClient + ?Sized>(&self, client: &mut C, task: usize) -> Result<(), JobError> {
+    pub fn arrive<C: KvClient + ?Sized>(
+        &self,
+        client: &mut C,
+        task: usize,
+    ) -> Result<(), JobError> {
         self.check_task(task)?;
-        ops::put(client, &self.keys.arrival(self.name, task), &self.token(task))
+        ops::put(
+            client,
+            &self.keys.arrival(self.name, task),
+            &self.token(task),
+        )
     }
 
     /// Waits until every task other than `task` has arrived.
@@ -136,7 +144,11 @@ impl<'a> Barrier<'a> {
     /// [`JobError::Aborted`] if a task wrote the abort key;
     /// [`JobError::Malformed`] if an arrival key holds something else;
     /// [`JobError::Store`] if a GET fails.
-    pub fn wait<C: KvClient + ?Sized>(&self, client: &mut C, task: usize) -> Result<Waited, JobError> {
+    pub fn wait<C: KvClient + ?Sized>(
+        &self,
+        client: &mut C,
+        task: usize,
+    ) -> Result<Waited, JobError> {
         self.check_task(task)?;
         let start = Instant::now();
         let mut missing: Vec<usize> = (0..self.tasks).filter(|&t| t != task).collect();
@@ -187,7 +199,11 @@ impl<'a> Barrier<'a> {
     ///
     /// # Errors
     /// As those.
-    pub fn sync<C: KvClient + ?Sized>(&self, client: &mut C, task: usize) -> Result<Waited, JobError> {
+    pub fn sync<C: KvClient + ?Sized>(
+        &self,
+        client: &mut C,
+        task: usize,
+    ) -> Result<Waited, JobError> {
         self.arrive(client, task)?;
         self.wait(client, task)
     }
@@ -198,7 +214,11 @@ impl<'a> Barrier<'a> {
     ///
     /// # Errors
     /// [`JobError::Store`] if the DELETE fails.
-    pub fn remove<C: KvClient + ?Sized>(&self, client: &mut C, task: usize) -> Result<(), JobError> {
+    pub fn remove<C: KvClient + ?Sized>(
+        &self,
+        client: &mut C,
+        task: usize,
+    ) -> Result<(), JobError> {
         ops::delete(client, &self.keys.arrival(self.name, task)).map(|_| ())
     }
 }
@@ -237,7 +257,10 @@ mod tests {
                         late_arrived.store(true, Ordering::SeqCst);
                     }
                     b.sync(&mut c, task).unwrap();
-                    assert!(late_arrived.load(Ordering::SeqCst), "task {task} passed early");
+                    assert!(
+                        late_arrived.load(Ordering::SeqCst),
+                        "task {task} passed early"
+                    );
                 });
             }
         });
@@ -254,9 +277,13 @@ mod tests {
         };
         let mut c0 = store.client();
         let mut c1 = store.client();
-        Barrier::new(&keys, "done", 3, config).arrive(&mut c1, 1).unwrap();
+        Barrier::new(&keys, "done", 3, config)
+            .arrive(&mut c1, 1)
+            .unwrap();
         match Barrier::new(&keys, "done", 3, config).sync(&mut c0, 0) {
-            Err(JobError::BarrierTimeout { missing, barrier, .. }) => {
+            Err(JobError::BarrierTimeout {
+                missing, barrier, ..
+            }) => {
                 assert_eq!(missing, vec![2]);
                 assert_eq!(barrier, "done");
             }
@@ -269,7 +296,8 @@ mod tests {
         let store = MemStore::default();
         let keys = Keys::new("b3").unwrap();
         let mut c = store.client();
-        c.put(keys.abort().as_bytes(), b"task 1: disk on fire").unwrap();
+        c.put(keys.abort().as_bytes(), b"task 1: disk on fire")
+            .unwrap();
         match Barrier::new(&keys, "done", 2, quick()).sync(&mut c, 0) {
             Err(JobError::Aborted { reason }) => assert!(reason.contains("disk on fire")),
             other => panic!("expected an abort, got {other:?}"),
@@ -282,7 +310,8 @@ mod tests {
         let keys = Keys::new("b4").unwrap();
         let mut c = store.client();
         let b = Barrier::new(&keys, "done", 2, quick());
-        c.put(keys.arrival("done", 1).as_bytes(), b"something else").unwrap();
+        c.put(keys.arrival("done", 1).as_bytes(), b"something else")
+            .unwrap();
         assert!(matches!(b.sync(&mut c, 0), Err(JobError::Malformed { .. })));
         assert!(matches!(b.arrive(&mut c, 2), Err(JobError::Spec(_))));
         // A single task never waits.

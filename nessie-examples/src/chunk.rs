@@ -263,7 +263,15 @@ mod tests {
         let store = MemStore::default();
         let mut c = store.client();
         let mut out = Vec::new();
-        for (len, chunks) in [(0, 0), (60, 0), (61, 1), (100, 1), (101, 2), (200, 2), (201, 3)] {
+        for (len, chunks) in [
+            (0, 0),
+            (60, 0),
+            (61, 1),
+            (100, 1),
+            (101, 2),
+            (200, 2),
+            (201, 3),
+        ] {
             let key = format!("k{len}");
             let d = data(len);
             let put = put_blob(&mut c, &key, &d, 100).unwrap();
@@ -288,7 +296,10 @@ mod tests {
         let mut other = d[100..200].to_vec();
         other[5] ^= 1;
         c.put(b"k/1", &other).unwrap();
-        assert!(matches!(get_blob(&mut c, "k", &mut out), Err(JobError::Checksum { .. })));
+        assert!(matches!(
+            get_blob(&mut c, "k", &mut out),
+            Err(JobError::Checksum { .. })
+        ));
         assert!(out.is_empty());
 
         // A chunk of the wrong length.
@@ -300,28 +311,74 @@ mod tests {
 
         // A chunk that is gone.
         c.delete(b"k/1").unwrap();
-        assert!(matches!(get_blob(&mut c, "k", &mut out), Err(JobError::Missing { key }) if key == "k/1"));
+        assert!(
+            matches!(get_blob(&mut c, "k", &mut out), Err(JobError::Missing { key }) if key == "k/1")
+        );
 
         // Headers that do not add up.
         for bad in [
             b"short".to_vec(),
             [&b"XXXX"[..], &[0u8; 36]].concat(),
             {
-                let mut m = Manifest { kind: CHUNKED, len: 1000, chunk: 100, chunks: 9, checksum: 0 }.encode().to_vec();
+                let mut m = Manifest {
+                    kind: CHUNKED,
+                    len: 1000,
+                    chunk: 100,
+                    chunks: 9,
+                    checksum: 0,
+                }
+                .encode()
+                .to_vec();
                 m.truncate(MANIFEST_BYTES);
                 m
             },
-            Manifest { kind: 7, len: 0, chunk: 0, chunks: 0, checksum: 0 }.encode().to_vec(),
-            Manifest { kind: CHUNKED, len: 10, chunk: 0, chunks: 0, checksum: 0 }.encode().to_vec(),
-            [&Manifest { kind: INLINE, len: 3, chunk: 0, chunks: 0, checksum: 0 }.encode()[..], b"ab"].concat(),
+            Manifest {
+                kind: 7,
+                len: 0,
+                chunk: 0,
+                chunks: 0,
+                checksum: 0,
+            }
+            .encode()
+            .to_vec(),
+            Manifest {
+                kind: CHUNKED,
+                len: 10,
+                chunk: 0,
+                chunks: 0,
+                checksum: 0,
+            }
+            .encode()
+            .to_vec(),
+            [
+                &Manifest {
+                    kind: INLINE,
+                    len: 3,
+                    chunk: 0,
+                    chunks: 0,
+                    checksum: 0,
+                }
+                .encode()[..],
+                b"ab",
+            ]
+            .concat(),
         ] {
             c.put(b"k", &bad).unwrap();
             assert!(
-                matches!(get_blob(&mut c, "k", &mut out), Err(JobError::Malformed { what: "manifest", .. })),
+                matches!(
+                    get_blob(&mut c, "k", &mut out),
+                    Err(JobError::Malformed {
+                        what: "manifest",
+                        ..
+                    })
+                ),
                 "{bad:?}"
             );
         }
-        assert!(matches!(get_blob(&mut c, "absent", &mut out), Err(JobError::Missing { .. })));
+        assert!(matches!(
+            get_blob(&mut c, "absent", &mut out),
+            Err(JobError::Missing { .. })
+        ));
     }
 
     #[test]
@@ -339,6 +396,9 @@ mod tests {
     fn tiny_value_limits_are_refused() {
         let store = MemStore::default();
         let mut c = store.client();
-        assert!(matches!(put_blob(&mut c, "k", b"x", MANIFEST_BYTES), Err(JobError::Spec(_))));
+        assert!(matches!(
+            put_blob(&mut c, "k", b"x", MANIFEST_BYTES),
+            Err(JobError::Spec(_))
+        ));
     }
 }

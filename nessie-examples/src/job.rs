@@ -31,6 +31,20 @@
 //! A task that fails writes the reason under `job/<stage>/abort` (best
 //! effort) so that the others stop at their next barrier instead of
 //! waiting for the deadline.
+//!
+//! ## Leaving
+//!
+//! When [`run_task`] returns, every task has *arrived* at `finished`, but
+//! some may still be polling for the last arrivals — and those keys may
+//! live on this task's node (SD and HY place a key on its home node by
+//! hash, with a server worker that must answer; CD keeps it in the writer's
+//! memory, which on `shm` survives the process but on `tcp` does not). No
+//! barrier can cover its own reads, so a process that hosts a node must
+//! stay up until every task has returned: the harness keeps its task
+//! processes until all have reported; a process without a supervisor
+//! lingers for [`LINGER`], which covers a waiter's next poll
+//! (`poll_max`) many times over. Tasks that are threads of one process
+//! ([`crate::store::run_threads`]) share the nodes, which outlive them.
 
 use crate::barrier::{Barrier, BarrierConfig};
 use crate::chunk;
@@ -49,6 +63,11 @@ pub const MIN_VALUE: usize = 1 << 10;
 /// address space for their largest size class in every class's share and,
 /// in SD and HY, four largest frames per ring; see [`crate::store`].
 pub const MAX_VALUE: usize = 64 << 20;
+
+/// How long a node process without a supervisor should stay up after
+/// [`run_task`] returned, so that tasks still polling the `finished`
+/// barrier can read its keys (see the module documentation).
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A job: how to map an input split and how to reduce the runs.
 pub trait MapReduce: Sync {
@@ -69,7 +88,8 @@ pub trait MapReduce: Sync {
     ///
     /// # Errors
     /// A run is malformed, or the merged output fails a check.
-    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Result<ReduceOutput, JobError>;
+    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>])
+        -> Result<ReduceOutput, JobError>;
 
     /// Whether the reducers' outputs, concatenated in reducer order, must
     /// be sorted (range partitioning) — checked across reducers from their
@@ -478,7 +498,10 @@ mod tests {
                 0,
             ),
         ] {
-            assert!(matches!(spec.validate(task), Err(JobError::Spec(_))), "{spec:?}");
+            assert!(
+                matches!(spec.validate(task), Err(JobError::Spec(_))),
+                "{spec:?}"
+            );
         }
     }
 }

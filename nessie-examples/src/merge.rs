@@ -32,10 +32,7 @@ pub fn kmerge_by<R, F>(runs: R, less: F) -> KMerge<<R::Item as IntoIterator>::In
 where
     R: IntoIterator,
     R::Item: IntoIterator,
-    F: FnMut(
-        &<R::Item as IntoIterator>::Item,
-        &<R::Item as IntoIterator>::Item,
-    ) -> bool,
+    F: FnMut(&<R::Item as IntoIterator>::Item, &<R::Item as IntoIterator>::Item) -> bool,
 {
     let mut runs: Vec<_> = runs.into_iter().map(IntoIterator::into_iter).collect();
     let heads: Vec<_> = runs.iter_mut().map(Iterator::next).collect();

@@ -113,7 +113,12 @@ impl MapReduce for Sort {
         })
     }
 
-    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Result<ReduceOutput, JobError> {
+    fn reduce(
+        &self,
+        task: usize,
+        tasks: usize,
+        runs: &[Vec<u8>],
+    ) -> Result<ReduceOutput, JobError> {
         for (m, run) in runs.iter().enumerate() {
             if run.len() % RECORD_BYTES != 0 {
                 return Err(JobError::malformed(
@@ -226,7 +231,10 @@ mod tests {
         let e = sort.reduce(0, 1, &[unsorted]).unwrap_err();
         assert!(matches!(e, JobError::Unsorted { task: 0, index: 1 }), "{e}");
         let e = sort.reduce(0, 2, &[rec(0xff)]).unwrap_err();
-        assert!(matches!(e, JobError::WrongPartition { belongs: 1, .. }), "{e}");
+        assert!(
+            matches!(e, JobError::WrongPartition { belongs: 1, .. }),
+            "{e}"
+        );
         let empty = sort.reduce(0, 2, &[vec![], vec![]]).unwrap();
         assert_eq!((empty.first_key, empty.last_key), (None, None));
     }

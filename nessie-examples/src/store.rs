@@ -61,7 +61,12 @@ pub enum StoreKind {
 
 impl StoreKind {
     /// Every store.
-    pub const ALL: [StoreKind; 4] = [StoreKind::Cd, StoreKind::Sd, StoreKind::Hy, StoreKind::Redis];
+    pub const ALL: [StoreKind; 4] = [
+        StoreKind::Cd,
+        StoreKind::Sd,
+        StoreKind::Hy,
+        StoreKind::Redis,
+    ];
 
     /// The label of reports (`CD`, `SD`, `HY`, `Redis`).
     #[must_use]
@@ -205,7 +210,11 @@ impl LocalCluster {
     /// # Errors
     /// [`JobError::Start`] with the store's error; [`JobError::Spec`] for
     /// Redis without an address.
-    pub fn start(kind: StoreKind, config: Config, redis: Option<SocketAddr>) -> Result<Self, JobError> {
+    pub fn start(
+        kind: StoreKind,
+        config: Config,
+        redis: Option<SocketAddr>,
+    ) -> Result<Self, JobError> {
         let err = start_error(kind);
         Ok(match kind {
             StoreKind::Cd => LocalCluster::Cd(nessie::Cluster::local(config).map_err(err)?),

@@ -158,8 +158,8 @@ impl TextClient {
                         out.clear();
                         return Ok((false, sent, got));
                     }
-                    let len = usize::try_from(len)
-                        .map_err(|_| proto("redis GET: bad length".into()))?;
+                    let len =
+                        usize::try_from(len).map_err(|_| proto("redis GET: bad length".into()))?;
                     got += self.read_exact_crlf(len, out)?;
                     Ok((true, sent, got))
                 }
@@ -288,11 +288,19 @@ mod tests {
                 // Read one RESP request: "*n", then n × ("$len", data).
                 line.clear();
                 r.read_until(b'\n', &mut line).unwrap();
-                let n: usize = std::str::from_utf8(&line[1..]).unwrap().trim().parse().unwrap();
+                let n: usize = std::str::from_utf8(&line[1..])
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
                 for _ in 0..n {
                     line.clear();
                     r.read_until(b'\n', &mut line).unwrap();
-                    let len: usize = std::str::from_utf8(&line[1..]).unwrap().trim().parse().unwrap();
+                    let len: usize = std::str::from_utf8(&line[1..])
+                        .unwrap()
+                        .trim()
+                        .parse()
+                        .unwrap();
                     let mut data = vec![0u8; len + 2];
                     r.read_exact(&mut data).unwrap();
                 }
@@ -304,7 +312,13 @@ mod tests {
 
     #[test]
     fn resp_replies_are_decoded_and_counted() {
-        let addr = fake(&[b"+OK\r\n", b"$5\r\nhello\r\n", b"$-1\r\n", b":1\r\n", b"-ERR no\r\n"]);
+        let addr = fake(&[
+            b"+OK\r\n",
+            b"$5\r\nhello\r\n",
+            b"$-1\r\n",
+            b":1\r\n",
+            b"-ERR no\r\n",
+        ]);
         let mut c = TextClient::connect_redis(addr).unwrap();
         c.put(b"k", b"hello").unwrap();
         assert_eq!(c.get(b"k").unwrap(), Some(b"hello".to_vec()));

@@ -31,7 +31,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub const VOCABULARY: u64 = 100_000;
 
 /// Seed of the partitioning hash.
-const PARTITION_SEED: u64 = 0x5eed_0f_0c0de;
+const PARTITION_SEED: u64 = 0x05ee_d0f0_c0de;
 
 /// Pseudo-word of rank `rank`: 2 to 9 lowercase letters.
 #[must_use]
@@ -66,7 +66,8 @@ pub fn generate_text(seed: u64, task: usize, bytes: u64) -> Vec<u8> {
 
 /// The words of `text`.
 pub fn words(text: &[u8]) -> impl Iterator<Item = &[u8]> {
-    text.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty())
+    text.split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
 }
 
 /// Appends one run entry.
@@ -158,7 +159,12 @@ impl MapReduce for WordCount {
         })
     }
 
-    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Result<ReduceOutput, JobError> {
+    fn reduce(
+        &self,
+        task: usize,
+        tasks: usize,
+        runs: &[Vec<u8>],
+    ) -> Result<ReduceOutput, JobError> {
         let decoded = runs
             .iter()
             .enumerate()

@@ -53,7 +53,10 @@ fn check_counts(report: &JobReport, tasks: usize) {
     let shuffled: u64 = report.tasks.iter().map(|t| t.shuffle_bytes).sum();
     let fetched: u64 = report.tasks.iter().map(|t| t.fetched_bytes).sum();
     assert_eq!(shuffled, fetched);
-    assert!(report.verbs().bytes() >= shuffled * 2, "written and read once each at least");
+    assert!(
+        report.verbs().bytes() >= shuffled * 2,
+        "written and read once each at least"
+    );
 }
 
 #[test]
@@ -72,11 +75,14 @@ fn sort_runs_and_validates_on_cd_sd_and_hy() {
         };
         let report = run_threads(&cluster, &sort, &spec, &config).unwrap();
         check_counts(&report, tasks);
-        assert_eq!(report.tasks[0].job_digest.records, INPUT / RECORD_BYTES as u64);
+        assert_eq!(
+            report.tasks[0].job_digest.records,
+            INPUT / RECORD_BYTES as u64
+        );
         assert!(
             report.tasks.iter().any(|t| t.shuffle_values > tasks as u64),
             "{kind}: partitions of ~{} KiB must be chunked at 64 KiB",
-            INPUT / 9 >> 10
+            (INPUT / 9) >> 10
         );
         assert_eq!(report.store, kind.label());
         assert_eq!(report.server_verbs.is_some(), kind != StoreKind::Cd);
@@ -87,15 +93,33 @@ fn sort_runs_and_validates_on_cd_sd_and_hy() {
         let mut all = Vec::new();
         let mut part = Vec::new();
         for r in 0..tasks {
-            nessie_examples::chunk::get_blob(c.as_mut(), &format!("job/sort-test/output/{r}"), &mut part)
-                .unwrap();
+            nessie_examples::chunk::get_blob(
+                c.as_mut(),
+                &format!("job/sort-test/output/{r}"),
+                &mut part,
+            )
+            .unwrap();
             all.extend_from_slice(&part);
         }
-        assert_eq!(all.len() as u64, INPUT / RECORD_BYTES as u64 * RECORD_BYTES as u64);
+        assert_eq!(
+            all.len() as u64,
+            INPUT / RECORD_BYTES as u64 * RECORD_BYTES as u64
+        );
         let keys: Vec<&[u8]> = all.chunks_exact(RECORD_BYTES).map(key).collect();
-        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{kind}: output not sorted");
-        assert_eq!(c.get(b"job/sort-test/1/2").unwrap(), None, "{kind}: cleanup");
-        assert_eq!(c.get(b"job/sort-test/done/0").unwrap(), None, "{kind}: cleanup");
+        assert!(
+            keys.windows(2).all(|w| w[0] <= w[1]),
+            "{kind}: output not sorted"
+        );
+        assert_eq!(
+            c.get(b"job/sort-test/1/2").unwrap(),
+            None,
+            "{kind}: cleanup"
+        );
+        assert_eq!(
+            c.get(b"job/sort-test/done/0").unwrap(),
+            None,
+            "{kind}: cleanup"
+        );
         assert!(c.get(b"job/sort-test/finished/0").unwrap().is_some());
     }
 }
@@ -148,8 +172,14 @@ fn cd_writes_partitions_locally_and_sd_ships_them() {
     let (cd_remote, cd_local) = shuffle_remote(StoreKind::Cd);
     let (sd_remote, _) = shuffle_remote(StoreKind::Sd);
     assert!(cd_local >= INPUT / RECORD_BYTES as u64 * RECORD_BYTES as u64);
-    assert!(cd_remote * 20 < cd_local, "CD shuffle: {cd_remote} remote vs {cd_local} local");
-    assert!(sd_remote > INPUT / 2, "SD shuffle: only {sd_remote} bytes remote");
+    assert!(
+        cd_remote * 20 < cd_local,
+        "CD shuffle: {cd_remote} remote vs {cd_local} local"
+    );
+    assert!(
+        sd_remote > INPUT / 2,
+        "SD shuffle: only {sd_remote} bytes remote"
+    );
 }
 
 /// A sort whose map fails on one task.
@@ -165,7 +195,12 @@ impl MapReduce for Failing {
         }
         self.0.map(task, tasks)
     }
-    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Result<ReduceOutput, JobError> {
+    fn reduce(
+        &self,
+        task: usize,
+        tasks: usize,
+        runs: &[Vec<u8>],
+    ) -> Result<ReduceOutput, JobError> {
         self.0.reduce(task, tasks, runs)
     }
     fn ordered_across_reducers(&self) -> bool {
@@ -195,7 +230,10 @@ fn a_failing_task_aborts_the_others_and_its_error_is_reported() {
     // A task that runs alone against the aborted stage stops at once.
     let mut c = cluster.client(0).unwrap();
     let e = run_task(c.as_mut(), &job, &spec, 2).unwrap_err();
-    assert!(matches!(e, JobError::Aborted { ref reason } if reason.contains("task 1")), "{e}");
+    assert!(
+        matches!(e, JobError::Aborted { ref reason } if reason.contains("task 1")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -209,7 +247,10 @@ fn bad_specs_are_refused_before_anything_runs() {
         max_value: MAX_VALUE * 2,
         ..spec("s", 3)
     };
-    assert!(matches!(run_threads(&cluster, &sort, &too_big, &config), Err(JobError::Spec(_))));
+    assert!(matches!(
+        run_threads(&cluster, &sort, &too_big, &config),
+        Err(JobError::Spec(_))
+    ));
     assert!(matches!(
         run_threads(&cluster, &sort, &spec("no/slash", 3), &config),
         Err(JobError::Spec(_))
@@ -271,5 +312,9 @@ fn sort_runs_on_redis_when_installed() {
     let report = run_threads(&cluster, &sort, &spec("redis-test", tasks), &config).unwrap();
     check_counts(&report, tasks);
     let v = report.phase_verbs(Phase::ShuffleWrite);
-    assert_eq!(v.remote_bytes, v.bytes(), "every Redis byte crosses the network");
+    assert_eq!(
+        v.remote_bytes,
+        v.bytes(),
+        "every Redis byte crosses the network"
+    );
 }

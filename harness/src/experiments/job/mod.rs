@@ -55,7 +55,12 @@ pub struct JobArgs {
     #[arg(long)]
     pub json: bool,
     /// Stores to run.
-    #[arg(long, value_delimiter = ',', value_name = "STORE,...", default_value = "cd,sd,hy,redis")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "STORE,...",
+        default_value = "cd,sd,hy,redis"
+    )]
     pub stores: Vec<StoreArg>,
     /// The job.
     #[arg(long, value_enum, default_value = "sort")]
@@ -175,8 +180,8 @@ pub fn run(args: JobArgs) -> Result<i32> {
         ))
     });
     cluster::sweep_stale_shm();
-    let exe = std::env::current_exe()
-        .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
+    let exe =
+        std::env::current_exe().map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
     let input_bytes = args
         .input_size
         .map_or(if args.quick { 64 << 20 } else { 512 << 20 }, |b| b as u64);
@@ -333,7 +338,13 @@ fn store_config(plan: &Plan, cluster_name: String) -> Result<Config> {
     .map_err(|e| HarnessError::Usage(e.to_string()))
 }
 
-fn run_store(exe: &Path, plan: &Plan, store: StoreKind, index: usize, dir: &Path) -> Result<StoreRun> {
+fn run_store(
+    exe: &Path,
+    plan: &Plan,
+    store: StoreKind,
+    index: usize,
+    dir: &Path,
+) -> Result<StoreRun> {
     std::fs::create_dir_all(dir).map_err(HarnessError::io("creating", dir))?;
     if store == StoreKind::Redis {
         System::Redis.check_available()?;
