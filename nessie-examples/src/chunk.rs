@@ -205,7 +205,7 @@ pub fn get_blob<C: KvClient + ?Sized>(
         for i in 0..m.chunks {
             let ck = chunk_key(key, i as usize);
             ops::get_required(client, &ck, &mut chunk)?;
-            let expected = m.chunk.min(m.len - i * m.chunk);
+            let expected = m.chunk.min(m.len.saturating_sub(i.saturating_mul(m.chunk)));
             if chunk.len() as u64 != expected {
                 return Err(JobError::malformed(
                     &ck,

@@ -46,7 +46,7 @@ pub fn word(seed: u64, rank: u64) -> Vec<u8> {
 /// About `bytes` bytes of generated text for map `task`.
 #[must_use]
 pub fn generate_text(seed: u64, task: usize, bytes: u64) -> Vec<u8> {
-    let mut text = Vec::with_capacity(bytes as usize + 16);
+    let mut text = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0).min(1 << 30) + 16);
     let vocab: Vec<Vec<u8>> = (0..VOCABULARY.min(4096)).map(|r| word(seed, r)).collect();
     let mut i = 0u64;
     let stream = seed ^ (task as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);

@@ -243,6 +243,13 @@ pub(super) fn report(plan: &Plan, runs: &[StoreRun]) -> Report {
         if plan.app == super::App::Sort { ", globally sorted" } else { "" },
         n = plan.nodes,
     ));
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if !plan.in_process && plan.nodes >= cores {
+        report.notes.push(format!(
+            "{} task processes share {cores} cores. The map phase issues no store operations, so its differences between stores are CPU contention: SD's and HY's server workers poll their request rings beside the maps (the shared-CPU case of the paper's §3.2), and the barrier phase absorbs the maps' skew.",
+            plan.nodes
+        ));
+    }
     report.notes.push(
         "Fabric bytes are what the tasks' clients moved to or from another node (for SD and HY including the server's reply WRITEs, counted by the client); local bytes are their READs and WRITEs of their own node's memory. SD's and HY's server-side table writes are local copies on the home node and are not in these columns (results.json has the server workers' verbs). Every Redis byte crosses loopback TCP and counts as fabric.".into(),
     );
