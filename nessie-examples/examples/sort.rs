@@ -22,7 +22,8 @@
 //! ```
 //!
 //! `--store sd|hy` runs the same code on the baselines; `--store redis
-//! --redis 127.0.0.1:6379` on a Redis server.
+//! --redis 127.0.0.1:6379` on a Redis server; `--input FILE…` sorts files
+//! of 100-byte records instead of generated ones.
 
 use clap::Parser;
 use nessie::{Config, FabricConfig, KvClient};
@@ -59,6 +60,10 @@ struct Args {
     /// Seed of the generated records.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Sort these files of 100-byte records (gensort's format) instead of
+    /// generated ones; every process must see the same files.
+    #[arg(long, num_args = 1..)]
+    input: Vec<std::path::PathBuf>,
     /// Largest value PUT; larger runs are chunked.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     max_value: u64,
@@ -152,12 +157,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_value: usize::try_from(args.max_value)?,
         ..JobSpec::new(args.stage.clone(), tasks)
     };
-    let sort = Sort {
-        input: Input::Generated {
+    let (input, size) = if args.input.is_empty() {
+        let generated = Input::Generated {
             bytes: args.size,
             seed: args.seed,
-        },
+        };
+        (generated, args.size)
+    } else {
+        let mut size = 0;
+        for p in &args.input {
+            size += std::fs::metadata(p)?.len();
+        }
+        (
+            Input::Files {
+                paths: args.input.clone(),
+            },
+            size,
+        )
     };
+    let sort = Sort { input };
     let base = Config {
         nodes: tasks,
         cluster: format!("sort-{}", args.stage),
@@ -170,7 +188,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let sizing = Sizing {
         tasks,
-        shuffle_bytes: args.size,
+        shuffle_bytes: size,
         max_value: spec.max_value,
         output_in_store: false,
     };
