@@ -24,7 +24,7 @@
 //! their stdin closes.
 
 use crate::error::{HarnessError, Result};
-use crate::measure::{self, Merged, NodeReport, PreloadReport, RunFigures};
+use crate::measure::{self, Merged, NodeReport, PowerFigures, PreloadReport, RunFigures};
 use crate::peers::PeerServer;
 use crate::spec::{Load, RunSpec};
 use crate::system::System;
@@ -139,13 +139,24 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Puts a child into its own process group (so terminal signals reach only
-/// the harness).
-pub fn own_process_group(cmd: &mut Command) {
+/// Ties a child to the harness: its own process group (so terminal signals
+/// reach only the harness, which tears the run down itself) and SIGKILL
+/// when the harness dies, set before `exec` so that it also holds for
+/// programs that are not ours (peer servers) and leaves no window.
+pub fn tie_to_harness(cmd: &mut Command) {
     cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before `exec` and only
+    // calls prctl(2), which is async-signal-safe; it allocates nothing and
+    // takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
 }
 
-/// Makes this process die when its parent does (node processes and hogs).
+/// Makes this process die when its parent does, and exits at once if the
+/// parent is already gone (node processes and hogs started by hand).
 pub fn die_with_parent() {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
@@ -275,7 +286,7 @@ fn start_hogs(exe: &Path, n: usize, guard: &mut ClusterGuard) -> Result<()> {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        own_process_group(&mut cmd);
+        tie_to_harness(&mut cmd);
         guard.hogs.push(
             cmd.spawn()
                 .map_err(HarnessError::io("starting a CPU hog", exe))?,
@@ -404,6 +415,71 @@ impl Running {
     }
 }
 
+fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
+    let mut f = PowerFigures {
+        sampler: o.sampler,
+        ..PowerFigures::default()
+    };
+    match o.measurement {
+        power_ipmi::Measurement::Measured(report) => {
+            f.joules = report.joules();
+            f.watts = f.joules.map(|j| j / report.elapsed_s().max(1e-9));
+            f.joules_per_op = report.per_operation(ops).and_then(|p| p.joules);
+            if let power_ipmi::EnergyReport::Ipmi(ipmi) = &report {
+                f.watts = Some(ipmi.mean_watts);
+                f.above_idle_watts = ipmi.above_idle_watts;
+            }
+        }
+        power_ipmi::Measurement::Unavailable(why) => f.unavailable = Some(why),
+    }
+    f
+}
+
+/// Starts node process `node` with its stderr in `log`; a thread forwards
+/// its stdout lines to `events`.
+fn spawn_node(
+    exe: &Path,
+    node: usize,
+    config: &Path,
+    spec: &Path,
+    log: &Path,
+    events: mpsc::Sender<Msg>,
+) -> Result<Child> {
+    let log_file = std::fs::File::create(log).map_err(HarnessError::io("creating", log))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("node")
+        .arg("--config")
+        .arg(config)
+        .arg("--spec")
+        .arg(spec)
+        .arg("--node-id")
+        .arg(node.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log_file);
+    tie_to_harness(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(HarnessError::io("starting a node process", exe))?;
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(l) if l.trim().is_empty() => {}
+                    Ok(l) => {
+                        if events.send(Msg::Line(node, l)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = events.send(Msg::Closed(node));
+        });
+    }
+    Ok(child)
+}
+
 /// Runs `spec` on a fresh cluster of node processes of this binary (`exe`),
 /// keeping its files in `run_dir`, and reports progress to `progress`.
 ///
@@ -448,49 +524,15 @@ pub fn run(
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)
         .map_err(HarnessError::io("writing", &spec_path))?;
 
-    start_hogs(exe, spec.hogs, &mut guard)?;
     let (tx, rx) = mpsc::channel();
     let mut stdins = Vec::new();
     let mut logs = Vec::new();
     for node in 0..spec.nodes {
         let log = run_dir.join(format!("node-{node}.stderr"));
-        let log_file = std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("node")
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--spec")
-            .arg(&spec_path)
-            .arg("--node-id")
-            .arg(node.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        own_process_group(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(HarnessError::io("starting a node process", exe))?;
-        let stdout = child.stdout.take();
+        let mut child = spawn_node(exe, node, &config_path, &spec_path, &log, tx.clone())?;
         stdins.push(child.stdin.take());
         guard.nodes.push(child);
         logs.push(log);
-        let tx = tx.clone();
-        if let Some(out) = stdout {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    match line {
-                        Ok(l) if l.trim().is_empty() => {}
-                        Ok(l) => {
-                            if tx.send(Msg::Line(node, l)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let _ = tx.send(Msg::Closed(node));
-            });
-        }
     }
     drop(tx);
     let mut r = Running {
@@ -532,6 +574,11 @@ pub fn run(
         Ok(preloaded == nodes)
     })?;
 
+    let mut meters = r.spec.measure_power.then(|| {
+        power_ipmi::MeterSet::new()
+            .with(power_ipmi::RaplSampler::system())
+            .with(power_ipmi::IpmiSampler::new(power_ipmi::IpmiConfig::local()))
+    });
     let external: Vec<u32> = r
         .guard
         .peer
@@ -545,6 +592,9 @@ pub fn run(
             .filter_map(|&p| process_cpu_secs(p))
             .sum::<f64>()
     };
+    // Hogs compete with the measured phase only, not with start-up and
+    // preload (which they would merely slow down).
+    start_hogs(exe, r.spec.hogs, &mut r.guard)?;
     r.send(NodeCommand::Run)?;
     let started = Instant::now();
     let warmup = Duration::from_millis(r.spec.warmup_ms);
@@ -554,6 +604,9 @@ pub fn run(
     r.wait("the run", deadline, |r, e| {
         if cpu_at_warm.is_none() && started.elapsed() >= warmup {
             cpu_at_warm = Some(external_cpu());
+            if let Some(m) = meters.as_mut() {
+                m.start();
+            }
         }
         match e {
             NodeEvent::Progress { node, ops } => {
@@ -578,6 +631,10 @@ pub fn run(
         Ok(reports.iter().all(Option::is_some))
     })?;
     let cpu_external = external_cpu() - cpu_at_warm.unwrap_or(0.0);
+    let power = meters
+        .as_mut()
+        .map(power_ipmi::MeterSet::stop)
+        .unwrap_or_default();
     progress(Progress {
         phase: "stop",
         run_elapsed: started.elapsed(),
@@ -609,12 +666,16 @@ pub fn run(
         Load::Closed => 0.0,
         Load::Open { ops_per_sec } => ops_per_sec,
     };
-    let (figures, merged) = measure::summarize(
+    let (mut figures, merged) = measure::summarize(
         &reports,
         r.spec.workload.value_size,
         offered,
         cpu_external.max(0.0),
     )?;
+    figures.power = power
+        .into_iter()
+        .map(|o| power_figures(o, figures.all.ok))
+        .collect();
     Ok(RunOutput {
         figures,
         merged,

@@ -3,6 +3,7 @@
 //! the `harness` library for the architecture.
 
 use clap::{Parser, Subcommand};
+use harness::experiments::chaos::ChaosArgs;
 use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::experiments::{
     self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
@@ -37,12 +38,19 @@ enum Cmd {
     Zipf(ZipfArgs),
     /// Fig. 13: CD with its optimisations switched on one by one.
     Breakdown(BreakdownArgs),
-    /// Fig. 14: CPU cost (energy proxy) at fractions of peak load.
+    /// Fig. 14: power (RAPL/IPMI where the host allows) and CPU cost at
+    /// fractions of peak load.
     Energy(EnergyArgs),
     /// The same workload against Redis and memcached on loopback.
     Peers(PeersArgs),
+    /// Faults on a multi-process cluster: kills, stalls longer than expiry,
+    /// full data tables, a crowded index; checks linearizability and wedges.
+    Chaos(ChaosArgs),
     /// Run one node of a cluster (the harness starts these itself).
     Node(NodeArgs),
+    /// One node of a chaos run (the `chaos` subcommand starts these).
+    #[command(hide = true)]
+    ChaosNode,
     /// A distributed sort (or word count) through each store: time and
     /// bytes per phase, CPU per node.
     Job(JobArgs),
@@ -59,6 +67,7 @@ fn main() {
     let result = match cli.command {
         Cmd::Node(args) => std::process::exit(node::main(&args)),
         Cmd::Hog => std::process::exit(node::hog()),
+        Cmd::ChaosNode => std::process::exit(experiments::chaos::node_main()),
         Cmd::JobTask(args) => std::process::exit(experiments::job::task::main(&args)),
         command => {
             cluster::install_signal_handlers();
@@ -71,8 +80,11 @@ fn main() {
                 Cmd::Breakdown(a) => experiments::breakdown::run(a),
                 Cmd::Energy(a) => experiments::energy::run(a),
                 Cmd::Peers(a) => experiments::peers::run(a),
+                Cmd::Chaos(a) => experiments::chaos::run(a),
                 Cmd::Job(a) => experiments::job::run(a),
-                Cmd::Node(_) | Cmd::Hog | Cmd::JobTask(_) => unreachable!("handled above"),
+                Cmd::Node(_) | Cmd::Hog | Cmd::ChaosNode | Cmd::JobTask(_) => {
+                    unreachable!("handled above")
+                }
             }
         }
     };

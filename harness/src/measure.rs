@@ -463,6 +463,24 @@ impl NodeFigures {
     }
 }
 
+/// What one power meter measured over a run's measured phase (the whole
+/// host: RAPL counters or the BMC's wall power).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PowerFigures {
+    /// The meter (`rapl`, `ipmi`).
+    pub sampler: String,
+    /// Joules over the phase, when measured.
+    pub joules: Option<f64>,
+    /// Mean Watts over the phase, when measured.
+    pub watts: Option<f64>,
+    /// Joules per successful operation, when measured.
+    pub joules_per_op: Option<f64>,
+    /// Mean Watts above the idle baseline (IPMI with a baseline only).
+    pub above_idle_watts: Option<f64>,
+    /// Why the meter could not measure here.
+    pub unavailable: Option<String>,
+}
+
 /// The figures of one run, as written to results.json.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunFigures {
@@ -498,6 +516,9 @@ pub struct RunFigures {
     pub errors: BTreeMap<String, u64>,
     /// Each node's share.
     pub nodes: Vec<NodeFigures>,
+    /// Power meters, when the run asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power: Vec<PowerFigures>,
 }
 
 /// Merges node reports into a run's figures.
@@ -561,6 +582,7 @@ pub fn summarize(
         late_ops: reports.iter().map(|r| r.late).sum(),
         errors,
         nodes: reports.iter().map(NodeFigures::of).collect(),
+        power: Vec::new(),
     };
     Ok((figures, merged))
 }

@@ -122,7 +122,7 @@ impl PeerServer {
                     .map_err(HarnessError::io("opening", log))?,
             )
             .stderr(log_file);
-        crate::cluster::own_process_group(&mut cmd);
+        crate::cluster::tie_to_harness(&mut cmd);
         let child = cmd.spawn().map_err(HarnessError::io("starting", &path))?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let mut server = PeerServer {
@@ -141,7 +141,10 @@ impl PeerServer {
                     why: format!("exited with {status} before listening: {tail}"),
                 });
             }
-            if Instant::now() > deadline || crate::cluster::interrupted() {
+            if crate::cluster::interrupted() {
+                return Err(HarnessError::Interrupted);
+            }
+            if Instant::now() > deadline {
                 return Err(HarnessError::Peer {
                     name,
                     why: format!("did not listen on {addr} within 10 s"),

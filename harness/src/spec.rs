@@ -66,7 +66,8 @@ pub struct RunSpec {
     pub warmup_ms: u64,
     /// Measured time, ms.
     pub duration_ms: u64,
-    /// Background CPU hogs the harness runs beside the cluster.
+    /// Background CPU hogs the harness runs beside the cluster during the
+    /// run phase.
     pub hogs: usize,
     /// Optimisation switches of the client-driven store.
     pub optimizations: Optimizations,
@@ -74,6 +75,9 @@ pub struct RunSpec {
     pub load_factor: f64,
     /// Where a peer server listens (Redis, memcached); set by the harness.
     pub peer: Option<PeerTarget>,
+    /// Sample the host's power (RAPL, IPMI) over the measured phase.
+    #[serde(default)]
+    pub measure_power: bool,
 }
 
 impl RunSpec {
@@ -94,6 +98,7 @@ impl RunSpec {
             optimizations: Optimizations::default(),
             load_factor: PAPER_LOAD_FACTOR,
             peer: None,
+            measure_power: false,
         }
     }
 

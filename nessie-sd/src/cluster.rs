@@ -6,12 +6,9 @@ use crate::messaging::RpcClient;
 use crate::server::{Server, ServerConfig};
 use crate::table::Table;
 use nessie::data::{NodeData, Recycler};
-use nessie::fabric::{
-    Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, ShmFabric, ShmOptions, TcpFabric,
-    TcpOptions, VerbCounts,
-};
+use nessie::fabric::{Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, VerbCounts};
 use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
-use nessie::{Clock, Config, Error, FabricConfig, WallClock};
+use nessie::{Clock, Config, Error, WallClock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -243,24 +240,7 @@ impl Node {
             return Err(unknown_node(node_id, config.nodes));
         }
         let regions = regions(&config, &geometry(&config)?);
-        let fabric: Arc<dyn Fabric> = match &config.fabric {
-            FabricConfig::Shm { .. } => Arc::new(ShmFabric::open(&ShmOptions {
-                dir: config.shm_dir(),
-                cluster_id: config.cluster_id(),
-                node: node_id,
-                nodes: config.nodes,
-                regions,
-                attach_timeout: config.attach_timeout,
-            })?),
-            FabricConfig::Tcp { .. } => Arc::new(TcpFabric::open(&TcpOptions::from_config(
-                &config, node_id, regions,
-            )?)?),
-            FabricConfig::Local => {
-                return Err(Error::Config(
-                    "Node::start needs fabric = shm or tcp (use Cluster::local for an in-process cluster)".into(),
-                ))
-            }
-        };
+        let fabric = nessie::open_fabric(&config, node_id, regions)?.fabric;
         Node::with_fabric(config, node_id, fabric)
     }
 

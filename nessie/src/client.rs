@@ -24,6 +24,7 @@ pub struct Client {
     clock: Arc<dyn Clock>,
     data: Arc<NodeData>,
     cache: DteCache,
+    buffers: Vec<Vec<u8>>,
     rng: StdRng,
     stats: Stats,
     _not_sync: PhantomData<Cell<()>>,
@@ -42,6 +43,7 @@ impl Client {
             clock: Arc::clone(shared.clock(node)),
             cache: DteCache::new(config.cache_entries, config.expiry.as_micros() as u64),
             data,
+            buffers: Vec::new(),
             rng,
             stats: Stats::default(),
             shared,
@@ -84,7 +86,13 @@ impl Client {
                 slot_bytes: self.shared.slot_bytes(),
                 class_caps: self.shared.class_caps(),
             };
-            let mut ctx = env.ctx(&mut self.ep, &mut self.cache, &mut self.rng, &mut counters);
+            let mut ctx = env.ctx(
+                &mut self.ep,
+                &mut self.cache,
+                &mut self.buffers,
+                &mut self.rng,
+                &mut counters,
+            );
             op(&mut ctx)
         };
         counters.ops = 1;

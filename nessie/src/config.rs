@@ -58,13 +58,28 @@ impl Optimizations {
     }
 }
 
-/// Which fabric backend carries the verbs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Which fabric backend carries the verbs. `Debug` does not print the tcp
+/// secret (configurations get logged).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase", tag = "kind", deny_unknown_fields)]
 pub enum FabricConfig {
     /// All nodes in one process.
     #[default]
     Local,
+    /// One process per node, verbs on RDMA NICs (cargo feature `verbs`;
+    /// see `nessie::fabric::VerbsFabric`). Queue-pair information is
+    /// exchanged over TCP: a node listens on its own entry of `peers`.
+    Verbs {
+        /// RDMA device name (e.g. `mlx5_0`, `rxe0`); `None`: the first.
+        #[serde(default)]
+        device: Option<String>,
+        /// `host:port` of every node's queue-pair exchange, indexed by node.
+        peers: Vec<String>,
+        /// GID index of port 1 (`None`: a RoCE v2 entry with an IPv4
+        /// address if there is one).
+        #[serde(default)]
+        gid_index: Option<u32>,
+    },
     /// One process per node on one host; regions are files in `dir`
     /// (default `/dev/shm/nessie-<cluster>`).
     Shm {
@@ -87,6 +102,31 @@ pub enum FabricConfig {
         #[serde(default = "default_tcp_threads")]
         threads: usize,
     },
+}
+
+impl std::fmt::Debug for FabricConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FabricConfig::Local => f.write_str("Local"),
+            FabricConfig::Shm { dir } => f.debug_struct("Shm").field("dir", dir).finish(),
+            FabricConfig::Tcp { peers, threads, .. } => f
+                .debug_struct("Tcp")
+                .field("peers", peers)
+                .field("secret", &"<redacted>")
+                .field("threads", threads)
+                .finish(),
+            FabricConfig::Verbs {
+                device,
+                peers,
+                gid_index,
+            } => f
+                .debug_struct("Verbs")
+                .field("device", device)
+                .field("peers", peers)
+                .field("gid_index", gid_index)
+                .finish(),
+        }
+    }
 }
 
 fn default_tcp_threads() -> usize {
@@ -139,6 +179,27 @@ pub struct Config {
     pub attach_timeout: Duration,
     /// Server worker threads per node (server-driven and hybrid baselines).
     pub server_workers: usize,
+    /// When a GET verifies the checksum of the committed entry it returns.
+    pub verify_checksums: ChecksumPolicy,
+}
+
+/// When readers verify the checksum of a committed entry.
+///
+/// A committed DTE never changes, and its slot can be reused only `expiry`
+/// after someone unlinked it — after the reader's index read that found it
+/// linked. A READ that completes within that window cannot be torn, so
+/// verifying it only guards against memory corruption. A reader that was
+/// stalled past half the expiry period verifies under either policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChecksumPolicy {
+    /// Verify every entry returned (also catches memory corruption, at the
+    /// cost of hashing every value).
+    Always,
+    /// Verify only when the read may have raced a slot's reuse (the reader
+    /// stalled for `expiry / 2` or more since its index read).
+    #[default]
+    AfterStall,
 }
 
 impl Default for Config {
@@ -161,6 +222,7 @@ impl Default for Config {
             fabric: FabricConfig::Local,
             attach_timeout: Duration::from_secs(30),
             server_workers: 1,
+            verify_checksums: ChecksumPolicy::default(),
         }
     }
 }
@@ -335,14 +397,35 @@ impl Config {
     }
 
     fn validate_fabric(&self) -> Result<(), Error> {
-        let FabricConfig::Tcp {
-            peers,
-            secret,
-            threads,
-        } = &self.fabric
-        else {
-            return Ok(());
+        let (peers, secret, threads) = match &self.fabric {
+            FabricConfig::Verbs { peers, .. } => return self.validate_peers(peers),
+            FabricConfig::Tcp {
+                peers,
+                secret,
+                threads,
+            } => (peers, secret, threads),
+            FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
         };
+        self.validate_peers(peers)?;
+        if secret.is_empty() {
+            return Err(bad("fabric.secret must not be empty".into()));
+        }
+        if secret.len() < SHORT_SECRET {
+            tracing::warn!(
+                "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
+                secret.len()
+            );
+        }
+        if *threads == 0 || *threads > 1024 {
+            return Err(bad(format!(
+                "fabric.threads = {threads} must be between 1 and 1024"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One `host:port` per node (`tcp` and `verbs` fabrics).
+    fn validate_peers(&self, peers: &[String]) -> Result<(), Error> {
         if peers.len() != self.nodes {
             return Err(bad(format!(
                 "fabric.peers lists {} addresses for {} nodes",
@@ -359,20 +442,6 @@ impl Config {
                     "fabric.peers[{node}] = {peer:?} is not host:port"
                 )));
             }
-        }
-        if secret.is_empty() {
-            return Err(bad("fabric.secret must not be empty".into()));
-        }
-        if secret.len() < SHORT_SECRET {
-            tracing::warn!(
-                "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
-                secret.len()
-            );
-        }
-        if *threads == 0 || *threads > 1024 {
-            return Err(bad(format!(
-                "fabric.threads = {threads} must be between 1 and 1024"
-            )));
         }
         Ok(())
     }
@@ -541,6 +610,11 @@ mod tests {
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
         tcp(&["a:1", "b:2"], "s", 1).validate().unwrap();
+        let shown = format!("{:?}", tcp(&["a:1", "b:2"], "hunter2-hunter2", 1));
+        assert!(
+            !shown.contains("hunter2") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -571,6 +645,42 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(!readable_by_others(&path));
         assert!(!Config::default().has_secret());
+    }
+
+    #[test]
+    fn verbs_fabric_is_parsed_and_checked() {
+        let c = Config::from_toml(
+            "nodes = 2\n[fabric]\nkind = \"verbs\"\ndevice = \"rxe0\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.fabric,
+            FabricConfig::Verbs {
+                device: Some("rxe0".into()),
+                peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                gid_index: None,
+            }
+        );
+        assert_eq!(Config::from_toml(&c.to_toml().unwrap()).unwrap(), c);
+        let verbs = |peers: &[&str]| Config {
+            nodes: 2,
+            fabric: FabricConfig::Verbs {
+                device: None,
+                peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                gid_index: Some(1),
+            },
+            ..Config::default()
+        };
+        for (c, field) in [
+            (verbs(&["a:1"]), "fabric.peers"),
+            (verbs(&["a:1", "b"]), "fabric.peers[1]"),
+            (verbs(&["a:1", ":2"]), "fabric.peers[1]"),
+            (verbs(&["a:1", "b:70000"]), "fabric.peers[1]"),
+        ] {
+            let m = msg(&c);
+            assert!(m.contains(field), "message {m:?} should name {field}");
+        }
+        verbs(&["a:1", "b:2"]).validate().unwrap();
     }
 
     #[test]

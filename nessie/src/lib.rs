@@ -86,9 +86,11 @@ mod watch;
 pub use client::Client;
 pub use clock::{Clock, WallClock};
 pub use cluster::{Cluster, ClusterBuilder};
-pub use config::{Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES};
+pub use config::{
+    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES,
+};
 pub use error::Error;
 pub use kv::KvClient;
-pub use node::Node;
+pub use node::{open_fabric, Node, OpenFabric};
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
 pub use store::store_regions;

@@ -143,7 +143,12 @@ fn a_crowded_index_migrates_then_reports_index_full() {
 fn a_corrupt_entry_is_reported_not_returned() {
     use nessie::index::KeyHasher;
     use nessie::layout::Ite;
-    let config = small(Config::default());
+    // Corruption (not a torn read) is caught only when every read is
+    // verified: see `ChecksumPolicy`.
+    let config = small(Config {
+        verify_checksums: nessie::ChecksumPolicy::Always,
+        ..Config::default()
+    });
     let cluster = Cluster::local(config.clone()).unwrap();
     let mut c = cluster.client(0).unwrap();
     c.put(b"k", b"a value that will rot").unwrap();

@@ -122,6 +122,12 @@ fn store_on_tcp_works_and_costs_the_same_verbs_as_local() {
         tcp.puts[0],
         &tcp.gets[..2]
     );
+    // The nodes served each other's verbs and refused none.
+    for n in &nodes {
+        let stats = n.tcp_stats().expect("a tcp node has tcp stats");
+        assert!(stats.verbs_served > 0 && stats.refused() == 0, "{stats:?}");
+        assert_eq!(stats.handshake_failures, 0);
+    }
     // Every node sees every other node's writes.
     for (n, c) in tcp_clients.iter_mut().enumerate() {
         let key = format!("from-{n}").into_bytes();

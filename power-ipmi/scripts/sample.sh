@@ -223,9 +223,10 @@ cmd=$(printf '%s ' "$@")
 cmd=${cmd% }
 {
   echo "node,start,end,elapsed_s,user_s,system_s,exit_status,command"
-  awk -v n="$node" -v a="$t_start" -v b="$t_end" -v u0="$u0" -v s0="$s0" -v u1="$u1" -v s1="$s1" -v st="$status" -v c="$cmd" '
+  # The command goes through the environment: `awk -v` would eat backslashes.
+  CMD=$cmd awk -v n="$node" -v a="$t_start" -v b="$t_end" -v u0="$u0" -v s0="$s0" -v u1="$u1" -v s1="$s1" -v st="$status" '
     function secs(x, p) { split(x, p, "m"); sub(/s$/, "", p[2]); sub(/,/, ".", p[2]); return p[1] * 60 + p[2] }
-    BEGIN { gsub(/"/, "\"\"", c)
+    BEGIN { c = ENVIRON["CMD"]; gsub(/"/, "\"\"", c)
             printf "%s,%.6f,%.6f,%.6f,%.3f,%.3f,%d,\"%s\"\n", n, a, b, b - a, secs(u1) - secs(u0), secs(s1) - secs(s0), st, c }'
 } > "$cpu_log"
 exit "$status"

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{read_text, PowerError};
 use crate::report::{IpmiReport, RaplReport, RaplZoneEnergy};
-use crate::sampler::rapl::{counter_delta_uj, parent_zone};
+use crate::sampler::rapl::{parent_zone, CounterTotal};
 use crate::trace::PowerTrace;
 
 /// The logs of one node.
@@ -186,13 +186,7 @@ pub fn read_ipmi_log(path: &Path) -> Result<(f64, PowerTrace), PowerError> {
 /// a zone without `max_energy_range_uj`; I/O errors.
 pub fn read_rapl_log(path: &Path) -> Result<(f64, f64, Vec<RaplZoneEnergy>), PowerError> {
     let text = read_text(path)?;
-    struct Zone {
-        name: String,
-        last: u64,
-        total: u128,
-        wraps: u32,
-    }
-    let mut zones: BTreeMap<String, Zone> = BTreeMap::new();
+    let mut zones: BTreeMap<String, (String, CounterTotal)> = BTreeMap::new();
     let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for (n, line) in data_lines(&text) {
         let parts: Vec<&str> = line.split(',').collect();
@@ -214,34 +208,26 @@ pub fn read_rapl_log(path: &Path) -> Result<(f64, f64, Vec<RaplZoneEnergy>), Pow
             None => {
                 zones.insert(
                     parts[1].to_owned(),
-                    Zone {
-                        name: parts[2].to_owned(),
-                        last: uj,
-                        total: 0,
-                        wraps: 0,
-                    },
+                    (parts[2].to_owned(), CounterTotal::new(uj)),
                 );
             }
-            Some(z) => {
-                let delta = counter_delta_uj(z.last, uj, range).ok_or_else(|| PowerError::Log {
+            Some((_, total)) => {
+                total.advance(uj, range).ok_or_else(|| PowerError::Log {
                     path: path.to_path_buf(),
                     line: n,
                     detail: "counter went down and the zone has no max_energy_range_uj".into(),
                 })?;
-                z.wraps += u32::from(uj < z.last);
-                z.total += u128::from(delta);
-                z.last = uj;
             }
         }
     }
     let energies = zones
         .into_iter()
-        .map(|(id, z)| RaplZoneEnergy {
+        .map(|(id, (name, total))| RaplZoneEnergy {
             parent: parent_zone(&id),
             id,
-            name: z.name,
-            joules: z.total as f64 / 1e6,
-            wraps: z.wraps,
+            name,
+            joules: total.joules(),
+            wraps: total.wraps(),
         })
         .collect();
     if first > last {

@@ -19,6 +19,7 @@
 
 use crate::history::Call;
 use crate::proc_history::{read_logs, ProcLog};
+use crate::proc_workload::logged_call;
 use nessie::{Config, Error, FabricConfig, KvClient, Node};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -340,21 +341,6 @@ fn fail(dir: &Path, what: &str) -> ! {
     std::process::exit(1);
 }
 
-/// Runs one logged call; `Ok(true)` if it completed, `Ok(false)` for an
-/// unknown outcome (timeout), the typed error otherwise.
-fn logged(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) -> Result<bool, Error> {
-    let id = log.invoke(call).map_err(Error::Io)?;
-    let result = call.apply(client);
-    match result {
-        Ok(ret) => {
-            log.returned(id, &ret).map_err(Error::Io)?;
-            Ok(true)
-        }
-        Err(Error::Timeout) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 /// PUTs fresh keys until the wanted limit is hit, then deletes them.
 /// Returns whether the limit (DataTableFull for a fill, IndexFull for a
 /// crowd) was reached.
@@ -364,7 +350,7 @@ fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fi
     let mut reached = false;
     for i in 0..4000 {
         let key = format!("{name}/{i}").into_bytes();
-        match logged(client, log, &Call::put(key.clone(), value.clone())) {
+        match logged_call(client, log, &Call::put(key.clone(), value.clone())) {
             Ok(_) => keys.push(key),
             Err(Error::DataTableFull) if fill => {
                 reached = true;
@@ -384,7 +370,7 @@ fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fi
     }
     for key in keys {
         loop {
-            match logged(client, log, &Call::delete(key.clone())) {
+            match logged_call(client, log, &Call::delete(key.clone())) {
                 Ok(true) | Err(Error::DataTableFull | Error::IndexFull) => break,
                 Ok(false) => {}
                 Err(e) => {
@@ -411,7 +397,7 @@ fn worker(client: &mut dyn KvClient, dir: &Path, node: usize, w: usize, plan: Ch
             4 => Call::delete(key),
             _ => Call::get(key),
         };
-        match logged(client, &mut log, &call) {
+        match logged_call(client, &mut log, &call) {
             Ok(_) | Err(Error::DataTableFull | Error::IndexFull) => {}
             Err(e) => fail(dir, &format!("node {node} worker {w}: {call:?}: {e}")),
         }
@@ -427,7 +413,7 @@ fn worker(client: &mut dyn KvClient, dir: &Path, node: usize, w: usize, plan: Ch
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                match logged(client, &mut log, &call) {
+                match logged_call(client, &mut log, &call) {
                     Ok(true) => break,
                     Ok(false) if attempts < 2 => {}
                     other => fail(

@@ -3,7 +3,8 @@
 //!
 //! * [`history`]: [`History`] of operations with known or unknown outcomes,
 //!   and the thread-safe [`Recorder`] clients use to collect one;
-//!   [`proc_history`] for histories written by separate processes.
+//!   [`proc_history`] for histories written by separate processes, and
+//!   [`proc_workload`] for the workload those processes run.
 //! * [`linearizability`]: [`check`] a history against a map of registers.
 //! * [`conformance`]: the suite every fabric backend must pass.
 //! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
@@ -18,6 +19,7 @@ pub mod conformance;
 pub mod history;
 pub mod linearizability;
 pub mod proc_history;
+pub mod proc_workload;
 pub mod scripted;
 pub mod sim;
 pub mod simulation;

@@ -1,9 +1,11 @@
 //! The fabric conformance suite on every backend that runs without
-//! hardware: `local` (one fabric shared by all nodes) and `shm` (one
+//! hardware: `local` (one fabric shared by all nodes), `shm` (one
 //! `ShmFabric` per node, opened from threads of this process, each as its
-//! own node, in a fresh directory).
+//! own node, in a fresh directory) and `tcp` (one `TcpFabric` per node,
+//! each serving on its own 127.0.0.1 port).
 
-use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions};
+use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,6 +75,60 @@ fn shm(check: impl FnOnce(Factory<'_>)) {
     check(&make);
 }
 
+/// Opens one `TcpFabric` per node concurrently (each connects to the
+/// others), every node on a port of its own.
+fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>> {
+    let listeners: Vec<TcpListener> = (0..spec.nodes)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"))
+        .collect();
+    let peers: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local address").to_string())
+        .collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(node, listener)| {
+                let options = TcpOptions {
+                    node,
+                    nodes: spec.nodes,
+                    cluster_id,
+                    regions: spec.regions.clone(),
+                    peers: peers.clone(),
+                    secret: "conformance-secret-0123456789".into(),
+                    threads: 2,
+                    attach_timeout: Duration::from_secs(20),
+                    handshake_timeout: Duration::from_secs(5),
+                    io_timeout: Duration::from_secs(20),
+                    frame_limit: 1 << 20,
+                };
+                s.spawn(move || TcpFabric::with_listener(&options, listener))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(node, h)| {
+                let fabric = h
+                    .join()
+                    .expect("opening thread")
+                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                Arc::new(fabric) as Arc<dyn Fabric>
+            })
+            .collect()
+    })
+}
+
+fn tcp(check: impl FnOnce(Factory<'_>)) {
+    let clusters = AtomicU64::new(0);
+    let make = |spec: &ClusterSpec| {
+        let n = clusters.fetch_add(1, Ordering::Relaxed);
+        open_tcp_cluster(0x7c90_0000 + n, spec)
+    };
+    check(&make);
+}
+
 macro_rules! suite {
     ($backend:ident) => {
         mod $backend {
@@ -128,3 +184,4 @@ macro_rules! suite {
 
 suite!(local);
 suite!(shm);
+suite!(tcp);

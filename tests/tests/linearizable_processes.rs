@@ -3,14 +3,14 @@
 //! recover the dead process's in-flight entries, and the merged history of
 //! all three is linearizable.
 
-use nessie::{Config, Error, FabricConfig, KvClient, Node};
-use rand::{Rng, SeedableRng};
+use nessie::{Config, FabricConfig, Node};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tests::history::Call;
 use tests::proc_history::{read_logs, ProcLog};
-use tests::stress::{stress_key, unique_value};
+use tests::proc_workload::{logged_call, run_node_workers, NodeWork};
+use tests::stress::stress_key;
 
 const NODES: usize = 3;
 const KEYS: usize = 12;
@@ -116,59 +116,35 @@ fn child_node() {
     cfg.cluster = std::env::var("NESSIE_PROC_CLUSTER").unwrap();
     let n = Node::start(cfg, node).unwrap();
     std::fs::write(dir.join(format!("started-{node}")), b"").unwrap();
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let mut client = n.client().unwrap();
-            let dir = dir.clone();
-            std::thread::spawn(move || {
-                let id = (node * THREADS + t) as u64;
-                let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).unwrap();
-                let mut rng = rand::rngs::StdRng::seed_from_u64(id);
-                let stop = dir.join("stop");
-                let mut i = 0;
-                while !stop.exists() && i < 20_000 {
-                    i += 1;
-                    let key = stress_key(rng.gen_range(0..KEYS));
-                    let call = match rng.gen_range(0..10) {
-                        0..=3 => Call::put(key, unique_value(id, i, rng.gen_range(0..4000))),
-                        4 => Call::delete(key),
-                        _ => Call::get(key),
-                    };
-                    run(&mut client, &mut log, &call);
-                    if node != 2 {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
-                // Audit: every key answers once dead owners can be helped.
-                if node == 0 && t == 0 {
-                    for k in 0..KEYS {
-                        let call = Call::get(stress_key(k));
-                        let mut tries = 0;
-                        while !run(&mut client, &mut log, &call) {
-                            tries += 1;
-                            assert!(tries < 10, "key {k} stayed wedged");
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-}
-
-/// Runs and logs one call; returns whether it completed (a timeout or a
-/// full table is logged as an unknown outcome).
-fn run(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) -> bool {
-    let id = log.invoke(call).unwrap();
-    let result = call.apply(client);
-    match result {
-        Ok(ret) => {
-            log.returned(id, &ret).unwrap();
-            true
+    // Node 2 is killed mid-run: it works without pauses, so the kill
+    // usually catches it inside an operation.
+    let pause = if node == 2 {
+        Duration::ZERO
+    } else {
+        Duration::from_micros(200)
+    };
+    let work = NodeWork {
+        node,
+        nodes: NODES,
+        threads: THREADS,
+        ops_per_thread: 20_000,
+        keys: KEYS,
+        max_value: 4000,
+        pause,
+        salt: 0,
+    };
+    run_node_workers(&n, &dir, work);
+    // Audit: every key answers once dead owners can be helped.
+    if node == 0 {
+        let mut client = n.client().unwrap();
+        let mut log = ProcLog::create(&dir.join("hist-audit"), 1000).unwrap();
+        for k in 0..KEYS {
+            let call = Call::get(stress_key(k));
+            let mut tries = 0;
+            while !logged_call(&mut client, &mut log, &call).expect("audit GET") {
+                tries += 1;
+                assert!(tries < 10, "key {k} stayed wedged");
+            }
         }
-        Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => false,
-        Err(e) => panic!("{call:?}: {e}"),
     }
 }

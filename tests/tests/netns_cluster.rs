@@ -7,14 +7,12 @@
 //! Needs root and `ip` (iproute2); elsewhere it prints a SKIP line and
 //! passes.
 
-use nessie::{Config, Error, FabricConfig, KvClient, Node};
-use rand::{Rng, SeedableRng};
+use nessie::{Config, FabricConfig, Node};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tests::history::Call;
-use tests::proc_history::{read_logs, ProcLog};
-use tests::stress::{stress_key, unique_value};
+use tests::proc_history::read_logs;
+use tests::proc_workload::{finish_together, run_node_workers, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 12;
@@ -46,11 +44,15 @@ fn skip(why: &str) {
     println!("SKIP netns_cluster: {why}");
 }
 
+/// Whether the effective uid is 0 (from `/proc/self/status`: "Uid: real effective ...").
 fn runs_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "0")
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|uids| uids.split_whitespace().nth(1).map(|e| e == "0"))
+            .unwrap_or(false)
+    })
 }
 
 fn has_ip() -> bool {
@@ -133,46 +135,20 @@ fn child_netns_node() {
     );
     let dir = PathBuf::from(env("NESSIE_NETNS_DIR"));
     let n = Node::start(config(peers, &env("NESSIE_NETNS_CLUSTER")), node).unwrap();
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let mut client = n.client().unwrap();
-            let dir = dir.clone();
-            std::thread::spawn(move || {
-                let id = (node * THREADS + t) as u64;
-                let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).unwrap();
-                let mut rng = rand::rngs::StdRng::seed_from_u64(id ^ 0x6e65_7473);
-                for i in 0..OPS_PER_THREAD {
-                    let key = stress_key(rng.gen_range(0..KEYS));
-                    let call = match rng.gen_range(0..10) {
-                        0..=3 => Call::put(key, unique_value(id, i, rng.gen_range(0..4000))),
-                        4 => Call::delete(key),
-                        _ => Call::get(key),
-                    };
-                    run(&mut client, &mut log, &call);
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    // Keep serving this node's memory until every node is done.
-    std::fs::write(dir.join(format!("done-{node}")), b"").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !(0..NODES).all(|n| dir.join(format!("done-{n}")).exists()) {
-        assert!(Instant::now() < deadline, "peers did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs and logs one call; a timeout or a full table is logged as an
-/// unknown outcome.
-fn run(client: &mut dyn KvClient, log: &mut ProcLog, call: &Call) {
-    let id = log.invoke(call).unwrap();
-    let result = call.apply(client);
-    match result {
-        Ok(ret) => log.returned(id, &ret).unwrap(),
-        Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {}
-        Err(e) => panic!("{call:?}: {e}"),
-    }
+    let work = NodeWork {
+        node,
+        nodes: NODES,
+        threads: THREADS,
+        ops_per_thread: OPS_PER_THREAD,
+        keys: KEYS,
+        max_value: 4000,
+        pause: Duration::ZERO,
+        salt: 0x6e65_7473,
+    };
+    run_node_workers(&n, &dir, work);
+    // Keep this node's memory reachable until every node is done.
+    assert!(
+        finish_together(&dir, node, NODES, Duration::from_secs(90)),
+        "peers did not finish"
+    );
 }

@@ -9,7 +9,7 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie::Optimizations;
@@ -80,14 +80,13 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
             specs.push(spec);
         }
     }
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "breakdown",
         "Fig. 13: CD optimisations added one by one, Zipf keys",
         serde_json::json!({
             "value_size": args.value_size, "get_ratios": args.get_ratios, "theta": args.theta,
             "steps": steps.iter().map(|s| serde_json::json!({"step": s.0, "optimizations": s.1})).collect::<Vec<_>>(),
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": ctx.common.quick,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

@@ -7,7 +7,7 @@ use super::{parse_fraction, parse_size, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::Hist;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{num, pct, share, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::{KeyDistribution, OpKind};
 
@@ -94,15 +94,15 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
         .collect();
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "cdf",
         &format!(
             "Figs. 8–11: verbs and bytes per operation, {}",
             workload.describe()
         ),
         serde_json::json!({
-            "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
-            "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
+            "workload": workload, "systems": systems,
+             "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
@@ -151,9 +151,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
                 q(0.9),
                 q(0.99),
                 num(h.0.max() as f64),
-                pct(h.0.count_between(0, 0) as f64 / h.0.len() as f64)
-                    .trim_start_matches('+')
-                    .to_owned(),
+                share(h.0.count_between(0, 0) as f64 / h.0.len() as f64),
             ]);
         }
         report.figures.push(fig);
@@ -230,14 +228,14 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         });
     let nodes = f64::from(ctx.common.nodes);
     let (ours, verdict) = match sd_local {
-        Some(share) => (
+        Some(local) => (
             format!(
                 "{} of SD GETs use no network ({} nodes: expect {})",
-                pct(share).trim_start_matches('+'),
+                share(local),
                 nodes,
-                pct(1.0 / nodes).trim_start_matches('+')
+                share(1.0 / nodes)
             ),
-            Verdict::of((share - 1.0 / nodes).abs() < 0.1),
+            Verdict::of((local - 1.0 / nodes).abs() < 0.1),
         ),
         None => ("needs SD".into(), Verdict::Unknown),
     };
@@ -245,7 +243,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         source: "Figs. 8/9 (locality)".into(),
         paper: format!(
             "about {} of SD operations are local (1 of {} nodes)",
-            pct(paper::FIG8_SD_LOCAL_SHARE).trim_start_matches('+'),
+            share(paper::FIG8_SD_LOCAL_SHARE),
             paper::NODES
         ),
         ours,

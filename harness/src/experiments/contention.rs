@@ -4,7 +4,7 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict};
+use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::KeyDistribution;
 
@@ -58,7 +58,7 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
             specs.push(spec);
         }
     }
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "contention",
         &format!(
             "Fig. 4: throughput vs background CPU hogs, {}",
@@ -66,8 +66,7 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
         ),
         serde_json::json!({
             "workload": workload, "systems": systems, "hogs": hogs,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": ctx.common.quick,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

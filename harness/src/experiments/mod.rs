@@ -4,6 +4,7 @@
 
 pub mod breakdown;
 pub mod cdf;
+pub mod chaos;
 pub mod compare;
 pub mod contention;
 pub mod energy;
@@ -33,7 +34,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Flags every experiment takes.
-#[derive(Clone, Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args, serde::Serialize)]
 pub struct Common {
     /// A complete but short run (under a minute on 2 cores): fewer points,
     /// fewer keys, shorter phases.
@@ -58,13 +59,21 @@ pub struct Common {
     /// Server worker threads per node of SD and HY.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub server_workers: u16,
-    /// Number of keys (default: from the value size, about 256 MiB of data,
-    /// 32 MiB with --quick).
+    /// Number of keys (default: from the value size, about 256 MiB of data
+    /// and 1,000 to 200,000 keys; with --quick 8 MiB and 256 to 4,096 keys).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keys: Option<u64>,
     /// Key size in bytes.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(8..=1024))]
     pub key_size: u16,
+    /// Background CPU hogs (unpinned busy processes) beside every run, to
+    /// emulate a shared host (`contention` sets its own).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub cpu_hogs: u16,
+    /// Open loop: Poisson arrivals at this many operations per second over
+    /// the whole cluster (default: closed loop; `energy` sets its own).
+    #[arg(long, value_name = "OPS_PER_SEC", value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// Seed of every random stream.
     #[arg(long, default_value_t = WorkloadSpec::default().seed)]
     pub seed: u64,
@@ -94,6 +103,19 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
     match n.checked_mul(mult) {
         Some(v) if (1..=nessie::MAX_VALUE_SIZE).contains(&v) => Ok(v),
         _ => Err(format!("`{s}` is not between 1 B and 1 GiB")),
+    }
+}
+
+/// Parses a positive rate (operations per second).
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_rate(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a positive number of operations per second"
+        )),
     }
 }
 
@@ -182,6 +204,19 @@ impl Ctx {
         })
     }
 
+    /// The report of this experiment; its parameters are `params` plus the
+    /// common flags.
+    #[must_use]
+    pub fn report(&self, experiment: &str, title: &str, mut params: serde_json::Value) -> Report {
+        if let Some(map) = params.as_object_mut() {
+            map.insert(
+                "common".to_owned(),
+                serde_json::to_value(&self.common).unwrap_or_default(),
+            );
+        }
+        Report::new(experiment, title, params)
+    }
+
     /// The systems to run: `--systems` or the experiment's default.
     #[must_use]
     pub fn systems(&self, default: &[System]) -> Vec<System> {
@@ -200,7 +235,7 @@ impl Ctx {
     }
 
     /// A workload with the common flags applied; the key count defaults to
-    /// about 256 MiB of values (32 MiB with `--quick`).
+    /// about 256 MiB of values (8 MiB with `--quick`).
     #[must_use]
     pub fn workload(
         &self,
@@ -209,7 +244,7 @@ impl Ctx {
         distribution: KeyDistribution,
     ) -> WorkloadSpec {
         let (budget, lo, hi) = if self.common.quick {
-            (32u64 << 20, 512, 20_000)
+            (8u64 << 20, 256, 4_096)
         } else {
             (256u64 << 20, 1_000, 200_000)
         };
@@ -242,9 +277,46 @@ impl Ctx {
             usize::from(self.common.server_workers),
         );
         s.nodes = usize::from(self.common.nodes);
+        s.hogs = usize::from(self.common.cpu_hogs);
+        if let Some(ops_per_sec) = self.common.rate {
+            s.load = crate::spec::Load::Open { ops_per_sec };
+        }
         s.duration_ms = duration_ms;
         s.warmup_ms = self.common.warmup_ms.unwrap_or((duration_ms / 5).min(1000));
         s
+    }
+
+    /// One run per GET ratio × value size × system (in that nesting), labelled
+    /// `<system>-<size>-<ratio>get<suffix>`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Usage`] for a workload that cannot be generated.
+    pub fn grid(
+        &self,
+        systems: &[System],
+        sizes: &[usize],
+        ratios: &[f64],
+        distribution: KeyDistribution,
+        duration_ms: u64,
+        suffix: &str,
+    ) -> Result<Vec<RunSpec>> {
+        let mut specs = Vec::new();
+        for &ratio in ratios {
+            for &size in sizes {
+                let w = self.workload(size, ratio, distribution);
+                w.validate()?;
+                for &s in systems {
+                    let label = format!(
+                        "{}-{}-{}get{suffix}",
+                        s.label(),
+                        crate::report::bytes_label(size as f64),
+                        crate::workload::percent(ratio)
+                    );
+                    specs.push(self.spec(label, s, w.clone(), duration_ms));
+                }
+            }
+        }
+        Ok(specs)
     }
 
     /// Runs `specs` one after another with a progress bar, recording each in
@@ -352,6 +424,14 @@ impl Ctx {
                 report.notes.push(format!("skipped: {e}"));
             }
         }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = usize::from(self.common.nodes) * usize::from(self.common.threads);
+        if threads > cores {
+            report.notes.push(format!(
+                "each cluster runs {threads} worker threads (nodes × --threads) on {cores} cores: the CPU is oversubscribed {:.1}×, which hurts the polling server workers of SD and HY most (as in Fig. 4)",
+                threads as f64 / cores as f64
+            ));
+        }
         report.write(&self.out)?;
         if self.common.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -423,6 +503,22 @@ pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec,
     done.iter()
         .filter(move |d| d.record.system == system)
         .filter_map(|d| d.figures().map(|f| (&d.record.spec, f)))
+}
+
+/// The measured run of `system` with this value size and GET ratio.
+#[must_use]
+pub fn run_at(
+    done: &[Done],
+    system: System,
+    value_size: usize,
+    get_ratio: f64,
+) -> Option<&RunFigures> {
+    runs_of(done, system)
+        .find(|(spec, _)| {
+            spec.workload.value_size == value_size
+                && (spec.workload.get_ratio - get_ratio).abs() < 1e-9
+        })
+        .map(|(_, f)| f)
 }
 
 /// The summary table of a set of runs (compare, peers): throughput,
@@ -559,5 +655,7 @@ mod tests {
         assert_eq!(parse_fraction("0.5"), Ok(0.5));
         assert!(parse_fraction("1.5").is_err());
         assert!(parse_fraction("x").is_err());
+        assert_eq!(parse_rate("2500"), Ok(2500.0));
+        assert!(parse_rate("0").is_err() && parse_rate("inf").is_err());
     }
 }

@@ -5,7 +5,6 @@
 
 use super::{parse_fraction, parse_size, summary_figures, summary_table, Common, Ctx};
 use crate::error::Result;
-use crate::report::Report;
 use crate::system::System;
 use crate::workload::KeyDistribution;
 
@@ -37,15 +36,15 @@ pub fn run(args: PeersArgs) -> Result<i32> {
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
         .collect();
-    let mut report = Report::new(
+    let mut report = ctx.report(
         "peers",
         &format!(
             "CD beside Redis and memcached on loopback, {}",
             workload.describe()
         ),
         serde_json::json!({
-            "workload": workload, "systems": systems, "nodes": ctx.common.nodes,
-            "threads_per_node": ctx.common.threads, "duration_ms": duration, "quick": ctx.common.quick,
+            "workload": workload, "systems": systems,
+             "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;

@@ -2,7 +2,7 @@
 //! value sizes 256 B … 128 KiB at 50, 90 and 99 % GETs, uniform keys; and the
 //! latency and bytes table of the 50 % GET runs.
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx, Done};
+use super::{parse_fraction, parse_size, run_at, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::RunFigures;
 use crate::paper::{self, Table1Row};
@@ -71,40 +71,25 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     });
     let duration = ctx.duration_ms(4_000, 800);
     let systems = ctx.systems(&System::PAPER);
-    let mut specs = Vec::new();
-    for &ratio in &ratios {
-        for &size in &sizes {
-            let w = ctx.workload(size, ratio, KeyDistribution::Uniform);
-            w.validate()?;
-            for &s in &systems {
-                let label = format!(
-                    "{}-{}-{}get",
-                    s.label(),
-                    bytes_label(size as f64),
-                    percent(ratio)
-                );
-                specs.push(ctx.spec(label, s, w.clone(), duration));
-            }
-        }
-    }
-    let mut report = Report::new(
+    let specs = ctx.grid(
+        &systems,
+        &sizes,
+        &ratios,
+        KeyDistribution::Uniform,
+        duration,
+        "",
+    )?;
+    let mut report = ctx.report(
         "sweep",
         "Figs. 5–7 and Table 1: value-size sweep, uniform keys",
         serde_json::json!({
             "value_sizes": sizes, "get_ratios": ratios, "systems": systems,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": quick, "seed": ctx.common.seed,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
 
-    let at = |s: System, size: usize, ratio: f64| -> Option<&RunFigures> {
-        runs_of(&done, s)
-            .find(|(spec, _)| {
-                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
-            })
-            .map(|(_, f)| f)
-    };
+    let at = |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio);
     let mut goodput = Table::new(
         "goodput",
         "Goodput (MB/s) by value size and GET ratio (Figs. 5–7)",
@@ -209,13 +194,7 @@ fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usiz
 /// Table 1: mean GET / PUT / all latencies and bytes sent, 50 % GETs, ours
 /// beside the paper's where the size matches.
 fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
-    let at = |s: System, size: usize| {
-        runs_of(done, s)
-            .find(|(spec, _)| {
-                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
-            })
-            .map(|(_, f)| f)
-    };
+    let at = |s: System, size: usize| run_at(done, s, size, ratio);
     let mut cols = vec!["row".to_owned()];
     cols.extend(sizes.iter().map(|&z| bytes_label(z as f64)));
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();

@@ -1,12 +1,10 @@
 //! `zipf` (paper Fig. 12): CD's goodput relative to SD's under scrambled
 //! Zipf (θ = 0.99) keys, over value sizes and GET ratios.
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{parse_fraction, parse_size, run_at, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{
-    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
-};
+use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 
@@ -56,23 +54,8 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
     }
     let duration = ctx.duration_ms(4_000, 1_200);
     let dist = KeyDistribution::Zipf { theta: args.theta };
-    let mut specs = Vec::new();
-    for &ratio in &ratios {
-        for &size in &sizes {
-            let w = ctx.workload(size, ratio, dist);
-            w.validate()?;
-            for &s in &systems {
-                let label = format!(
-                    "{}-{}-{}get-zipf",
-                    s.label(),
-                    bytes_label(size as f64),
-                    percent(ratio)
-                );
-                specs.push(ctx.spec(label, s, w.clone(), duration));
-            }
-        }
-    }
-    let mut report = Report::new(
+    let specs = ctx.grid(&systems, &sizes, &ratios, dist, duration, "-zipf")?;
+    let mut report = ctx.report(
         "zipf",
         &format!(
             "Fig. 12: Zipf (θ = {}) keys, CD goodput relative to SD",
@@ -80,18 +63,12 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         ),
         serde_json::json!({
             "value_sizes": sizes, "get_ratios": ratios, "theta": args.theta, "systems": systems,
-            "nodes": ctx.common.nodes, "threads_per_node": ctx.common.threads,
-            "duration_ms": duration, "quick": quick,
+            "duration_ms": duration,
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
-    let goodput = |s: System, size: usize, ratio: f64| {
-        runs_of(&done, s)
-            .find(|(spec, _)| {
-                spec.workload.value_size == size && (spec.workload.get_ratio - ratio).abs() < 1e-9
-            })
-            .map(|(_, f)| f.goodput_mb_s)
-    };
+    let goodput =
+        |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s);
     let rel = |size, ratio| match (
         goodput(System::Cd, size, ratio),
         goodput(System::Sd, size, ratio),

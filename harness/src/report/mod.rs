@@ -345,7 +345,15 @@ impl Report {
         let _ = writeln!(md, "# nessie-bench {}: {}\n", self.experiment, self.title);
         let _ = writeln!(md, "- run: {}", self.created);
         let _ = writeln!(md, "- command: `{}`", self.command.join(" "));
-        let _ = writeln!(md, "- host: {}", self.host);
+        let h = &self.host;
+        let _ = writeln!(
+            md,
+            "- host: {} cores ({}), Linux {}, load average {} before the runs",
+            h["cores"],
+            h["cpu"].as_str().unwrap_or("?"),
+            h["kernel"].as_str().unwrap_or("?"),
+            h["load_average_at_start"]
+        );
         let _ = writeln!(
             md,
             "- setup: one process per node on one host, `shm` fabric (one-sided verbs are memory copies and atomics, not RDMA); the paper used 15 nodes with 10 GbE RDMA NICs. Compare shapes, not absolute numbers.\n"
@@ -499,6 +507,16 @@ pub fn pct(ratio: f64) -> String {
     }
 }
 
+/// `0.25` → `25%` (a share, no sign).
+#[must_use]
+pub fn share(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{:.0}%", ratio * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,5 +599,6 @@ mod tests {
         assert_eq!(num(0.01234), "0.012");
         assert_eq!(pct(0.254), "+25%");
         assert_eq!(pct(-0.3), "-30%");
+        assert_eq!(share(0.333), "33%");
     }
 }

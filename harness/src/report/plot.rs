@@ -77,7 +77,7 @@ fn y_format(v: &f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || a == 0.0 {
+    } else if a >= 10.0 || a == 0.0 {
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.1}")
@@ -138,9 +138,18 @@ fn lines<DB: DrawingBackend>(
     let mut chart = builder(root, f, text)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(err)?;
+    // Small integer axes (hogs, node counts): a tick per integer.
+    let integral = !f.log2_x_bytes
+        && x1 - x0 <= 21.0
+        && f.series
+            .iter()
+            .flat_map(|s| &s.points)
+            .all(|p| p.0.fract() == 0.0);
     let x_fmt = |v: &f64| {
         if f.log2_x_bytes {
             bytes_label(v.exp2().round())
+        } else if integral {
+            format!("{v:.0}")
         } else {
             y_format(v)
         }
@@ -150,6 +159,9 @@ fn lines<DB: DrawingBackend>(
         mesh.x_label_formatter(&x_fmt).y_label_formatter(&y_format);
         if text {
             mesh.x_desc(f.x_label.as_str()).y_desc(f.y_label.as_str());
+            if integral {
+                mesh.x_labels((x1 - x0).ceil() as usize + 1);
+            }
         } else {
             mesh.x_labels(0).y_labels(0);
         }
@@ -197,7 +209,7 @@ fn lines<DB: DrawingBackend>(
             .position(if cdf {
                 SeriesLabelPosition::LowerRight
             } else {
-                SeriesLabelPosition::UpperLeft
+                legend_corner(f, x0, x1, y1, &tx)
             })
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
@@ -205,6 +217,33 @@ fn lines<DB: DrawingBackend>(
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// The upper corner whose quarter of the plot holds fewer points, so the
+/// legend hides as little as possible.
+fn legend_corner(
+    f: &Figure,
+    x0: f64,
+    x1: f64,
+    y1: f64,
+    tx: &dyn Fn(f64) -> f64,
+) -> SeriesLabelPosition {
+    let third = (x1 - x0) / 3.0;
+    let (mut left, mut right) = (0, 0);
+    for p in f.series.iter().flat_map(|s| &s.points) {
+        if p.1 > y1 * 0.7 {
+            if tx(p.0) < x0 + third {
+                left += 1;
+            } else if tx(p.0) > x1 - third {
+                right += 1;
+            }
+        }
+    }
+    if left > right {
+        SeriesLabelPosition::UpperRight
+    } else {
+        SeriesLabelPosition::UpperLeft
+    }
 }
 
 fn bars<DB: DrawingBackend>(

@@ -121,6 +121,26 @@ pub enum FabricError {
         /// How long we waited.
         waited: Duration,
     },
+    /// No RDMA device to open (`verbs` backend): none is present, the one
+    /// named in the configuration is not, or libibverbs cannot be loaded.
+    #[error("no RDMA device{}: devices present: {found:?}", wanted.as_ref().map(|w| format!(" named {w:?}")).unwrap_or_default())]
+    NoDevice {
+        /// The device the configuration asked for (`None`: any).
+        wanted: Option<String>,
+        /// Names of the devices that are present.
+        found: Vec<String>,
+    },
+    /// An RDMA verbs call or work request failed (`verbs` backend).
+    #[error("verbs: {op} for node {node} failed: {reason}")]
+    Verbs {
+        /// The node the operation concerned (this node for setup steps).
+        node: NodeId,
+        /// What was being done (`"READ"`, `"register region"`, ...).
+        op: &'static str,
+        /// Why it failed.
+        #[source]
+        reason: VerbsFailure,
+    },
     /// An I/O error on a region file.
     #[error("{path}: {source}")]
     Io {
@@ -143,7 +163,7 @@ pub enum FabricError {
         source: io::Error,
     },
     /// A peer failed the handshake: other secret, cluster, version, node or
-    /// region sizes, or not a nessie peer at all.
+    /// region sizes, or not a nessie peer at all (`tcp` and `verbs`).
     #[error("handshake with node {node} at {addr} failed: {reason}")]
     Handshake {
         /// Peer.
@@ -199,8 +219,9 @@ pub enum FabricError {
     },
 }
 
-/// Why a `tcp` handshake failed. Both sides check the same things, so each
-/// learns the same reason.
+/// Why a handshake with a peer failed (`tcp` connections, `verbs`
+/// queue-pair exchanges). Both sides check the same things, so each learns
+/// the same reason.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandshakeFailure {
@@ -208,7 +229,7 @@ pub enum HandshakeFailure {
     #[error("{0}")]
     Io(#[source] io::Error),
     /// The peer does not speak the nessie tcp protocol.
-    #[error("the peer is not a nessie tcp node (bad magic)")]
+    #[error("the peer is not a nessie node of this fabric (bad magic)")]
     BadMagic,
     /// The peer's hello does not parse.
     #[error("malformed hello")]
@@ -260,4 +281,41 @@ pub enum HandshakeFailure {
     /// secrets differ.
     #[error("authentication failed: the cluster secrets differ")]
     Authentication,
+    /// The peer did not connect to this node before the attach deadline
+    /// (`verbs`: every node connects to every other).
+    #[error("the peer did not connect within {0:?}")]
+    NotConnected(Duration),
+    /// The peer refused this node's hello for the reason given (as the peer
+    /// saw it).
+    #[error("refused by the peer: {0}")]
+    Refused(#[source] Box<HandshakeFailure>),
+}
+
+/// Why an RDMA verbs call failed (see [`FabricError::Verbs`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerbsFailure {
+    /// A libibverbs call returned an error.
+    #[error("{0}")]
+    Call(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A work request completed with an error status (`ibv_wc_status`).
+    #[error("work completion status {status} ({name}), vendor error {vendor_err:#x}")]
+    Completion {
+        /// The status code.
+        status: u32,
+        /// Its libibverbs name.
+        name: &'static str,
+        /// Device-specific detail.
+        vendor_err: u32,
+    },
+    /// Posted work requests did not complete in time.
+    #[error("no completion within {0:?}")]
+    Timeout(Duration),
+    /// An earlier failure left the queue pair to this node in the error
+    /// state; verbs to the node fail until the fabric is reopened.
+    #[error("the queue pair is unusable after an earlier failure")]
+    Broken,
+    /// The device lacks something the backend needs.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
 }

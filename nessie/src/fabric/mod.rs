@@ -17,6 +17,10 @@
 //! process per node on any hosts, a software NIC serving verbs over TCP).
 //! An [`Endpoint`] wraps a fabric for one client and counts every verb it
 //! issues.
+//!
+//! With the cargo feature `verbs`, `VerbsFabric` runs the verbs on RDMA
+//! NICs (one process per node, RC queue pairs, regions registered with the
+//! NIC; local CAS through a loopback queue pair).
 
 mod endpoint;
 mod error;
@@ -24,14 +28,20 @@ mod local;
 mod memory;
 mod shm;
 mod tcp;
+#[cfg(feature = "verbs")]
+mod verbs;
 
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::{FabricError, HandshakeFailure};
+pub use error::{FabricError, HandshakeFailure, VerbsFailure};
 pub use local::LocalFabric;
 pub use shm::{ShmFabric, ShmOptions};
+#[doc(hidden)]
+pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};
+#[cfg(feature = "verbs")]
+pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};
 
 pub use crate::layout::RegionId;
 

@@ -39,6 +39,9 @@ mod handshake;
 mod peer;
 mod service;
 
+#[doc(hidden)]
+pub use service::serve_bytes_for_testing;
+
 use super::memory::{HeapRegions, MemoryMap};
 use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,

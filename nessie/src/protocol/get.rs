@@ -28,6 +28,7 @@ impl Ctx<'_> {
         let filter = self.hasher.filter(key);
         loop {
             self.check_deadline()?;
+            self.index_read_at = self.clock.now_us();
             let ites = self.read_ites(&cands, false)?;
             match self.get_pass(key, filter, &cands, &ites, out)? {
                 Pass::Found => return Ok(true),
@@ -76,15 +77,32 @@ impl Ctx<'_> {
             reqs.push(req);
             slots.push(i);
         }
-        let views = self.read_dtes(&reqs)?;
-        for (view, &i) in views.into_iter().zip(&slots) {
-            let Some(mut view) = view else {
+        let mut views = self.read_dtes(&reqs)?;
+        let pass = self.first_holder(key, cands, ites, &slots, &mut views, out);
+        for view in views.into_iter().flatten() {
+            self.recycle(view);
+        }
+        pass
+    }
+
+    /// Goes through the DTEs read, in candidate order, until one decides.
+    fn first_holder(
+        &mut self,
+        key: &[u8],
+        cands: &[Candidate],
+        ites: &[Ite],
+        slots: &[usize],
+        views: &mut [Option<DteView>],
+        out: &mut Vec<u8>,
+    ) -> Result<Pass, Error> {
+        for (view, &i) in views.iter_mut().zip(slots) {
+            let Some(view) = view else {
                 return Ok(Pass::Again(Retry::Torn));
             };
             let slot = cands[i].addr();
             if ites[i].is_moved() {
                 if view.status() != DteStatus::Valid
-                    && self.help_marker(slot, ites[i], &view)? == Helped::Acted
+                    && self.help_marker(slot, ites[i], view)? == Helped::Acted
                 {
                     return Ok(Pass::Again(Retry::Helped));
                 }
@@ -93,7 +111,7 @@ impl Ctx<'_> {
             if view.key() != key {
                 continue;
             }
-            return self.decide(key, ites[i], slot, &mut view, out);
+            return self.decide(key, ites[i], slot, view, out);
         }
         Ok(Pass::NothingHere)
     }
@@ -134,7 +152,7 @@ impl Ctx<'_> {
             return Ok(Pass::Absent);
         }
         self.read_value(view)?;
-        if !view.checksum_ok() {
+        if !view.has_value() || (self.must_verify() && !view.checksum_ok()) {
             return Ok(Pass::Again(Retry::Torn));
         }
         out.clear();

@@ -53,6 +53,8 @@ pub(crate) use write::WriteKind;
 /// Consecutive torn reads of one entry after which an operation reports
 /// [`Error::Corrupt`] instead of retrying.
 const MAX_TORN: u32 = 64;
+/// Read buffers a client keeps between operations.
+const MAX_KEPT_BUFFERS: usize = 8;
 /// First back-off delay.
 const BACKOFF_BASE: Duration = Duration::from_micros(2);
 /// Longest back-off delay.
@@ -69,6 +71,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) slot_bytes: &'a [usize],
     pub(crate) class_caps: &'a [usize],
     pub(crate) cache: &'a mut DteCache,
+    /// Read buffers kept across operations (no allocation or zeroing of a
+    /// whole slot per READ once warm).
+    pub(crate) buffers: &'a mut Vec<Vec<u8>>,
     pub(crate) rng: &'a mut StdRng,
     pub(crate) stats: &'a mut OpStats,
     /// `created_at` of the operation (µs).
@@ -76,6 +81,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) deadline: u64,
     pub(crate) torn: u32,
     pub(crate) backoffs: u32,
+    /// When the current pass began reading the index (µs): entries found
+    /// linked then cannot be reused before `expiry` has passed.
+    pub(crate) index_read_at: u64,
 }
 
 /// A DTE as read through an ITE value.
@@ -115,6 +123,7 @@ impl DteView {
     }
 
     /// Whether the value read matches the checksum (needs the value).
+    /// Callers decide when to verify: see [`Ctx::must_verify`].
     pub(crate) fn checksum_ok(&self) -> bool {
         self.has_value()
             && self.header.compute_checksum(self.key(), self.value()) == self.header.checksum
@@ -141,6 +150,18 @@ pub(crate) enum Retry {
 }
 
 impl<'a> Ctx<'a> {
+    /// Whether a committed entry read in this pass must have its checksum
+    /// verified (see [`crate::ChecksumPolicy`]).
+    pub(crate) fn must_verify(&self) -> bool {
+        match self.config.verify_checksums {
+            crate::ChecksumPolicy::Always => true,
+            crate::ChecksumPolicy::AfterStall => {
+                let half_expiry = self.config.expiry.as_micros() as u64 / 2;
+                self.clock.now_us().saturating_sub(self.index_read_at) >= half_expiry
+            }
+        }
+    }
+
     /// Dead owner: `created_at + op_timeout + 2·max_clock_skew < now`.
     pub(crate) fn is_dead(&self, created_at: u64) -> bool {
         let margin = self.config.op_timeout + self.config.max_clock_skew * 2;
@@ -317,7 +338,7 @@ impl<'a> Ctx<'a> {
     ) -> Result<Vec<Option<DteView>>, Error> {
         let mut bufs: Vec<Vec<u8>> = reqs
             .iter()
-            .map(|&(r, k, whole)| vec![0u8; self.read_len(r, k, whole)])
+            .map(|&(r, k, whole)| self.buffer(self.read_len(r, k, whole)))
             .collect();
         if self.config.optimizations.batched_reads {
             let mut batch: Vec<Verb<'_>> = Vec::with_capacity(reqs.len());
@@ -349,10 +370,25 @@ impl<'a> Ctx<'a> {
         whole: bool,
     ) -> Result<Option<DteView>, Error> {
         let len = self.read_len(r, key_len, whole);
-        let mut bytes = vec![0u8; len];
+        let mut bytes = self.buffer(len);
         let addr = self.dte_addr(r);
         self.ep.read(addr, &mut bytes)?;
         Ok(self.view(r, bytes))
+    }
+
+    /// A buffer of `len` bytes (contents unspecified: a READ overwrites
+    /// them), from the kept ones if any.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.buffers.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Keeps a view's buffer for later READs.
+    pub(crate) fn recycle(&mut self, view: DteView) {
+        if self.buffers.len() < MAX_KEPT_BUFFERS {
+            self.buffers.push(view.bytes);
+        }
     }
 
     /// Decodes and sanity-checks a DTE read: the generation must be the one
@@ -434,6 +470,7 @@ impl OpEnv<'_> {
         &'b self,
         ep: &'b mut Endpoint,
         cache: &'b mut DteCache,
+        buffers: &'b mut Vec<Vec<u8>>,
         rng: &'b mut StdRng,
         stats: &'b mut OpStats,
     ) -> Ctx<'b> {
@@ -448,12 +485,14 @@ impl OpEnv<'_> {
             slot_bytes: self.slot_bytes,
             class_caps: self.class_caps,
             cache,
+            buffers,
             rng,
             stats,
             start,
             deadline: start + self.config.op_timeout.as_micros() as u64,
             torn: 0,
             backoffs: 0,
+            index_read_at: start,
         }
     }
 }

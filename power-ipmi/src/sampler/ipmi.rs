@@ -112,7 +112,14 @@ pub struct IdleBaseline {
     pub covered_s: f64,
 }
 
-/// Node power from the BMC (the module documentation gives the timeline).
+/// Node power from the BMC.
+///
+/// `start` decides the [`PowerSource`] and takes reading 0 on the caller's
+/// thread (a BMC that cannot answer fails `start`); a background thread
+/// then reads every `interval` on a fixed schedule (a slow reading skips
+/// the slots it overran rather than drifting); `stop` takes the last
+/// reading. Each reading is stamped with the middle of its `ipmitool` call;
+/// a failed one is counted and skipped, the trapezoid bridging the gap.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -230,14 +237,14 @@ impl IpmiSampler {
                     | PowerError::Parse { .. }),
                 ) => {
                     let names = if sensors.is_empty() {
-                        let mut found = tool.power_sensors()?;
+                        let found = tool.power_sensors()?;
                         match found.len() {
                             0 => {
                                 return Err(PowerError::NoPowerSensor {
                                     dcmi: dcmi.to_string(),
                                 })
                             }
-                            1 => found.split_off(0),
+                            1 => found,
                             _ => return Err(PowerError::AmbiguousPowerSensors { found }),
                         }
                     } else {

@@ -191,17 +191,50 @@ pub fn counter_delta_uj(before: u64, after: u64, max_range_uj: u64) -> Option<u6
     }
 }
 
-#[derive(Debug)]
-struct ZoneTotal {
+/// A counter's running total: the sampler's and the log reader's one
+/// accumulation rule.
+#[derive(Debug, Clone)]
+pub(crate) struct CounterTotal {
     last_uj: u64,
     total_uj: u128,
     wraps: u32,
 }
 
+impl CounterTotal {
+    /// Starts at a first reading.
+    pub(crate) fn new(first_uj: u64) -> Self {
+        CounterTotal {
+            last_uj: first_uj,
+            total_uj: 0,
+            wraps: 0,
+        }
+    }
+
+    /// Adds the energy up to the reading `after_uj`; `None` (nothing added)
+    /// when the counter went down and `max_range_uj` is 0.
+    pub(crate) fn advance(&mut self, after_uj: u64, max_range_uj: u64) -> Option<()> {
+        let delta = counter_delta_uj(self.last_uj, after_uj, max_range_uj)?;
+        self.wraps += u32::from(after_uj < self.last_uj);
+        self.total_uj += u128::from(delta);
+        self.last_uj = after_uj;
+        Some(())
+    }
+
+    /// The total, Joules (exact below 2^53 µJ, 9 GJ).
+    pub(crate) fn joules(&self) -> f64 {
+        self.total_uj as f64 / 1e6
+    }
+
+    /// Wraps seen.
+    pub(crate) fn wraps(&self) -> u32 {
+        self.wraps
+    }
+}
+
 #[derive(Debug)]
 struct State {
     zones: Vec<RaplZone>,
-    totals: Vec<ZoneTotal>,
+    totals: Vec<CounterTotal>,
     polls: u64,
     failed_polls: u64,
     last_error: Option<String>,
@@ -215,19 +248,15 @@ impl State {
             .iter()
             .map(RaplZone::read_uj)
             .collect::<Result<_, _>>()?;
-        let mut deltas = Vec::with_capacity(now.len());
-        for ((zone, total), &after) in self.zones.iter().zip(&self.totals).zip(&now) {
-            let delta = counter_delta_uj(total.last_uj, after, zone.max_energy_range_uj)
+        let mut next = self.totals.clone();
+        for ((zone, total), &after) in self.zones.iter().zip(&mut next).zip(&now) {
+            total
+                .advance(after, zone.max_energy_range_uj)
                 .ok_or_else(|| PowerError::CounterWentBackwards {
                     path: zone.energy_path.clone(),
                 })?;
-            deltas.push((delta, after < total.last_uj));
         }
-        for ((total, &after), (delta, wrapped)) in self.totals.iter_mut().zip(&now).zip(deltas) {
-            total.total_uj += u128::from(delta);
-            total.wraps += u32::from(wrapped);
-            total.last_uj = after;
-        }
+        self.totals = next;
         self.polls += 1;
         Ok(())
     }
@@ -240,7 +269,11 @@ impl State {
     }
 }
 
-/// RAPL energy per zone (see the module documentation).
+/// RAPL energy per zone, from the `energy_uj` counters under a powercap
+/// root, read at `start`, every `poll_interval` on a background thread, at
+/// [`poll_now`](Self::poll_now) and at `stop`; one wrap at
+/// `max_energy_range_uj` is assumed whenever a counter decreases
+/// ([`counter_delta_uj`]).
 ///
 /// ```no_run
 /// use power_ipmi::{EnergySampler, RaplSampler};
@@ -326,13 +359,7 @@ impl EnergySampler for RaplSampler {
         let origin = Instant::now();
         let totals = zones
             .iter()
-            .map(|z| {
-                z.read_uj().map(|last_uj| ZoneTotal {
-                    last_uj,
-                    total_uj: 0,
-                    wraps: 0,
-                })
-            })
+            .map(|z| z.read_uj().map(CounterTotal::new))
             .collect::<Result<_, _>>()?;
         let state = Arc::new(Mutex::new(State {
             zones,
@@ -394,9 +421,8 @@ impl EnergySampler for RaplSampler {
                 id: zone.id.clone(),
                 name: zone.name.clone(),
                 parent: zone.parent.clone(),
-                // Exact below 2^53 µJ (9 GJ).
-                joules: total.total_uj as f64 / 1e6,
-                wraps: total.wraps,
+                joules: total.joules(),
+                wraps: total.wraps(),
             })
             .collect();
         Ok(EnergyReport::Rapl(RaplReport {

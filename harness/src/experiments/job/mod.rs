@@ -34,7 +34,6 @@ use nessie_examples::{
 };
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -453,9 +452,9 @@ fn run_processes(
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file);
-        // Its own process group: a Ctrl-C reaches only the harness, which
-        // then kills the tasks itself.
-        cmd.process_group(0);
+        // Its own process group (a Ctrl-C reaches only the harness, which
+        // then kills the tasks itself), and death with the harness.
+        cluster::tie_to_harness(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(HarnessError::io("starting a task process", exe))?;

@@ -11,7 +11,7 @@
 //! make a worker panic or allocate more than the frame limit.
 
 use super::super::memory::{HeapRegions, MemoryMap};
-use super::super::{FabricError, RegionId, RemoteAddr};
+use super::super::{FabricError, RegionId, RegionSpec, RemoteAddr};
 use super::handshake::{self, Identity};
 use super::TcpStats;
 use crate::layout::frame::{
@@ -301,9 +301,12 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<(), End> {
     Ok(())
 }
 
-fn serve_frame(
+/// Serves one request frame from `reader`, answering into the same stream.
+/// Generic over the stream so that tests and the fuzz target can feed it
+/// arbitrary bytes without a socket.
+fn serve_frame<S: Read + Write>(
     cfg: &ServiceConfig,
-    reader: &mut BufReader<TcpStream>,
+    reader: &mut BufReader<S>,
     payload: &mut Vec<u8>,
     response: &mut Vec<u8>,
 ) -> Result<(), End> {
@@ -332,7 +335,71 @@ fn serve_frame(
     }
     execute(cfg, header.verbs, payload, response)?;
     bump(&cfg.counters.frames);
-    reader.get_ref().write_all(response).map_err(|_| End::Io)
+    reader.get_mut().write_all(response).map_err(|_| End::Io)
+}
+
+/// Serves frames from an in-memory byte stream until it ends or a frame is
+/// refused; returns how many frames were answered and the responses. The
+/// entry point of the decoder property tests and of the fuzz target.
+#[doc(hidden)]
+pub fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
+    struct Duplex<'a> {
+        input: &'a [u8],
+        output: Vec<u8>,
+    }
+    impl Read for Duplex<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+    impl Write for Duplex<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let cfg = testing_config();
+    let mut reader = BufReader::new(Duplex {
+        input,
+        output: Vec::new(),
+    });
+    let (mut payload, mut response) = (Vec::new(), Vec::new());
+    let mut frames = 0;
+    while serve_frame(&cfg, &mut reader, &mut payload, &mut response).is_ok() {
+        frames += 1;
+    }
+    (frames, reader.into_inner().output)
+}
+
+/// A one-node service configuration with two small regions, for tests.
+fn testing_config() -> ServiceConfig {
+    let regions = vec![
+        RegionSpec {
+            id: RegionId::INDEX,
+            len: 256,
+        },
+        RegionSpec {
+            id: RegionId::data(0),
+            len: 4096,
+        },
+    ];
+    ServiceConfig {
+        identity: Arc::new(Identity {
+            cluster_id: 1,
+            node: 0,
+            nodes: 1,
+            regions: regions.clone(),
+            frame_limit: 1 << 16,
+            secret: b"testing".to_vec(),
+        }),
+        memory: Arc::new(HeapRegions::new(1, &[0], &regions)),
+        counters: Arc::new(Counters::default()),
+        max_connections: 1,
+        handshake_timeout: Duration::from_secs(1),
+        io_timeout: Duration::from_secs(1),
+    }
 }
 
 /// Executes the verbs of one request payload, building the response frame.

@@ -1,0 +1,100 @@
+//! `chaos`: a multi-process cluster under a mixed workload while faults are
+//! injected (SIGKILL, SIGSTOP longer than expiry, full data tables, a
+//! crowded index), then the linearizability and wedge verdicts. The engine
+//! is `tests::chaos`, shared with the bounded run of the test suite.
+
+use crate::{HarnessError, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use tests::chaos::{run as run_chaos, ChaosPlan};
+
+/// Flags of `chaos`.
+#[derive(Debug, Args)]
+pub struct ChaosArgs {
+    /// The bounded run of the test suite (about half a minute).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the report (default `results/chaos-<timestamp>`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print only machine-readable JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds of fault injection (default 25 with --quick, else 120).
+    #[arg(long)]
+    pub seconds: Option<u64>,
+    /// Node processes (at least 3: all but two may be killed).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(3..=16))]
+    pub nodes: u16,
+    /// Seed of the fault schedule and the workloads.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}
+
+/// Runs `chaos`; returns the exit code (1 if any violation was found).
+///
+/// # Errors
+/// Setting up the run or writing the report failed.
+pub fn run(args: ChaosArgs) -> Result<i32> {
+    let mut plan = ChaosPlan::quick(args.seed);
+    plan.nodes = usize::from(args.nodes);
+    plan.duration = Duration::from_secs(args.seconds.unwrap_or(if args.quick { 25 } else { 120 }));
+    let exe = std::env::current_exe()
+        .map_err(|e| HarnessError::Usage(format!("cannot find this binary: {e}")))?;
+    let report = run_chaos(plan, || {
+        let mut c = Command::new(&exe);
+        c.arg("chaos-node");
+        c
+    })
+    .map_err(|e| HarnessError::Usage(format!("chaos run failed to start: {e}")))?;
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "results/chaos-{}",
+            chrono::Utc::now().format("%Y%m%d-%H%M%S")
+        ))
+    });
+    std::fs::create_dir_all(&out)
+        .map_err(|e| HarnessError::Usage(format!("{}: {e}", out.display())))?;
+    let json = serde_json::json!({
+        "experiment": "chaos",
+        "nodes": plan.nodes,
+        "workers_per_node": plan.workers,
+        "keys": plan.keys,
+        "seconds": plan.duration.as_secs(),
+        "seed": plan.seed,
+        "operations": report.operations,
+        "unknown_outcomes": report.unknown,
+        "faults": report.faults(),
+        "kills": report.kills,
+        "stalls": report.stalls,
+        "data_table_fills": report.fills,
+        "index_crowdings": report.crowds,
+        "violations": report.violations,
+    });
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+    let write = |name: &str, body: &str| {
+        std::fs::write(out.join(name), body)
+            .map_err(|e| HarnessError::Usage(format!("{}: {e}", out.display())))
+    };
+    write("results.json", &text)?;
+    let mut md = format!("# chaos\n\n{}\n", report.summary());
+    for v in &report.violations {
+        md.push_str(&format!("\n* violation: {v}"));
+    }
+    write("report.md", &md)?;
+    if args.json {
+        println!("{text}");
+    } else {
+        println!("{}", report.summary());
+        println!("report: {}", out.join("report.md").display());
+    }
+    Ok(i32::from(!report.violations.is_empty()))
+}
+
+/// The body of a chaos node process.
+pub fn node_main() -> i32 {
+    tests::chaos::child_main();
+    0
+}

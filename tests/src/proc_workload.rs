@@ -1,0 +1,122 @@
+//! The workload every multi-process linearizability test runs in its node
+//! processes (`shm`, `tcp` across network namespaces, `verbs` in a VM):
+//! worker threads issuing a random mix on shared keys and logging every
+//! call with [`ProcLog`], so the parent can merge and check the histories.
+
+use crate::history::Call;
+use crate::proc_history::ProcLog;
+use crate::stress::{stress_key, unique_value};
+use nessie::{Error, KvClient, Node};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Shape of one node process's work.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeWork {
+    /// This node.
+    pub node: usize,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Operations per thread at most.
+    pub ops_per_thread: usize,
+    /// Keys shared by every node.
+    pub keys: usize,
+    /// Largest value, bytes.
+    pub max_value: usize,
+    /// Pause between a thread's operations (zero: none).
+    pub pause: Duration,
+    /// Mixed into every thread's seed.
+    pub salt: u64,
+}
+
+/// The client id of `thread` on `node` (unique across the cluster).
+#[must_use]
+pub fn client_id(node: usize, threads: usize, thread: usize) -> u64 {
+    (node * threads + thread) as u64
+}
+
+/// Runs and logs one call. `Ok(true)`: it returned; `Ok(false)`: it timed
+/// out (an unknown outcome in the log). A failed call also stays unknown in
+/// the log (conservative: full tables change nothing, but the checker need
+/// not know).
+///
+/// # Errors
+/// The store's error other than a timeout, or a log write.
+pub fn logged_call(
+    client: &mut dyn KvClient,
+    log: &mut ProcLog,
+    call: &Call,
+) -> Result<bool, Error> {
+    let id = log.invoke(call).map_err(Error::Io)?;
+    match call.apply(client) {
+        Ok(ret) => {
+            log.returned(id, &ret).map_err(Error::Io)?;
+            Ok(true)
+        }
+        Err(Error::Timeout) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `work` on `node`'s clients, logging into `dir/hist-<client>`,
+/// until each thread did its operations or `dir/stop` appears.
+///
+/// # Panics
+/// On an unexpected store error (the test fails through the process's
+/// exit status).
+pub fn run_node_workers(node: &Node, dir: &Path, work: NodeWork) {
+    let threads: Vec<_> = (0..work.threads)
+        .map(|t| {
+            let mut client = node.client().expect("client");
+            let dir = dir.to_path_buf();
+            std::thread::spawn(move || {
+                let id = client_id(work.node, work.threads, t);
+                let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).expect("log");
+                let mut rng = StdRng::seed_from_u64(id ^ work.salt);
+                let stop = dir.join("stop");
+                for i in 0..work.ops_per_thread {
+                    if stop.exists() {
+                        break;
+                    }
+                    let key = stress_key(rng.gen_range(0..work.keys));
+                    let call = match rng.gen_range(0..10) {
+                        0..=3 => {
+                            Call::put(key, unique_value(id, i, rng.gen_range(0..=work.max_value)))
+                        }
+                        4 => Call::delete(key),
+                        _ => Call::get(key),
+                    };
+                    match logged_call(&mut client, &mut log, &call) {
+                        Ok(_) | Err(Error::DataTableFull | Error::IndexFull) => {}
+                        Err(e) => panic!("node {} client {id}: {call:?}: {e}", work.node),
+                    }
+                    if !work.pause.is_zero() {
+                        std::thread::sleep(work.pause);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a worker panicked");
+    }
+}
+
+/// Marks this node done, then keeps it (and its memory) up until every
+/// node is done or `timeout` passes. Returns whether all finished.
+pub fn finish_together(dir: &Path, node: usize, nodes: usize, timeout: Duration) -> bool {
+    let done = |n: usize| -> PathBuf { dir.join(format!("done-{n}")) };
+    let _ = std::fs::write(done(node), b"");
+    let deadline = Instant::now() + timeout;
+    while !(0..nodes).all(|n| done(n).exists()) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}

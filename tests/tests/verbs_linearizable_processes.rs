@@ -1,0 +1,169 @@
+//! Three node processes on the `verbs` fabric, each with its own device
+//! context and queue pairs, run a mixed workload on shared keys; the merged
+//! history of all three is linearizable.
+//!
+//! Needs an RDMA device: `#[ignore]`d, run with `--ignored` and the device
+//! in `NESSIE_VERBS_DEVICE` (optionally a GID index in `NESSIE_VERBS_GID`;
+//! operations per thread in `NESSIE_VERBS_OPS`, default 150, sized for
+//! Soft-RoCE under an emulated CPU, where one verb takes about 0.1 ms).
+
+#![cfg(feature = "verbs")]
+
+use nessie::{Config, FabricConfig, Node};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+use tests::proc_history::read_logs;
+use tests::proc_workload::{finish_together, run_node_workers, NodeWork};
+
+const NODES: usize = 3;
+const KEYS: usize = 8;
+const THREADS: usize = 2;
+const CHILD_ENV: &str = "NESSIE_VERBS_PROC_CHILD";
+
+fn ops_per_thread() -> usize {
+    std::env::var("NESSIE_VERBS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150)
+}
+
+fn config(cluster: &str, peers: Vec<String>) -> Config {
+    let device = std::env::var("NESSIE_VERBS_DEVICE")
+        .expect("set NESSIE_VERBS_DEVICE to an RDMA device (e.g. rxe0)");
+    Config {
+        cluster: cluster.into(),
+        nodes: NODES,
+        index_slots_per_node: 1024,
+        data_bytes_per_node: 8 << 20,
+        value_size_max: 4096,
+        // Generous deadlines: an emulated CPU makes every verb slow.
+        expiry: Duration::from_secs(4),
+        op_timeout: Duration::from_secs(2),
+        fabric: FabricConfig::Verbs {
+            device: Some(device),
+            peers,
+            gid_index: std::env::var("NESSIE_VERBS_GID")
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
+        },
+        attach_timeout: Duration::from_secs(60),
+        ..Config::default()
+    }
+}
+
+struct Cleanup(Vec<Child>, PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn three_processes_on_verbs_stay_linearizable() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    // Free ports for the three queue-pair exchanges (released just before
+    // the nodes bind them).
+    let peers: Vec<String> = {
+        let held: Vec<TcpListener> = (0..NODES)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        held.iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect()
+    };
+    let cluster = format!("verbs-proc-{}", std::process::id());
+    let started = Instant::now();
+    let mut guard = Cleanup(Vec::new(), dir.clone());
+    for node in 0..NODES {
+        guard.0.push(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "child_node",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, node.to_string())
+                .env("NESSIE_VERBS_PROC_DIR", &dir)
+                .env("NESSIE_VERBS_PROC_CLUSTER", &cluster)
+                .env("NESSIE_VERBS_PROC_PEERS", peers.join(","))
+                .spawn()
+                .expect("spawn a node process"),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(400);
+    for (node, child) in guard.0.iter_mut().enumerate() {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "node {node} failed: {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {node} did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let history = read_logs(&dir).unwrap();
+    let unknown = history
+        .ops()
+        .iter()
+        .filter(|o| o.responded().is_none())
+        .count();
+    assert!(
+        history.len() >= NODES * THREADS * ops_per_thread() / 2,
+        "only {} operations ran",
+        history.len()
+    );
+    let checked = Instant::now();
+    tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "VERBS-LINEARIZABLE {} operations from {} processes, {unknown} with unknown outcome, linearizable; workload {:.1} s, check {:.1} s",
+        history.len(),
+        NODES,
+        checked.duration_since(started).as_secs_f64(),
+        checked.elapsed().as_secs_f64()
+    );
+}
+
+/// The body of a node process (run only when spawned by the test above).
+#[test]
+#[ignore = "run as a child process by three_processes_on_verbs_stay_linearizable"]
+fn child_node() {
+    let Ok(node) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let node: usize = node.parse().unwrap();
+    let dir = PathBuf::from(std::env::var("NESSIE_VERBS_PROC_DIR").unwrap());
+    let peers = std::env::var("NESSIE_VERBS_PROC_PEERS")
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let cfg = config(&std::env::var("NESSIE_VERBS_PROC_CLUSTER").unwrap(), peers);
+    let n = Node::start(cfg, node).unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let ops = ops_per_thread();
+    let work = NodeWork {
+        node,
+        nodes: NODES,
+        threads: THREADS,
+        ops_per_thread: ops,
+        keys: KEYS,
+        max_value: 3000,
+        pause: Duration::ZERO,
+        salt: 0x7665_7262,
+    };
+    run_node_workers(&n, &dir, work);
+    // Keep this node's memory reachable until every node is done.
+    assert!(
+        finish_together(&dir, node, NODES, Duration::from_secs(300)),
+        "peers did not finish"
+    );
+}
