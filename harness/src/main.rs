@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use harness::experiments::chaos::ChaosArgs;
+use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::experiments::{
     self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
     ZipfArgs,
@@ -50,6 +51,12 @@ enum Cmd {
     /// One node of a chaos run (the `chaos` subcommand starts these).
     #[command(hide = true)]
     ChaosNode,
+    /// A distributed sort (or word count) through each store: time and
+    /// bytes per phase, CPU per node.
+    Job(JobArgs),
+    /// One task process of `job` (the harness starts these itself).
+    #[command(hide = true)]
+    JobTask(JobTaskArgs),
     /// A busy loop until stdin closes (background CPU hog).
     #[command(hide = true)]
     Hog,
@@ -61,6 +68,7 @@ fn main() {
         Cmd::Node(args) => std::process::exit(node::main(&args)),
         Cmd::Hog => std::process::exit(node::hog()),
         Cmd::ChaosNode => std::process::exit(experiments::chaos::node_main()),
+        Cmd::JobTask(args) => std::process::exit(experiments::job::task::main(&args)),
         command => {
             cluster::install_signal_handlers();
             match command {
@@ -73,7 +81,10 @@ fn main() {
                 Cmd::Energy(a) => experiments::energy::run(a),
                 Cmd::Peers(a) => experiments::peers::run(a),
                 Cmd::Chaos(a) => experiments::chaos::run(a),
-                Cmd::Node(_) | Cmd::Hog | Cmd::ChaosNode => unreachable!("handled above"),
+                Cmd::Job(a) => experiments::job::run(a),
+                Cmd::Node(_) | Cmd::Hog | Cmd::ChaosNode | Cmd::JobTask(_) => {
+                    unreachable!("handled above")
+                }
             }
         }
     };

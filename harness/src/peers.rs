@@ -1,6 +1,7 @@
 //! Redis and memcached as reference points, driven over loopback TCP with
 //! minimal protocol clients (RESP2 and the memcached text protocol) so that
-//! the harness needs no client crates.
+//! the harness needs no client crates. The clients ([`TextClient`]) live in
+//! `nessie-examples`, whose jobs run on Redis too.
 //!
 //! The harness starts the server on a free loopback port ([`PeerServer`]),
 //! the node processes connect one client per worker ([`PeerNode`]), and the
@@ -10,10 +11,11 @@
 
 use crate::error::{HarnessError, Result};
 use crate::system::{NodeHandle, System};
-use nessie::fabric::VerbCounts;
-use nessie::{KvClient, OpKind as StoreOp, Stats};
+use nessie::KvClient;
+/// The protocol client, which lives in `nessie-examples` (whose jobs run on
+/// Redis too) and is re-exported here.
+pub use nessie_examples::text::{TextClient, TextProtocol};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -187,246 +189,17 @@ pub struct PeerNode {
 
 impl NodeHandle for PeerNode {
     fn client(&self) -> Result<Box<dyn KvClient>> {
-        let stream = TcpStream::connect(self.target.addr).map_err(|e| HarnessError::Peer {
-            name: program(self.system),
-            why: format!("connecting to {}: {e}", self.target.addr),
-        })?;
-        let io = |e| HarnessError::Peer {
-            name: program(self.system),
-            why: format!("socket setup: {e}"),
-        };
-        stream.set_nodelay(true).map_err(io)?;
-        let writer = BufWriter::new(stream.try_clone().map_err(io)?);
-        Ok(Box::new(TextClient {
-            redis: self.system == System::Redis,
-            reader: BufReader::new(stream),
-            writer,
-            stats: Stats::default(),
-            line: Vec::new(),
-        }))
-    }
-}
-
-/// A client of either text protocol (RESP2 for Redis, memcached's text
-/// protocol), over one blocking TCP connection.
-#[derive(Debug)]
-struct TextClient {
-    redis: bool,
-    reader: BufReader<TcpStream>,
-    writer: BufWriter<TcpStream>,
-    stats: Stats,
-    line: Vec<u8>,
-}
-
-fn proto(msg: String) -> nessie::Error {
-    nessie::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, msg))
-}
-
-impl TextClient {
-    /// Sends a request made of `parts` (RESP array, or memcached words plus
-    /// an optional data block) and counts it.
-    fn send(&mut self, parts: &[&[u8]], data: Option<&[u8]>) -> std::io::Result<u64> {
-        let w = &mut self.writer;
-        let mut sent = 0u64;
-        let mut put = |w: &mut BufWriter<TcpStream>, b: &[u8]| -> std::io::Result<()> {
-            sent += b.len() as u64;
-            w.write_all(b)
-        };
-        if self.redis {
-            put(w, format!("*{}\r\n", parts.len()).as_bytes())?;
-            for p in parts {
-                put(w, format!("${}\r\n", p.len()).as_bytes())?;
-                put(w, p)?;
-                put(w, b"\r\n")?;
-            }
+        let protocol = if self.system == System::Redis {
+            TextProtocol::Redis
         } else {
-            for (i, p) in parts.iter().enumerate() {
-                if i > 0 {
-                    put(w, b" ")?;
-                }
-                put(w, p)?;
-            }
-            put(w, b"\r\n")?;
-            if let Some(d) = data {
-                put(w, d)?;
-                put(w, b"\r\n")?;
-            }
-        }
-        w.flush()?;
-        Ok(sent)
-    }
-
-    /// Reads one `\r\n`-terminated line into `self.line` (without the
-    /// terminator); returns the bytes consumed.
-    fn read_line(&mut self) -> Result<u64, nessie::Error> {
-        self.line.clear();
-        let n = self.reader.read_until(b'\n', &mut self.line)?;
-        if n == 0 {
-            return Err(proto("server closed the connection".into()));
-        }
-        if self.line.ends_with(b"\r\n") {
-            self.line.truncate(self.line.len() - 2);
-        }
-        Ok(n as u64)
-    }
-
-    fn read_exact_crlf(&mut self, len: usize, out: &mut Vec<u8>) -> Result<u64, nessie::Error> {
-        out.clear();
-        out.resize(len, 0);
-        self.reader.read_exact(out)?;
-        let mut crlf = [0u8; 2];
-        self.reader.read_exact(&mut crlf)?;
-        Ok(len as u64 + 2)
-    }
-
-    fn line_str(&self) -> String {
-        String::from_utf8_lossy(&self.line).into_owned()
-    }
-
-    fn count(&mut self, op: StoreOp, sent: u64, received: u64) {
-        let s = self.stats.of_mut(op);
-        s.ops += 1;
-        s.verbs += VerbCounts {
-            writes: 1,
-            write_bytes: sent,
-            reads: 1,
-            read_bytes: received,
-            round_trips: 1,
-            remote: 2,
-            remote_bytes: sent + received,
-            ..VerbCounts::default()
+            TextProtocol::Memcached
         };
-    }
-
-    fn fail<T>(&mut self, op: StoreOp, e: nessie::Error) -> Result<T, nessie::Error> {
-        let s = self.stats.of_mut(op);
-        s.ops += 1;
-        s.errors += 1;
-        Err(e)
-    }
-
-    fn get_inner(
-        &mut self,
-        key: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<(bool, u64, u64), nessie::Error> {
-        if self.redis {
-            let sent = self.send(&[b"GET", key], None)?;
-            let mut got = self.read_line()?;
-            match self.line.first() {
-                Some(b'$') => {
-                    let len: i64 = parse_num(&self.line[1..])?;
-                    if len < 0 {
-                        out.clear();
-                        return Ok((false, sent, got));
-                    }
-                    got += self.read_exact_crlf(len as usize, out)?;
-                    Ok((true, sent, got))
-                }
-                _ => Err(proto(format!("redis GET: {}", self.line_str()))),
-            }
-        } else {
-            let sent = self.send(&[b"get", key], None)?;
-            let mut got = self.read_line()?;
-            if self.line == b"END" {
-                out.clear();
-                return Ok((false, sent, got));
-            }
-            if !self.line.starts_with(b"VALUE ") {
-                return Err(proto(format!("memcached get: {}", self.line_str())));
-            }
-            let len: i64 = self
-                .line
-                .rsplit(|&b| b == b' ')
-                .next()
-                .map(parse_num)
-                .transpose()?
-                .unwrap_or(-1);
-            let len =
-                usize::try_from(len).map_err(|_| proto("memcached get: bad length".into()))?;
-            got += self.read_exact_crlf(len, out)?;
-            got += self.read_line()?;
-            if self.line != b"END" {
-                return Err(proto(format!(
-                    "memcached get: expected END, got {}",
-                    self.line_str()
-                )));
-            }
-            Ok((true, sent, got))
-        }
-    }
-
-    fn put_inner(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64), nessie::Error> {
-        let sent = if self.redis {
-            self.send(&[b"SET", key, value], None)?
-        } else {
-            let len = value.len().to_string();
-            self.send(&[b"set", key, b"0", b"0", len.as_bytes()], Some(value))?
-        };
-        let got = self.read_line()?;
-        let ok: &[u8] = if self.redis { b"+OK" } else { b"STORED" };
-        if self.line != ok {
-            return Err(proto(format!("set: {}", self.line_str())));
-        }
-        Ok((sent, got))
-    }
-
-    fn delete_inner(&mut self, key: &[u8]) -> Result<(bool, u64, u64), nessie::Error> {
-        let sent = if self.redis {
-            self.send(&[b"DEL", key], None)?
-        } else {
-            self.send(&[b"delete", key], None)?
-        };
-        let got = self.read_line()?;
-        let found = match self.line.as_slice() {
-            b":1" | b"DELETED" => true,
-            b":0" | b"NOT_FOUND" => false,
-            _ => return Err(proto(format!("delete: {}", self.line_str()))),
-        };
-        Ok((found, sent, got))
-    }
-}
-
-fn parse_num(b: &[u8]) -> Result<i64, nessie::Error> {
-    std::str::from_utf8(b)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .ok_or_else(|| proto(format!("bad number {:?}", String::from_utf8_lossy(b))))
-}
-
-impl KvClient for TextClient {
-    fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, nessie::Error> {
-        match self.get_inner(key, out) {
-            Ok((found, sent, got)) => {
-                self.count(StoreOp::Get, sent, got);
-                Ok(found)
-            }
-            Err(e) => self.fail(StoreOp::Get, e),
-        }
-    }
-
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), nessie::Error> {
-        match self.put_inner(key, value) {
-            Ok((sent, got)) => {
-                self.count(StoreOp::Put, sent, got);
-                Ok(())
-            }
-            Err(e) => self.fail(StoreOp::Put, e),
-        }
-    }
-
-    fn delete(&mut self, key: &[u8]) -> Result<bool, nessie::Error> {
-        match self.delete_inner(key) {
-            Ok((found, sent, got)) => {
-                self.count(StoreOp::Delete, sent, got);
-                Ok(found)
-            }
-            Err(e) => self.fail(StoreOp::Delete, e),
-        }
-    }
-
-    fn stats(&self) -> Stats {
-        self.stats
+        let client =
+            TextClient::connect(self.target.addr, protocol).map_err(|e| HarnessError::Peer {
+                name: program(self.system),
+                why: format!("connecting to {}: {e}", self.target.addr),
+            })?;
+        Ok(Box::new(client))
     }
 }
 

@@ -8,6 +8,7 @@ pub mod chaos;
 pub mod compare;
 pub mod contention;
 pub mod energy;
+pub mod job;
 pub mod peers;
 pub mod sweep;
 pub mod zipf;

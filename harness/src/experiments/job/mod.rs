@@ -1,0 +1,555 @@
+//! `job`: the workload the paper was designed for (§1–3) — the processes of
+//! a compute job exchanging partitions through the store — as a distributed
+//! sort (or word count, `--app wordcount`) from `nessie-examples`, on CD,
+//! SD, HY and Redis.
+//!
+//! For each store the harness starts one process per node on the `shm`
+//! fabric (`nessie-bench job-task`, each a node of the store and one task
+//! of the job; Redis runs as one server process and the tasks are its
+//! clients), waits for them, and reports job time per phase, bytes moved
+//! over the fabric and into local memory per phase (from the clients'
+//! [`nessie::Stats`]), and CPU seconds per node. `--in-process` runs the
+//! tasks as threads of the harness on the `local` fabric instead.
+//!
+//! This module does not use the node-process protocol of
+//! [`crate::cluster`]: a job has no preload or measured phase, and its
+//! tasks coordinate through the store itself, so a task process only
+//! prints one JSON line when it is done ([`task::TaskOutcome`]).
+
+mod tables;
+pub mod task;
+
+pub use task::{App, JobTaskArgs};
+
+use crate::cluster;
+use crate::error::{HarnessError, Result};
+use crate::experiments::parse_size;
+use crate::peers::PeerServer;
+use crate::report::Report;
+use crate::system::System;
+use nessie::fabric::VerbCounts;
+use nessie::{Config, FabricConfig};
+use nessie_examples::{
+    job_config, run_threads, Input, JobReport, JobSpec, LocalCluster, Sizing, StoreKind,
+};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+use task::{TaskOutcome, TaskPlan};
+
+/// Flags of `job`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct JobArgs {
+    /// 64 MiB of input instead of 512 MiB (well under a minute per store
+    /// on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the report (default `results/job-<timestamp>`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print only machine-readable JSON (results.json) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Stores to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "STORE,...",
+        default_value = "cd,sd,hy,redis"
+    )]
+    pub stores: Vec<StoreArg>,
+    /// The job.
+    #[arg(long, value_enum, default_value = "sort")]
+    pub app: App,
+    /// Node processes (= map tasks = reduce tasks).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub nodes: u16,
+    /// Total input (default 512 MiB, 64 MiB with --quick).
+    #[arg(long, value_parser = parse_size)]
+    pub input_size: Option<usize>,
+    /// Largest value PUT (the store's `value_size_max`); larger partitions
+    /// are chunked.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    pub max_value: usize,
+    /// Seed of the generated input.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Server worker threads per node of SD and HY.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub server_workers: u16,
+    /// Run the tasks as threads of this process on the `local` fabric
+    /// (no CPU time per node then, only per task thread).
+    #[arg(long)]
+    pub in_process: bool,
+    /// Give up on a store's run after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+}
+
+/// A store named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreArg {
+    /// Nessie (client-driven).
+    Cd,
+    /// Server-driven baseline.
+    Sd,
+    /// Hybrid baseline.
+    Hy,
+    /// Redis on loopback.
+    Redis,
+}
+
+impl StoreArg {
+    fn kind(self) -> StoreKind {
+        match self {
+            StoreArg::Cd => StoreKind::Cd,
+            StoreArg::Sd => StoreKind::Sd,
+            StoreArg::Hy => StoreKind::Hy,
+            StoreArg::Redis => StoreKind::Redis,
+        }
+    }
+}
+
+/// How one store's run ended.
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreRun {
+    /// The store.
+    pub store: StoreKind,
+    /// `ok`, `skipped` or `failed`.
+    pub status: &'static str,
+    /// Why it was skipped or failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The tasks' reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<JobReport>,
+    /// Seconds from spawning the processes until the last one exited
+    /// (node start-up and attach included).
+    pub wall_secs: f64,
+    /// Longest node start-up (regions created, peers attached), seconds.
+    pub startup_secs: f64,
+    /// CPU seconds of the Redis server over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_secs: Option<f64>,
+    /// Where its plan and logs are.
+    pub dir: PathBuf,
+}
+
+impl StoreRun {
+    fn not_run(store: StoreKind, status: &'static str, reason: String, dir: PathBuf) -> Self {
+        StoreRun {
+            store,
+            status,
+            reason: Some(reason),
+            report: None,
+            wall_secs: 0.0,
+            startup_secs: 0.0,
+            server_cpu_secs: None,
+            dir,
+        }
+    }
+}
+
+/// The shared parameters of every store's run.
+#[derive(Clone, Debug, Serialize)]
+struct Plan {
+    app: App,
+    nodes: usize,
+    input: Input,
+    input_bytes: u64,
+    max_value: usize,
+    server_workers: usize,
+    in_process: bool,
+    #[serde(skip)]
+    timeout: Duration,
+}
+
+/// Runs `job`; returns the exit code (1 if a store's run failed).
+///
+/// # Errors
+/// Ctrl-C, bad flags, or a report that cannot be written.
+pub fn run(args: JobArgs) -> Result<i32> {
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("results").join(format!(
+            "job-{}",
+            chrono::Local::now().format("%Y%m%d-%H%M%S")
+        ))
+    });
+    cluster::sweep_stale_shm();
+    let exe =
+        std::env::current_exe().map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
+    let input_bytes = args
+        .input_size
+        .map_or(if args.quick { 64 << 20 } else { 512 << 20 }, |b| b as u64);
+    if args.max_value < nessie_examples::job::MIN_VALUE
+        || args.max_value > nessie_examples::job::MAX_VALUE
+    {
+        return Err(HarnessError::Usage(format!(
+            "--max-value must be between {} KiB and {} MiB",
+            nessie_examples::job::MIN_VALUE >> 10,
+            nessie_examples::job::MAX_VALUE >> 20
+        )));
+    }
+    let plan = Plan {
+        app: args.app,
+        nodes: usize::from(args.nodes),
+        input: Input::Generated {
+            bytes: input_bytes,
+            seed: args.seed,
+        },
+        input_bytes,
+        max_value: args.max_value,
+        server_workers: usize::from(args.server_workers),
+        in_process: args.in_process,
+        timeout: Duration::from_secs(args.timeout_s.max(1)),
+    };
+    let mut stores: Vec<StoreKind> = Vec::new();
+    for s in &args.stores {
+        if !stores.contains(&s.kind()) {
+            stores.push(s.kind());
+        }
+    }
+    let mut runs = Vec::new();
+    for (i, &store) in stores.iter().enumerate() {
+        let dir = out
+            .join("runs")
+            .join(format!("{:03}-{}", i + 1, store.label()));
+        if !args.json {
+            eprintln!(
+                "job: {} of {} on {store} ({} tasks)…",
+                crate::report::bytes_label(input_bytes as f64),
+                args.app.name(),
+                plan.nodes
+            );
+        }
+        let run = match run_store(&exe, &plan, store, i, &dir) {
+            Ok(r) => r,
+            Err(HarnessError::Interrupted) => return Err(HarnessError::Interrupted),
+            Err(e @ HarnessError::NotAvailable { .. }) => {
+                StoreRun::not_run(store, "skipped", e.to_string(), dir)
+            }
+            Err(e) => {
+                eprintln!("nessie-bench: job on {store} failed: {e}");
+                StoreRun::not_run(store, "failed", e.to_string(), dir)
+            }
+        };
+        if !args.json {
+            if let Some(r) = &run.report {
+                eprintln!("job: {store} done, {:.2} s", r.wall_secs);
+            }
+        }
+        runs.push(run);
+    }
+    let report = tables::report(&plan, &runs);
+    finish(report, &runs, &out, args.json)
+}
+
+impl App {
+    fn name(self) -> &'static str {
+        match self {
+            App::Sort => "sort",
+            App::Wordcount => "wordcount",
+        }
+    }
+}
+
+/// Writes the report, adds every store's run to results.json, and prints
+/// the tables (or results.json).
+fn finish(mut report: Report, runs: &[StoreRun], out: &Path, json: bool) -> Result<i32> {
+    report.write(out)?;
+    let path = out.join("results.json");
+    let mut value = serde_json::to_value(&report)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("jobs".into(), serde_json::to_value(runs)?);
+    }
+    let text = serde_json::to_vec_pretty(&value)?;
+    std::fs::write(&path, &text).map_err(HarnessError::io("writing", &path))?;
+    if json {
+        println!("{}", String::from_utf8_lossy(&text));
+    } else {
+        for t in &report.tables {
+            println!("{}\n\n{}", t.title, t.markdown());
+        }
+        for c in &report.comparisons {
+            println!(
+                "{}: paper {} | ours {} | {:?}",
+                c.source, c.paper, c.ours, c.verdict
+            );
+        }
+        for n in &report.notes {
+            println!("note: {n}");
+        }
+        println!("\nreport: {}", out.join("report.md").display());
+    }
+    Ok(i32::from(runs.iter().any(|r| r.status == "failed")))
+}
+
+/// Kills the task processes and the Redis server and removes the shm files
+/// when dropped.
+#[derive(Debug, Default)]
+struct Guard {
+    children: Vec<Child>,
+    redis: Option<PeerServer>,
+    shm_dir: Option<PathBuf>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+        self.redis = None;
+        if let Some(dir) = &self.shm_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The store's configuration for this plan: shm fabric (or local), tables
+/// sized for the job.
+fn store_config(plan: &Plan, cluster_name: String) -> Result<Config> {
+    let base = Config {
+        cluster: cluster_name,
+        nodes: plan.nodes,
+        server_workers: plan.server_workers,
+        fabric: if plan.in_process {
+            FabricConfig::Local
+        } else {
+            FabricConfig::Shm { dir: None }
+        },
+        ..Config::default()
+    };
+    job_config(
+        &base,
+        &Sizing {
+            tasks: plan.nodes,
+            shuffle_bytes: plan.input_bytes,
+            max_value: plan.max_value,
+            output_in_store: false,
+        },
+    )
+    .map_err(|e| HarnessError::Usage(e.to_string()))
+}
+
+fn run_store(
+    exe: &Path,
+    plan: &Plan,
+    store: StoreKind,
+    index: usize,
+    dir: &Path,
+) -> Result<StoreRun> {
+    std::fs::create_dir_all(dir).map_err(HarnessError::io("creating", dir))?;
+    if store == StoreKind::Redis {
+        System::Redis.check_available()?;
+    }
+    // Named like the harness's other clusters, so that a killed harness's
+    // leftovers are swept by `cluster::sweep_stale_shm`.
+    let name = format!("bench-{}-{}", std::process::id(), 9000 + index);
+    let config = store_config(plan, name)?;
+    let stage = format!("{}-{}", plan.app.name(), std::process::id());
+    let spec = JobSpec {
+        max_value: plan.max_value,
+        ..JobSpec::new(stage, plan.nodes)
+    };
+    let mut guard = Guard::default();
+    let mut redis = None;
+    if store == StoreKind::Redis {
+        let server = PeerServer::start(
+            System::Redis,
+            1,
+            plan.input_bytes * 3,
+            &dir.join("redis.log"),
+        )?;
+        redis = Some(server.target.addr);
+        guard.redis = Some(server);
+    }
+    let task_plan = TaskPlan {
+        store,
+        app: plan.app,
+        input: plan.input.clone(),
+        spec,
+        config,
+        redis,
+    };
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_vec_pretty(&task_plan)?)
+        .map_err(HarnessError::io("writing", &plan_path))?;
+    let server_pid = guard.redis.as_ref().map(PeerServer::pid);
+    let server_cpu_before = server_pid.and_then(cluster::process_cpu_secs);
+    let started = Instant::now();
+    let (report, startup_secs) = if plan.in_process {
+        run_threaded(&task_plan)?
+    } else {
+        if store.is_nessie() {
+            let shm = task_plan.config.shm_dir();
+            let _ = std::fs::remove_dir_all(&shm);
+            guard.shm_dir = Some(shm);
+        }
+        run_processes(exe, plan, &task_plan, &plan_path, dir, &mut guard)?
+    };
+    let wall_secs = started.elapsed().as_secs_f64();
+    let server_cpu_secs = server_pid
+        .and_then(cluster::process_cpu_secs)
+        .zip(server_cpu_before)
+        .map(|(after, before)| after - before);
+    Ok(StoreRun {
+        store,
+        status: "ok",
+        reason: None,
+        report: Some(report),
+        wall_secs,
+        startup_secs,
+        server_cpu_secs,
+        dir: dir.to_owned(),
+    })
+}
+
+fn run_threaded(plan: &TaskPlan) -> Result<(JobReport, f64)> {
+    let started = Instant::now();
+    let cluster = LocalCluster::start(plan.store, plan.config.clone(), plan.redis)
+        .map_err(|e| HarnessError::Usage(e.to_string()))?;
+    let startup = started.elapsed().as_secs_f64();
+    let job = plan.app.job(plan.input.clone());
+    let report = run_threads(&cluster, job.as_ref(), &plan.spec, &plan.config).map_err(|e| {
+        HarnessError::NodeFailed {
+            node: 0,
+            why: e.to_string(),
+        }
+    })?;
+    Ok((report, startup))
+}
+
+enum Msg {
+    Line(usize, String),
+    Closed(usize),
+}
+
+fn run_processes(
+    exe: &Path,
+    plan: &Plan,
+    task_plan: &TaskPlan,
+    plan_path: &Path,
+    dir: &Path,
+    guard: &mut Guard,
+) -> Result<(JobReport, f64)> {
+    let (tx, rx) = mpsc::channel();
+    let mut logs = Vec::new();
+    for task in 0..plan.nodes {
+        let log = dir.join(format!("task-{task}.stderr"));
+        let log_file = std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("job-task")
+            .arg("--plan")
+            .arg(plan_path)
+            .arg("--task")
+            .arg(task.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log_file);
+        // Its own process group (a Ctrl-C reaches only the harness, which
+        // then kills the tasks itself), and death with the harness.
+        cluster::tie_to_harness(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(HarnessError::io("starting a task process", exe))?;
+        if let Some(out) = child.stdout.take() {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
+                    if tx.send(Msg::Line(task, line)).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(Msg::Closed(task));
+            });
+        }
+        guard.children.push(child);
+        logs.push(log);
+    }
+    drop(tx);
+    let failed = |task: usize, what: String| HarnessError::NodeFailed {
+        node: task,
+        why: format!(
+            "{what}; stderr ({}): {}",
+            logs[task].display(),
+            cluster::tail(&logs[task], 1200)
+        ),
+    };
+    let started = Instant::now();
+    let deadline = started + plan.timeout;
+    let mut outcomes: Vec<Option<TaskOutcome>> = (0..plan.nodes).map(|_| None).collect();
+    // Every task reports before any may exit: until the last has passed the
+    // job's final barrier, its polls may read any node's memory.
+    while outcomes.iter().any(Option::is_none) {
+        if cluster::interrupted() {
+            return Err(HarnessError::Interrupted);
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(Msg::Line(task, line)) => match serde_json::from_str::<TaskOutcome>(&line) {
+                Ok(TaskOutcome::Failed { error }) => return Err(failed(task, error)),
+                Ok(done) => outcomes[task] = Some(done),
+                Err(e) => {
+                    return Err(HarnessError::Protocol(format!(
+                        "task {task} printed {line:?}: {e}"
+                    )))
+                }
+            },
+            Ok(Msg::Closed(task)) if outcomes[task].is_none() => {
+                return Err(failed(task, "exited without a report".into()));
+            }
+            Ok(Msg::Closed(_)) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(HarnessError::Protocol("every task's stdout closed".into()));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::NodeFailed {
+                node: outcomes.iter().position(Option::is_none).unwrap_or(0),
+                why: format!("the job did not finish within {:?}", plan.timeout),
+            });
+        }
+    }
+    let wall_secs = started.elapsed().as_secs_f64();
+    // Everyone is done: let the nodes go (stdin closes), then reap them.
+    for c in &mut guard.children {
+        drop(c.stdin.take());
+    }
+    let exit_by = Instant::now() + Duration::from_secs(10);
+    for c in &mut guard.children {
+        while matches!(c.try_wait(), Ok(None)) && Instant::now() < exit_by {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let mut tasks = Vec::new();
+    let mut server = None::<VerbCounts>;
+    let mut startup: f64 = 0.0;
+    for o in outcomes.into_iter().flatten() {
+        if let TaskOutcome::Done {
+            report,
+            server_verbs,
+            startup_secs,
+        } = o
+        {
+            tasks.push(*report);
+            startup = startup.max(startup_secs);
+            if let Some(v) = server_verbs {
+                server = Some(server.unwrap_or_default() + v);
+            }
+        }
+    }
+    Ok((
+        JobReport {
+            store: task_plan.store.label().to_owned(),
+            tasks,
+            wall_secs,
+            server_verbs: server,
+        },
+        startup,
+    ))
+}
