@@ -26,9 +26,17 @@ impl Ctx<'_> {
     pub(crate) fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
         let cands = self.hasher.candidates(key);
         let filter = self.hasher.filter(key);
+        // The first pass starts when the operation did (one clock read
+        // fewer on the fast path); later passes read the clock again.
+        let mut first = true;
         loop {
-            self.check_deadline()?;
-            self.index_read_at = self.clock.now_us();
+            if !first {
+                self.index_read_at = self.clock.now_us();
+                if self.index_read_at > self.deadline {
+                    return Err(Error::Timeout);
+                }
+            }
+            first = false;
             let ites = self.read_ites(&cands, false)?;
             match self.get_pass(key, filter, &cands, &ites, out)? {
                 Pass::Found => return Ok(true),
@@ -53,7 +61,8 @@ impl Ctx<'_> {
         out: &mut Vec<u8>,
     ) -> Result<Pass, Error> {
         let opts = self.config.optimizations;
-        let now = self.clock.now_us();
+        // The cache entry is confirmed as of this pass's index read.
+        let now = self.index_read_at;
         let mut reqs = Vec::new();
         let mut slots = Vec::new();
         for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
@@ -163,8 +172,8 @@ impl Ctx<'_> {
 
     fn cache_entry(&mut self, ite: Ite, view: &DteView, value: Option<&[u8]>) {
         if self.config.optimizations.cache && usize::from(view.at.node) != self.ep.node() {
-            let now = self.clock.now_us();
-            self.cache.insert(ite.0, view.key(), value, now);
+            self.cache
+                .insert(ite.0, view.key(), value, self.index_read_at);
         }
     }
 

@@ -270,7 +270,9 @@ impl<'a> Ctx<'a> {
         cands: &[Candidate],
         reverse: bool,
     ) -> Result<Vec<Ite>, Error> {
-        let mut words = vec![[0u8; 8]; cands.len()];
+        // At most 16 candidates (validated): the words live on the stack.
+        let mut all = [[0u8; 8]; 16];
+        let words = &mut all[..cands.len()];
         if self.config.optimizations.batched_reads {
             let mut batch: Vec<Verb<'_>> = cands
                 .iter()
@@ -282,12 +284,8 @@ impl<'a> Ctx<'a> {
                 .collect();
             self.ep.post(&mut batch)?;
         } else {
-            let order: Vec<usize> = if reverse {
-                (0..cands.len()).rev().collect()
-            } else {
-                (0..cands.len()).collect()
-            };
-            for i in order {
+            for j in 0..cands.len() {
+                let i = if reverse { cands.len() - 1 - j } else { j };
                 self.ep.read(cands[i].addr(), &mut words[i])?;
             }
         }
