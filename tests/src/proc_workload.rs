@@ -120,3 +120,34 @@ pub fn finish_together(dir: &Path, node: usize, nodes: usize, timeout: Duration)
     }
     true
 }
+
+/// Node processes of a test and their scratch directory: killed, reaped and
+/// removed when dropped, also when the test fails half-way.
+#[derive(Debug)]
+pub struct ChildGuard {
+    /// The node processes, in node order.
+    pub children: Vec<std::process::Child>,
+    /// The directory removed on drop.
+    pub dir: PathBuf,
+}
+
+impl ChildGuard {
+    /// A guard for processes yet to be pushed, owning `dir`.
+    #[must_use]
+    pub fn new(dir: PathBuf) -> ChildGuard {
+        ChildGuard {
+            children: Vec::new(),
+            dir,
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tests::history::Call;
 use tests::proc_history::{read_logs, ProcLog};
-use tests::proc_workload::{logged_call, run_node_workers, NodeWork};
+use tests::proc_workload::{logged_call, run_node_workers, ChildGuard, NodeWork};
 use tests::stress::stress_key;
 
 const NODES: usize = 3;
@@ -48,25 +48,13 @@ fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
         .expect("spawn a node process")
 }
 
-struct Cleanup(Vec<Child>, PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
 #[test]
 fn three_processes_one_killed_stay_linearizable() {
     let dir = tempfile::tempdir().unwrap().keep();
     let cfg = config(&dir);
-    let mut guard = Cleanup(Vec::new(), dir.clone());
+    let mut guard = ChildGuard::new(dir.clone());
     for node in 0..NODES {
-        guard.0.push(spawn_child(&dir, node, &cfg.cluster));
+        guard.children.push(spawn_child(&dir, node, &cfg.cluster));
     }
     // Let everyone start and work, then kill node 2 mid-operation.
     let started = |n: usize| dir.join(format!("started-{n}")).exists();
@@ -76,13 +64,13 @@ fn three_processes_one_killed_stay_linearizable() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    guard.0[2].kill().unwrap();
-    let _ = guard.0[2].wait();
+    guard.children[2].kill().unwrap();
+    let _ = guard.children[2].wait();
     // Survivors meet the dead process's entries after op_timeout + 2·skew.
     std::thread::sleep(cfg.op_timeout + cfg.max_clock_skew * 2 + Duration::from_millis(300));
     std::fs::write(dir.join("stop"), b"").unwrap();
     for node in 0..2 {
-        let status = guard.0[node].wait().unwrap();
+        let status = guard.children[node].wait().unwrap();
         assert!(status.success(), "node {node} failed: {status}");
     }
     let history = read_logs(&dir).unwrap();

@@ -12,10 +12,10 @@
 use nessie::{Config, FabricConfig, Node};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tests::proc_history::read_logs;
-use tests::proc_workload::{finish_together, run_node_workers, NodeWork};
+use tests::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 8;
@@ -53,18 +53,6 @@ fn config(cluster: &str, peers: Vec<String>) -> Config {
     }
 }
 
-struct Cleanup(Vec<Child>, PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
 #[test]
 #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
 fn three_processes_on_verbs_stay_linearizable() {
@@ -81,9 +69,9 @@ fn three_processes_on_verbs_stay_linearizable() {
     };
     let cluster = format!("verbs-proc-{}", std::process::id());
     let started = Instant::now();
-    let mut guard = Cleanup(Vec::new(), dir.clone());
+    let mut guard = ChildGuard::new(dir.clone());
     for node in 0..NODES {
-        guard.0.push(
+        guard.children.push(
             Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
@@ -101,7 +89,7 @@ fn three_processes_on_verbs_stay_linearizable() {
         );
     }
     let deadline = Instant::now() + Duration::from_secs(400);
-    for (node, child) in guard.0.iter_mut().enumerate() {
+    for (node, child) in guard.children.iter_mut().enumerate() {
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 assert!(status.success(), "node {node} failed: {status}");
