@@ -161,6 +161,7 @@ impl Cluster {
         let recycler = Recycler::start(
             data.clone(),
             Arc::clone(&fabric),
+            Arc::clone(&fabric),
             Arc::clone(&clock),
             recycle_period(&config),
         )?;
@@ -264,6 +265,7 @@ impl Node {
         let data = Arc::new(NodeData::new(&config, node_id));
         let recycler = Recycler::start(
             vec![Arc::clone(&data)],
+            Arc::clone(&fabric),
             Arc::clone(&fabric),
             Arc::clone(&clock),
             recycle_period(&config),

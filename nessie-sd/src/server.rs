@@ -33,7 +33,7 @@
 use crate::messaging::{begin_reply, send_reply, Inbox, Incoming};
 use crate::poll::Spinner;
 use crate::table::{self, probe, read_ites, target, Probe, Table, MAX_TORN_RETRIES};
-use nessie::data::NodeData;
+use nessie::data::{NodeData, TableAccess};
 use nessie::fabric::{Endpoint, Fabric, NodeId, VerbCounts};
 use nessie::layout::dte::{self, encode_entry, DteHeader, DteState, DteStatus};
 use nessie::layout::ring::{
@@ -65,6 +65,18 @@ pub(crate) struct ServerConfig {
     pub(crate) workers: usize,
     pub(crate) op_timeout_us: u64,
     pub(crate) max_migrate_depth: usize,
+}
+
+impl ServerConfig {
+    /// How the allocator reaches the node's tables (SD's DTEs are never
+    /// MIGRATE copies, so scans issue no verbs to other nodes).
+    fn tables(&self) -> TableAccess<'_> {
+        TableAccess {
+            local: self.fabric.as_ref(),
+            cluster: self.fabric.as_ref(),
+            clock: self.clock.as_ref(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -552,11 +564,10 @@ impl Worker {
         };
         // Copy to a fresh DTE slot so that the destination's new ITE value
         // has never been seen there before (ITE values never repeat).
-        let Some(copy) = shared.config.data.allocate(
-            r.class,
-            shared.config.fabric.as_ref(),
-            shared.config.clock.as_ref(),
-        )?
+        let Some(copy) = shared
+            .config
+            .data
+            .allocate(r.class, shared.config.tables())?
         else {
             bump(&mut self.notes.no_free_slot);
             return Ok(false);
@@ -652,11 +663,7 @@ impl Worker {
     fn allocate(&mut self, class: u8, deadline: u64) -> Result<SlotRef, Error> {
         let config = &self.shared.config;
         loop {
-            if let Some(r) =
-                config
-                    .data
-                    .allocate(class, config.fabric.as_ref(), config.clock.as_ref())?
-            {
+            if let Some(r) = config.data.allocate(class, config.tables())? {
                 return Ok(r);
             }
             bump(&mut self.notes.no_free_slot);

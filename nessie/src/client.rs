@@ -41,7 +41,7 @@ impl Client {
         Client {
             ep: Endpoint::new(Arc::clone(shared.fabric()), node),
             clock: Arc::clone(shared.clock(node)),
-            cache: DteCache::new(config.cache_entries, config.expiry.as_micros() as u64),
+            cache: DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
             data,
             buffers: Vec::new(),
             rng,
@@ -73,18 +73,18 @@ impl Client {
         kind: OpKind,
         op: impl FnOnce(&mut Ctx<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        let writes = kind != OpKind::Get;
         self.shared.skew(self.ep.node())?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {
             let env = OpEnv {
                 config: self.shared.config(),
+                timing: self.shared.timing(),
                 hasher: self.shared.hasher(),
-                clock: &self.clock,
+                clock: self.clock.as_ref(),
                 data: &self.data,
-                scan_fabric: self.shared.scan_fabric().as_ref(),
-                slot_bytes: self.shared.slot_bytes(),
-                class_caps: self.shared.class_caps(),
+                local: self.shared.scan_fabric().as_ref(),
             };
             let mut ctx = env.ctx(
                 &mut self.ep,
@@ -92,6 +92,7 @@ impl Client {
                 &mut self.buffers,
                 &mut self.rng,
                 &mut counters,
+                writes,
             );
             op(&mut ctx)
         };

@@ -1,17 +1,35 @@
-//! Time as the protocol sees it: wall-clock microseconds, which nodes compare
-//! with each other (expiry, dead owners), so every node must stay within
-//! `max_clock_skew` of the others.
+//! Time as the protocol sees it, from two clocks (DESIGN §4.4):
+//!
+//! * **wall-clock** microseconds for the stamps other nodes read
+//!   (`created_at`, `expires_at`) and compare with their own clocks, so every
+//!   node must stay within `max_clock_skew` of the others;
+//! * **monotonic** microseconds for every duration a node measures on its
+//!   own — an operation's deadline, the stall behind the checksum policy,
+//!   back-off, a cache entry's age — so that a step of the wall clock (NTP)
+//!   can neither stretch a deadline nor shorten a stall.
 
 use std::fmt::Debug;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// A source of time for one node.
 pub trait Clock: Send + Sync + Debug {
-    /// Microseconds since the Unix epoch.
+    /// Wall-clock microseconds since the Unix epoch (compared across nodes).
     fn now_us(&self) -> u64;
+
+    /// Microseconds on a clock that never steps, from an arbitrary origin
+    /// (only differences of two readings of the same clock mean anything).
+    fn mono_us(&self) -> u64;
 
     /// Waits about `d` (back-off). A simulated clock advances instead.
     fn sleep(&self, d: Duration);
+}
+
+/// The process's monotonic clock in microseconds since its first reading.
+fn process_mono_us() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    u64::try_from(origin.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The host's wall clock, optionally shifted by a fixed offset to
@@ -39,6 +57,10 @@ impl Clock for WallClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
         (now + self.offset_us).max(0) as u64
+    }
+
+    fn mono_us(&self) -> u64 {
+        process_mono_us()
     }
 
     fn sleep(&self, d: Duration) {

@@ -4,7 +4,7 @@
 
 use crate::client::Client;
 use crate::clock::{Clock, WallClock};
-use crate::data::Recycler;
+use crate::data::{NodeData, Recycler, TableAccess};
 use crate::fabric::{Fabric, LocalFabric, NodeId};
 use crate::store::{store_regions, Shared};
 use crate::watch::ClockWatch;
@@ -63,6 +63,27 @@ impl Cluster {
     #[must_use]
     pub fn fabric(&self) -> Arc<dyn Fabric> {
         Arc::clone(self.shared.fabric())
+    }
+
+    /// The allocation state of node `node`'s data tables, for tests and
+    /// tools that inspect or drive recycling (see [`Cluster::table_access`]).
+    #[must_use]
+    pub fn node_data(&self, node: NodeId) -> Option<Arc<NodeData>> {
+        self.shared.data(node).cloned()
+    }
+
+    /// How node `node`'s allocator reaches memory and time: its own memory
+    /// without the fabric wrapper, the cluster through it, and its clock.
+    ///
+    /// # Panics
+    /// If `node` is not in the cluster.
+    #[must_use]
+    pub fn table_access(&self, node: NodeId) -> TableAccess<'_> {
+        TableAccess {
+            local: self.shared.scan_fabric().as_ref(),
+            cluster: self.shared.fabric().as_ref(),
+            clock: self.shared.clock(node).as_ref(),
+        }
     }
 }
 
@@ -164,6 +185,7 @@ impl ClusterBuilder {
             Some(Recycler::start(
                 shared.hosted_data(),
                 local,
+                Arc::clone(shared.fabric()),
                 Arc::clone(shared.clock(0)),
                 period,
             )?)

@@ -181,6 +181,24 @@ pub struct Config {
     pub server_workers: usize,
     /// When a GET verifies the checksum of the committed entry it returns.
     pub verify_checksums: ChecksumPolicy,
+    /// The landing bound Δ₀: how long after an operation's deadline check
+    /// its CAS may still take effect at the target (a stall before posting
+    /// it, queues, the network, retransmissions). `None` (the default):
+    /// four fifths of `expiry − op_timeout − max_clock_skew`. See
+    /// [`Config::landing_bound`].
+    #[serde(default, with = "opt_millis", skip_serializing_if = "Option::is_none")]
+    pub cas_landing_bound: Option<Duration>,
+}
+
+/// The longest duration a configuration may hold (a day): bounds every
+/// timestamp sum (`now + expiry`) far below `u64` microseconds.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// A duration in whole microseconds, saturating (validated durations are at
+/// most [`MAX_DURATION`]).
+#[must_use]
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// When readers verify the checksum of a committed entry.
@@ -223,6 +241,7 @@ impl Default for Config {
             attach_timeout: Duration::from_secs(30),
             server_workers: 1,
             verify_checksums: ChecksumPolicy::default(),
+            cas_landing_bound: None,
         }
     }
 }
@@ -237,6 +256,24 @@ mod millis {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+mod opt_millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(d.as_millis() as u64),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Some(Duration::from_millis(u64::deserialize(d)?)))
     }
 }
 
@@ -351,6 +388,25 @@ impl Config {
         if self.expiry.is_zero() || self.op_timeout.is_zero() {
             return Err(bad("expiry and op_timeout must be greater than 0".into()));
         }
+        for (name, d) in [
+            ("expiry", self.expiry),
+            ("op_timeout", self.op_timeout),
+            ("max_clock_skew", self.max_clock_skew),
+            ("attach_timeout", self.attach_timeout),
+            (
+                "cas_landing_bound",
+                self.cas_landing_bound.unwrap_or_default(),
+            ),
+        ] {
+            if d > MAX_DURATION {
+                return Err(bad(format!(
+                    "{name} = {d:?} is longer than the longest duration allowed ({MAX_DURATION:?})"
+                )));
+            }
+        }
+        if self.cas_landing_bound.is_some_and(|d| d.is_zero()) {
+            return Err(bad("cas_landing_bound must be greater than 0".into()));
+        }
         if self.op_timeout >= self.expiry {
             return Err(bad(format!(
                 "op_timeout ({:?}) must be shorter than expiry ({:?})",
@@ -362,6 +418,15 @@ impl Config {
                 "op_timeout + 2 x max_clock_skew ({:?}) must be shorter than expiry ({:?})",
                 self.op_timeout + self.max_clock_skew * 2,
                 self.expiry
+            )));
+        }
+        let landing = self.landing_bound();
+        if self.op_timeout + landing + self.max_clock_skew >= self.expiry {
+            return Err(bad(format!(
+                "expiry ({:?}) must be longer than op_timeout + cas_landing_bound + max_clock_skew \
+                 ({:?} + {landing:?} + {:?}): a CAS landing later than expiry - op_timeout \
+                 after its deadline check could link a recycled slot",
+                self.expiry, self.op_timeout, self.max_clock_skew
             )));
         }
         if self.value_size_max > MAX_VALUE_SIZE {
@@ -444,6 +509,31 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The landing bound Δ₀ (DESIGN §4.4): from an operation's deadline
+    /// check to its CAS taking effect at the target, at most this long
+    /// passes. `validate()` demands `expiry > op_timeout + Δ₀ +
+    /// max_clock_skew`, so that a CAS lands before the slots its operation
+    /// saw linked can be reused.
+    ///
+    /// Who enforces it: the `tcp` fabric stamps every CAS with `land_by =
+    /// check + Δ₀` and the serving node refuses a CAS it would execute later
+    /// (the operation gets `Timeout`, the CAS never happened); the `verbs`
+    /// fabric sizes the queue pairs' ACK timeout and retry count so that a
+    /// CAS's retransmissions end within Δ₀; on `shm` and `local` the CAS is
+    /// the caller's own instruction and Δ₀ bounds only how long a thread may
+    /// stall between the check and the CAS. Every fabric reads the clock
+    /// after each CAS and counts and logs a breach.
+    #[must_use]
+    pub fn landing_bound(&self) -> Duration {
+        self.cas_landing_bound.unwrap_or_else(|| {
+            self.expiry
+                .saturating_sub(self.op_timeout)
+                .saturating_sub(self.max_clock_skew)
+                * 4
+                / 5
+        })
     }
 
     /// Value capacities of the size classes: powers of two from

@@ -87,7 +87,8 @@ pub use client::Client;
 pub use clock::{Clock, WallClock};
 pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{
-    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_VALUE_SIZE, MIN_CLASS_BYTES,
+    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_DURATION, MAX_VALUE_SIZE,
+    MIN_CLASS_BYTES,
 };
 pub use error::Error;
 pub use kv::KvClient;

@@ -73,7 +73,13 @@ impl Node {
             vec![Arc::clone(&clock); config.nodes],
             seed,
         ));
-        let recycler = Recycler::start(shared.hosted_data(), fabric, clock, period)?;
+        let recycler = Recycler::start(
+            shared.hosted_data(),
+            Arc::clone(&fabric),
+            fabric,
+            clock,
+            period,
+        )?;
         let watch = ClockWatch::start(Arc::clone(&shared), vec![node_id])?;
         Ok(Node {
             shared,

@@ -66,6 +66,18 @@ pub struct OpStats {
     pub migrations: u64,
     /// Entries of dead or aborted owners this client recovered.
     pub recoveries: u64,
+    /// `MOVED(copy)` markers of aborted copies this client put back to the
+    /// copy's `prev` (a zombie migrator's late marker, Z1).
+    pub marker_restores: u64,
+    /// MIGRATEs whose copy a helper aborted before the commit, so the
+    /// migrator left its marker to the helpers (CV).
+    pub markers_left: u64,
+    /// CASes that returned later than the landing bound after their
+    /// deadline check (each also logged as an error): the time assumption
+    /// behind slot recycling may have been broken.
+    pub late_cas: u64,
+    /// Stage WRITEs that failed (the unlinked slot leaks).
+    pub stage_failures: u64,
 }
 
 impl AddAssign for OpStats {
@@ -77,6 +89,10 @@ impl AddAssign for OpStats {
         self.cache_hits += o.cache_hits;
         self.migrations += o.migrations;
         self.recoveries += o.recoveries;
+        self.marker_restores += o.marker_restores;
+        self.markers_left += o.markers_left;
+        self.late_cas += o.late_cas;
+        self.stage_failures += o.stage_failures;
     }
 }
 

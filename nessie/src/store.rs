@@ -7,6 +7,7 @@ use crate::data::{data_regions, NodeData};
 use crate::fabric::{Fabric, NodeId, RegionId, RegionSpec};
 use crate::index::KeyHasher;
 use crate::layout::WORD;
+use crate::protocol::Timing;
 use crate::{Config, Error};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -43,8 +44,7 @@ pub(crate) struct Shared {
     scan_fabric: Arc<dyn Fabric>,
     data: Vec<Option<Arc<NodeData>>>,
     clocks: Vec<Arc<dyn Clock>>,
-    slot_bytes: Vec<usize>,
-    class_caps: Vec<usize>,
+    timing: Timing,
     seed: u64,
     clients: AtomicU64,
     /// Per node: 0 while clocks agree, else the skew verdict packed as
@@ -68,13 +68,9 @@ impl Shared {
         for &n in hosted {
             data[n] = Some(Arc::new(NodeData::new(&config, n)));
         }
-        let classes = config.size_classes();
         Shared {
             hasher: KeyHasher::new(&config),
-            slot_bytes: (0..classes.len())
-                .map(|c| config.class_slot_bytes(c))
-                .collect(),
-            class_caps: classes,
+            timing: Timing::new(&config),
             fabric,
             scan_fabric,
             data,
@@ -106,12 +102,8 @@ impl Shared {
         &self.clocks[node]
     }
 
-    pub(crate) fn slot_bytes(&self) -> &[usize] {
-        &self.slot_bytes
-    }
-
-    pub(crate) fn class_caps(&self) -> &[usize] {
-        &self.class_caps
+    pub(crate) fn timing(&self) -> Timing {
+        self.timing
     }
 
     /// Records the clock watch's verdict for `node`.
@@ -137,22 +129,23 @@ impl Shared {
         }
     }
 
+    /// Node `node`'s data tables, if this process hosts them.
+    pub(crate) fn data(&self, node: NodeId) -> Option<&Arc<NodeData>> {
+        self.data.get(node).and_then(Option::as_ref)
+    }
+
     pub(crate) fn hosted_data(&self) -> Vec<Arc<NodeData>> {
         self.data.iter().flatten().cloned().collect()
     }
 
     /// A client on `node`, which this process must host.
     pub(crate) fn client(self: &Arc<Self>, node: NodeId) -> Result<Client, Error> {
-        let data = self
-            .data
-            .get(node)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "node {node} is not hosted here (cluster of {} nodes)",
-                    self.config.nodes
-                ))
-            })?;
+        let data = self.data(node).ok_or_else(|| {
+            Error::Config(format!(
+                "node {node} is not hosted here (cluster of {} nodes)",
+                self.config.nodes
+            ))
+        })?;
         // Each client gets its own reproducible stream of back-off jitter.
         let n = self.clients.fetch_add(1, Ordering::Relaxed);
         let rng = StdRng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));

@@ -284,6 +284,22 @@ pub struct Pending {
 struct Recording {
     last: u64,
     ops: Vec<Operation>,
+    /// Operations that failed without taking effect (left out).
+    failed: Vec<bool>,
+}
+
+impl Recording {
+    fn history(&self) -> History {
+        History {
+            ops: self
+                .ops
+                .iter()
+                .zip(&self.failed)
+                .filter(|(_, failed)| !**failed)
+                .map(|(op, _)| op.clone())
+                .collect(),
+        }
+    }
 }
 
 /// Collects a history from concurrent clients.
@@ -314,6 +330,7 @@ impl Recorder {
             inner: Mutex::new(Recording {
                 last: 0,
                 ops: Vec::new(),
+                failed: Vec::new(),
             }),
         }
     }
@@ -335,6 +352,7 @@ impl Recorder {
         let mut rec = self.lock();
         let invoked = self.stamp(&mut rec);
         rec.ops.push(Operation::unknown(client, call, invoked));
+        rec.failed.push(false);
         Pending {
             index: rec.ops.len() - 1,
         }
@@ -353,24 +371,27 @@ impl Recorder {
         let _ = pending;
     }
 
+    /// Records that the operation failed without taking effect (an error
+    /// that promises nothing changed, such as `IndexFull` or
+    /// `DataTableFull`): it is left out of the history, so that the checker
+    /// catches it if it did take effect after all.
+    pub fn failed(&self, pending: Pending) {
+        self.lock().failed[pending.index] = true;
+    }
+
     /// The history so far; operations still pending are unknown.
     #[must_use]
     pub fn history(&self) -> History {
-        History {
-            ops: self.lock().ops.clone(),
-        }
+        self.lock().history()
     }
 
     /// Consumes the recorder, returning its history.
     #[must_use]
     pub fn into_history(self) -> History {
-        History {
-            ops: self
-                .inner
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner)
-                .ops,
-        }
+        self.inner
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+            .history()
     }
 }
 
@@ -413,10 +434,13 @@ mod tests {
         let a = rec.invoke(1, Call::put("k", "v"));
         let b = rec.invoke(2, Call::get("k"));
         let c = rec.invoke(3, Call::delete("k"));
+        let d = rec.invoke(4, Call::put("k", "w"));
         rec.returned(b, Ret::Get(None));
         rec.unknown(a);
         drop(c);
+        rec.failed(d);
         let h = rec.history();
+        assert_eq!(h.len(), 3, "the failed operation is left out");
         assert_eq!(h.ops()[0].outcome, Outcome::Unknown);
         assert_eq!(h.ops()[1].ret(), Some(&Ret::Get(None)));
         assert_eq!(h.ops()[2].outcome, Outcome::Unknown);

@@ -62,14 +62,14 @@ impl Script {
     #[must_use]
     pub fn new(config: Config, clients: usize) -> Script {
         quiet_crashes();
-        let sched = Scheduler::scripted(clients, 1_000_000);
+        let sched = Scheduler::scripted(clients, config.nodes, 1_000_000);
         let clocks: Vec<Arc<dyn Clock>> = (0..config.nodes)
-            .map(|_| Arc::new(SimClock::new(Arc::clone(&sched), 0)) as Arc<dyn Clock>)
+            .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
             .collect();
         let s2 = Arc::clone(&sched);
         let cluster = Cluster::builder(config.clone())
             .clocks(clocks)
-            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, s2)))
+            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, s2, false)))
             .recycler(false)
             .build()
             .expect("valid scripted config");

@@ -1,26 +1,34 @@
-//! The deterministic simulator: many simulated clients of one in-process
-//! cluster, interleaved one verb at a time by a seeded scheduler, with a
-//! virtual clock, crashes, stalls and clock skew.
+//! The deterministic simulator: many simulated threads of one in-process
+//! cluster, interleaved one verb (or one piece of a verb) at a time by a
+//! seeded scheduler, with virtual clocks and every fault the protocol claims
+//! to survive.
 //!
-//! Each simulated client runs on its own OS thread, but only one thread runs
-//! at a time: every verb (through [`SimFabric`]) and every back-off sleep
-//! (through [`SimClock`]) is a *yield point* where the scheduler picks, with
-//! its seeded RNG, which client runs next. Everything the store does between
-//! two yield points is local computation, so a seed fixes the whole run.
+//! Each simulated thread runs on its own OS thread, but only one runs at a
+//! time: every verb (through [`SimFabric`]) and every back-off sleep (through
+//! [`SimClock`]) is a *yield point* where the scheduler picks, with its
+//! seeded RNG, which thread runs next. Everything between two yield points is
+//! local computation, so a seed fixes the whole run.
 //!
-//! Faults, decided at yield points:
-//! * **crash**: the client stops forever before its next verb (it unwinds
-//!   with a [`Crashed`] panic, caught by the runner); its operation's
-//!   outcome is unknown;
-//! * **stall**: the client is descheduled for a virtual duration longer than
-//!   `op_timeout` (a zombie: others may declare it dead, then it resumes and
-//!   lands at most one late CAS). Stalls longer than `expiry` are injected
-//!   only before READ and WRITE verbs: before a CAS, the deadline check that
-//!   precedes every CAS catches any stall that happened earlier, and the
-//!   protocol's stated bound is that no thread stalls for longer than
-//!   `expiry − op_timeout` between that check and its CAS;
-//! * **skew**: each node's clock is offset by a fixed amount within
-//!   `max_clock_skew`.
+//! Faults, decided at yield points ([`Faults`]):
+//! * **crash**: a client stops for ever before its next verb (it unwinds with
+//!   a [`Crashed`] panic, caught by the runner); its operation's outcome is
+//!   unknown. Background threads (the recycler) never crash.
+//! * **stall** of a random length: up to `stall_max_us` before a READ, a
+//!   WRITE or a back-off (the protocol bounds none of these: a stall between
+//!   a CAS and the WRITE after it is one of them), and up to
+//!   `cas_stall_max_us` before a client's CAS, whose deadline check came
+//!   right before it (the protocol's landing bound). A stall longer than
+//!   `op_timeout` makes a *zombie*: others declare it dead, then it resumes.
+//! * **torn verbs**: a multi-word READ or WRITE executes in pieces at random
+//!   word boundaries, with yield points between them, as shm copies and NICs
+//!   do; [`SimCounts::torn_reads`] counts READs that another verb wrote into
+//!   while they were in progress.
+//! * **transport errors**: a verb fails as a broken `tcp` connection would;
+//!   a WRITE or CAS may have executed first (unknown outcome).
+//! * **clock steps**: a node's wall clock jumps to a new offset from virtual
+//!   time, within `clock_offset_max_us` (monotonic clocks never step).
+//! * scripted **crash** and **stall** at a given yield point of a given
+//!   client, for exhaustive enumeration of short schedules.
 
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
 use nessie::Clock;
@@ -41,9 +49,9 @@ pub struct Crashed;
 /// The kind of a yield point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
-    /// Before a READ.
+    /// Before a READ (or a piece of a torn READ).
     Read,
-    /// Before a WRITE.
+    /// Before a WRITE (or a piece of a torn WRITE).
     Write,
     /// Before a CAS.
     Cas,
@@ -51,7 +59,7 @@ pub enum Point {
     Sleep,
 }
 
-/// The verb (or sleep) a client is about to perform at a yield point.
+/// The verb (or sleep) a thread is about to perform at a yield point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PointInfo {
     /// What kind of point.
@@ -73,26 +81,57 @@ impl PointInfo {
             new: 0,
         }
     }
+
+    fn verb(kind: Point, addr: RemoteAddr) -> PointInfo {
+        PointInfo {
+            kind,
+            addr: Some(addr),
+            expected: 0,
+            new: 0,
+        }
+    }
 }
 
 /// A predicate on the next point of a scripted client: where to stop it.
 pub type StopAt = Box<dyn Fn(&PointInfo) -> bool + Send>;
 
-/// Fault injection settings (probabilities per yield point).
-#[derive(Debug, Clone, Copy)]
+/// What a simulated thread is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A client issuing operations: may crash; its CASes follow deadline
+    /// checks, so stalls before them are bounded by the landing bound.
+    Client,
+    /// A node's background thread (the recycler): never crashes; its CASes
+    /// need no deadline, so stalls before them are unbounded.
+    Background,
+}
+
+/// Fault injection settings (probabilities per yield point or verb).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Faults {
-    /// Probability that the running client crashes at a yield point.
+    /// Probability that a client crashes at a yield point.
     pub crash: f64,
     /// Most clients that may crash in one run.
     pub max_crashes: usize,
-    /// Probability that the running client stalls at a yield point.
+    /// Probability that the running thread stalls at a yield point.
     pub stall: f64,
-    /// Stall length when it stalls (µs); a stall longer than `expiry` is
-    /// shortened to `short_stall_us` before a CAS (see the module docs).
-    pub stall_us: u64,
-    /// Stall length used instead of `stall_us` before a CAS when `stall_us`
-    /// exceeds the bound.
-    pub short_stall_us: u64,
+    /// Longest stall before a READ, a WRITE or a back-off (µs).
+    pub stall_max_us: u64,
+    /// Longest stall before a client's CAS (µs): the landing bound.
+    pub cas_stall_max_us: u64,
+    /// Probability that a READ or WRITE of two words or more executes in
+    /// pieces.
+    pub tear: f64,
+    /// Probability that a verb fails with a transport error.
+    pub transport: f64,
+    /// Probability per yield point that a random node's wall clock steps.
+    pub clock_step: f64,
+    /// Largest distance of a node's wall clock from virtual time (µs).
+    pub clock_offset_max_us: u64,
+    /// Crash client `.0` right before its yield point number `.1`.
+    pub crash_at: Option<(usize, u64)>,
+    /// Stall client `.0` at its yield point number `.1` for `.2` µs.
+    pub stall_at: Option<(usize, u64, u64)>,
 }
 
 impl Faults {
@@ -103,8 +142,14 @@ impl Faults {
             crash: 0.0,
             max_crashes: 0,
             stall: 0.0,
-            stall_us: 0,
-            short_stall_us: 0,
+            stall_max_us: 0,
+            cas_stall_max_us: 0,
+            tear: 0.0,
+            transport: 0.0,
+            clock_step: 0.0,
+            clock_offset_max_us: 0,
+            crash_at: None,
+            stall_at: None,
         }
     }
 }
@@ -119,15 +164,56 @@ enum Run {
     Done,
 }
 
+/// What a run's scheduler and fabric did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimCounts {
+    /// Yield points passed.
+    pub steps: u64,
+    /// Clients crashed.
+    pub crashes: usize,
+    /// Stalls injected.
+    pub stalls: u64,
+    /// Stalls before a CAS.
+    pub cas_stalls: u64,
+    /// READs and WRITEs executed in pieces.
+    pub split_verbs: u64,
+    /// READs into whose range another verb wrote while they were in
+    /// progress.
+    pub torn_reads: u64,
+    /// Verbs failed with a transport error.
+    pub transport_errors: u64,
+    /// Wall-clock steps.
+    pub clock_steps: u64,
+    /// CASes a land-by time refused.
+    pub late_cas_refused: u64,
+}
+
+impl std::ops::AddAssign for SimCounts {
+    fn add_assign(&mut self, o: SimCounts) {
+        self.steps += o.steps;
+        self.crashes += o.crashes;
+        self.stalls += o.stalls;
+        self.cas_stalls += o.cas_stalls;
+        self.split_verbs += o.split_verbs;
+        self.torn_reads += o.torn_reads;
+        self.transport_errors += o.transport_errors;
+        self.clock_steps += o.clock_steps;
+        self.late_cas_refused += o.late_cas_refused;
+    }
+}
+
 struct State {
     rng: StdRng,
     now: u64,
-    steps: u64,
     current: Option<usize>,
     threads: Vec<Run>,
+    roles: Vec<Role>,
+    /// Yield points each thread passed.
+    points: Vec<u64>,
+    /// Each node's wall-clock offset from virtual time (µs).
+    offsets: Vec<i64>,
     faults: Faults,
-    crashes: usize,
-    stalls: usize,
+    counts: SimCounts,
     /// Per-step cap, so a livelock ends the run instead of hanging it.
     max_steps: u64,
     /// Scripted mode: a driver thread decides who runs and until when.
@@ -137,23 +223,14 @@ struct State {
     last_point: Option<PointInfo>,
 }
 
-impl std::fmt::Debug for StopAtList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} stop predicates", self.0.iter().flatten().count())
-    }
-}
-
-struct StopAtList<'a>(&'a [Option<StopAt>]);
-
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
             .field("now", &self.now)
-            .field("steps", &self.steps)
             .field("current", &self.current)
             .field("threads", &self.threads)
+            .field("counts", &self.counts)
             .field("scripted", &self.scripted)
-            .field("stop", &StopAtList(&self.stop))
             .finish_non_exhaustive()
     }
 }
@@ -168,43 +245,54 @@ pub struct Scheduler {
 /// What a run's scheduler did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SchedulerReport {
-    /// Yield points passed.
-    pub steps: u64,
-    /// Clients crashed.
-    pub crashes: usize,
-    /// Stalls injected.
-    pub stalls: usize,
+    /// Everything counted.
+    pub counts: SimCounts,
     /// Virtual time at the end (µs).
     pub now_us: u64,
     /// Whether the step cap was hit.
     pub exhausted: bool,
 }
 
+/// How a verb fails with a transport error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injected {
+    /// Before it executed.
+    Before,
+    /// After it executed (the caller cannot tell).
+    After,
+}
+
 impl Scheduler {
-    /// A scheduler for `clients` clients, starting at virtual time
-    /// `start_us`.
+    /// A scheduler for `threads` simulated threads and `nodes` node clocks,
+    /// starting at virtual time `start_us`. Initial clock offsets are drawn
+    /// within `faults.clock_offset_max_us`.
     #[must_use]
     pub fn new(
         seed: u64,
-        clients: usize,
+        threads: usize,
+        nodes: usize,
         start_us: u64,
         faults: Faults,
         max_steps: u64,
     ) -> Arc<Scheduler> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let max = faults.clock_offset_max_us as i64;
+        let offsets = (0..nodes).map(|_| rng.gen_range(-max..=max)).collect();
         Arc::new(Scheduler {
             state: Mutex::new(State {
-                rng: StdRng::seed_from_u64(seed),
+                rng,
                 now: start_us,
-                steps: 0,
                 current: None,
-                threads: vec![Run::Absent; clients],
+                threads: vec![Run::Absent; threads],
+                roles: vec![Role::Client; threads],
+                points: vec![0; threads],
+                offsets,
                 faults,
-                crashes: 0,
-                stalls: 0,
+                counts: SimCounts::default(),
                 max_steps,
                 scripted: false,
-                stop: (0..clients).map(|_| None).collect(),
-                crash: vec![false; clients],
+                stop: (0..threads).map(|_| None).collect(),
+                crash: vec![false; threads],
                 last_point: None,
             }),
             turn: Condvar::new(),
@@ -214,10 +302,16 @@ impl Scheduler {
     /// A scheduler driven by a script: clients run only when the driver
     /// says, until a predicate on their next point holds.
     #[must_use]
-    pub fn scripted(clients: usize, start_us: u64) -> Arc<Scheduler> {
-        let sched = Scheduler::new(0, clients, start_us, Faults::none(), u64::MAX);
+    pub fn scripted(clients: usize, nodes: usize, start_us: u64) -> Arc<Scheduler> {
+        let sched = Scheduler::new(0, clients, nodes, start_us, Faults::none(), u64::MAX);
         sched.lock().scripted = true;
         sched
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Scripted mode: waits until client `me` has entered.
@@ -275,16 +369,22 @@ impl Scheduler {
         self.run_to_end(me);
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Virtual time (µs).
     #[must_use]
     pub fn now(&self) -> u64 {
         self.lock().now
+    }
+
+    /// Node `node`'s wall clock (µs).
+    #[must_use]
+    pub fn wall(&self, node: NodeId) -> u64 {
+        let s = self.lock();
+        (s.now as i64 + s.offsets.get(node).copied().unwrap_or(0)).max(0) as u64
+    }
+
+    /// Sets node `node`'s wall-clock offset (scripted clock steps).
+    pub fn set_offset(&self, node: NodeId, offset_us: i64) {
+        self.lock().offsets[node] = offset_us;
     }
 
     /// Lets `us` microseconds of virtual time pass (between runs).
@@ -295,7 +395,24 @@ impl Scheduler {
     /// Global step counter (a timestamp for histories).
     #[must_use]
     pub fn steps(&self) -> u64 {
-        self.lock().steps
+        self.lock().counts.steps
+    }
+
+    /// Yield points thread `me` has passed so far.
+    #[must_use]
+    pub fn points_of(&self, me: usize) -> u64 {
+        self.lock().points[me]
+    }
+
+    /// Whether every client has finished (background threads poll this to
+    /// stop at a point fixed by the schedule).
+    #[must_use]
+    pub fn clients_done(&self) -> bool {
+        let s = self.lock();
+        s.threads
+            .iter()
+            .zip(&s.roles)
+            .all(|(t, r)| *r == Role::Background || *t == Run::Done)
     }
 
     /// What happened so far.
@@ -303,15 +420,13 @@ impl Scheduler {
     pub fn report(&self) -> SchedulerReport {
         let s = self.lock();
         SchedulerReport {
-            steps: s.steps,
-            crashes: s.crashes,
-            stalls: s.stalls,
+            counts: s.counts,
             now_us: s.now,
-            exhausted: s.steps >= s.max_steps,
+            exhausted: s.counts.steps >= s.max_steps,
         }
     }
 
-    /// Picks the next client to run (seeded); advances virtual time to the
+    /// Picks the next thread to run (seeded); advances virtual time to the
     /// earliest wake-up if everyone waits.
     fn pick(s: &mut State) {
         loop {
@@ -357,25 +472,32 @@ impl Scheduler {
     }
 
     /// Registers the calling thread as client `me` and waits for its first
-    /// turn. Call [`Scheduler::start`] once every client is registered.
+    /// turn. Call [`Scheduler::start`] once every thread is registered.
     pub fn enter(&self, me: usize) {
+        self.enter_as(me, Role::Client);
+    }
+
+    /// Registers the calling thread as thread `me` in `role`.
+    pub fn enter_as(&self, me: usize, role: Role) {
         SIM_ID.with(|c| c.set(Some(me)));
         let mut s = self.lock();
         s.threads[me] = Run::Ready;
+        s.roles[me] = role;
         self.turn.notify_all();
         drop(self.wait_turn(s, me));
         self.crash_if_told(me);
     }
 
     fn crash_if_told(&self, me: usize) {
-        let crash = self.lock().crash[me];
-        if crash {
-            self.lock().crashes += 1;
+        let mut s = self.lock();
+        if s.crash[me] {
+            s.counts.crashes += 1;
+            drop(s);
             std::panic::panic_any(Crashed);
         }
     }
 
-    /// Starts the run once `clients` threads have entered.
+    /// Starts the run once every thread has entered.
     pub fn start(&self) {
         loop {
             {
@@ -390,7 +512,7 @@ impl Scheduler {
         }
     }
 
-    /// The calling client finished (normally or by crashing).
+    /// The calling thread finished (normally or by crashing).
     pub fn leave(&self) {
         let Some(me) = SIM_ID.with(Cell::get) else {
             return;
@@ -407,16 +529,16 @@ impl Scheduler {
         self.turn.notify_all();
     }
 
-    /// A yield point of the calling client. Panics with [`Crashed`] when the
+    /// A yield point of the calling thread. Panics with [`Crashed`] when the
     /// scheduler crashes the client here.
     pub fn point(&self, info: PointInfo) {
         let Some(me) = SIM_ID.with(Cell::get) else {
             return;
         };
-        let kind = info.kind;
         let mut s = self.lock();
+        s.points[me] += 1;
         if s.scripted {
-            s.steps += 1;
+            s.counts.steps += 1;
             s.now += 1;
             if let Run::Waiting(until) = s.threads[me] {
                 // A back-off sleep: time passes, the client goes on.
@@ -432,37 +554,107 @@ impl Scheduler {
             }
             return;
         }
-        s.steps += 1;
+        s.counts.steps += 1;
         let tick = s.rng.gen_range(1..=4);
         s.now += tick;
-        if s.steps >= s.max_steps {
-            // Out of budget: crash everyone so the run ends; the test
+        if s.counts.steps >= s.max_steps {
+            // Out of budget: crash everyone so the run ends; the runner
             // reports the exhaustion.
             drop(s);
             std::panic::panic_any(Crashed);
         }
         let f = s.faults;
-        if kind != Point::Sleep && s.crashes < f.max_crashes && s.rng.gen_bool(f.crash) {
-            s.crashes += 1;
+        let client = s.roles[me] == Role::Client;
+        let at = s.points[me];
+        let scripted_crash = client && f.crash_at == Some((me, at));
+        if scripted_crash
+            || (client
+                && info.kind != Point::Sleep
+                && s.counts.crashes < f.max_crashes
+                && f.crash > 0.0
+                && s.rng.gen_bool(f.crash))
+        {
+            s.counts.crashes += 1;
             drop(s);
             std::panic::panic_any(Crashed);
         }
-        if kind != Point::Sleep && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
-            let len = if kind == Point::Cas {
-                f.short_stall_us
+        let mut stall = match f.stall_at {
+            Some((c, p, len)) if c == me && p == at => len,
+            _ => 0,
+        };
+        if stall == 0 && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
+            let max = if info.kind == Point::Cas && client {
+                f.cas_stall_max_us
             } else {
-                f.stall_us
+                f.stall_max_us
             };
-            s.stalls += 1;
-            let until = s.now + len;
+            stall = s.rng.gen_range(0..=max);
+        }
+        if stall > 0 {
+            s.counts.stalls += 1;
+            if info.kind == Point::Cas {
+                s.counts.cas_stalls += 1;
+            }
+            let until = match s.threads[me] {
+                // A back-off sleep that also stalls ends at the later time.
+                Run::Waiting(u) => u.max(s.now + stall),
+                _ => s.now + stall,
+            };
             s.threads[me] = Run::Waiting(until);
+        }
+        if f.clock_step > 0.0 && s.rng.gen_bool(f.clock_step) {
+            let nodes = s.offsets.len();
+            let node = s.rng.gen_range(0..nodes);
+            let max = f.clock_offset_max_us as i64;
+            s.offsets[node] = s.rng.gen_range(-max..=max);
+            s.counts.clock_steps += 1;
         }
         Self::pick(&mut s);
         self.turn.notify_all();
         drop(self.wait_turn(s, me));
     }
 
-    /// A back-off sleep of the calling client.
+    /// Whether the calling thread's next verb of `kind` fails with a
+    /// transport error, and how.
+    fn transport_fault(&self, kind: Point) -> Option<Injected> {
+        SIM_ID.with(Cell::get)?;
+        let mut s = self.lock();
+        let p = s.faults.transport;
+        if s.scripted || p <= 0.0 || !s.rng.gen_bool(p) {
+            return None;
+        }
+        s.counts.transport_errors += 1;
+        Some(if kind != Point::Read && s.rng.gen_bool(0.5) {
+            Injected::After
+        } else {
+            Injected::Before
+        })
+    }
+
+    /// Where to cut a verb of `words` words (word offsets of the pieces
+    /// after the first); empty: it executes whole.
+    fn cuts(&self, words: usize) -> Vec<usize> {
+        if words < 2 || SIM_ID.with(Cell::get).is_none() {
+            return Vec::new();
+        }
+        let mut s = self.lock();
+        let p = s.faults.tear;
+        if s.scripted || p <= 0.0 || !s.rng.gen_bool(p) {
+            return Vec::new();
+        }
+        s.counts.split_verbs += 1;
+        let pieces = s.rng.gen_range(1..=3.min(words - 1));
+        let mut cuts: Vec<usize> = (0..pieces).map(|_| s.rng.gen_range(1..words)).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts
+    }
+
+    fn count(&self, f: impl FnOnce(&mut SimCounts)) {
+        f(&mut self.lock().counts);
+    }
+
+    /// A back-off sleep of the calling thread.
     pub fn sleep(&self, d: Duration) {
         let Some(me) = SIM_ID.with(Cell::get) else {
             // A thread outside the simulation (setup, audit) lets virtual
@@ -478,24 +670,29 @@ impl Scheduler {
     }
 }
 
-/// A node's clock in the simulation: virtual time plus a fixed skew.
+/// A node's clocks in the simulation: virtual time plus the node's current
+/// wall-clock offset, and virtual time itself as the monotonic clock.
 #[derive(Debug)]
 pub struct SimClock {
     sched: Arc<Scheduler>,
-    offset_us: i64,
+    node: NodeId,
 }
 
 impl SimClock {
-    /// A clock `offset_us` away from virtual time.
+    /// Node `node`'s clock.
     #[must_use]
-    pub fn new(sched: Arc<Scheduler>, offset_us: i64) -> SimClock {
-        SimClock { sched, offset_us }
+    pub fn new(sched: Arc<Scheduler>, node: NodeId) -> SimClock {
+        SimClock { sched, node }
     }
 }
 
 impl Clock for SimClock {
     fn now_us(&self) -> u64 {
-        (self.sched.now() as i64 + self.offset_us).max(0) as u64
+        self.sched.wall(self.node)
+    }
+
+    fn mono_us(&self) -> u64 {
+        self.sched.now()
     }
 
     fn sleep(&self, d: Duration) {
@@ -503,18 +700,121 @@ impl Clock for SimClock {
     }
 }
 
-/// A fabric that yields to the scheduler before every verb.
+/// A READ in progress in pieces.
+#[derive(Debug)]
+struct Inflight {
+    id: u64,
+    addr: RemoteAddr,
+    len: u64,
+    torn: bool,
+}
+
+/// A fabric that yields to the scheduler before every verb and every piece
+/// of a torn verb, and injects transport errors.
 #[derive(Debug)]
 pub struct SimFabric {
     inner: Arc<dyn Fabric>,
     sched: Arc<Scheduler>,
+    land_by: bool,
+    inflight: Mutex<(u64, Vec<Inflight>)>,
+}
+
+/// Takes a torn READ out of the in-flight list when it ends, however.
+struct InflightGuard<'a> {
+    fabric: &'a SimFabric,
+    id: u64,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let torn = {
+            let mut list = self.fabric.inflight();
+            let i = list.1.iter().position(|r| r.id == self.id);
+            i.is_some_and(|i| list.1.swap_remove(i).torn)
+        };
+        if torn {
+            self.fabric.sched.count(|c| c.torn_reads += 1);
+        }
+    }
+}
+
+fn overlaps(a: RemoteAddr, a_len: u64, b: RemoteAddr, b_len: u64) -> bool {
+    a.node == b.node
+        && a.region == b.region
+        && a.offset < b.offset + b_len
+        && b.offset < a.offset + a_len
+}
+
+fn injected(node: NodeId) -> FabricError {
+    FabricError::Disconnected {
+        node,
+        source: std::io::Error::other("simulated transport error"),
+    }
 }
 
 impl SimFabric {
-    /// Wraps `inner`.
+    /// Wraps `inner`. With `land_by`, CASes carry a land-by time that the
+    /// target checks on its wall clock, as the `tcp` fabric does.
     #[must_use]
-    pub fn new(inner: Arc<dyn Fabric>, sched: Arc<Scheduler>) -> SimFabric {
-        SimFabric { inner, sched }
+    pub fn new(inner: Arc<dyn Fabric>, sched: Arc<Scheduler>, land_by: bool) -> SimFabric {
+        SimFabric {
+            inner,
+            sched,
+            land_by,
+            inflight: Mutex::new((0, Vec::new())),
+        }
+    }
+
+    fn inflight(&self) -> MutexGuard<'_, (u64, Vec<Inflight>)> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks every READ in progress over `addr..addr+len` as torn.
+    fn wrote(&self, addr: RemoteAddr, len: u64) {
+        for r in &mut self.inflight().1 {
+            if overlaps(r.addr, r.len, addr, len) {
+                r.torn = true;
+            }
+        }
+    }
+
+    fn do_cas(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by: Option<u64>,
+    ) -> Result<u64, FabricError> {
+        self.sched.point(PointInfo {
+            kind: Point::Cas,
+            addr: Some(addr),
+            expected,
+            new,
+        });
+        let fault = self.sched.transport_fault(Point::Cas);
+        if fault == Some(Injected::Before) {
+            return Err(injected(addr.node));
+        }
+        if let Some(by) = land_by {
+            let now = self.sched.wall(addr.node);
+            if now > by {
+                self.sched.count(|c| c.late_cas_refused += 1);
+                return Err(FabricError::LateCas {
+                    node: addr.node,
+                    late_us: now - by,
+                });
+            }
+        }
+        let old = self.inner.cas(addr, expected, new)?;
+        if old == expected {
+            self.wrote(addr, 8);
+        }
+        if fault == Some(Injected::After) {
+            return Err(injected(addr.node));
+        }
+        Ok(old)
     }
 }
 
@@ -528,33 +828,79 @@ impl Fabric for SimFabric {
     }
 
     fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-        self.sched.point(PointInfo {
-            kind: Point::Read,
-            addr: Some(addr),
-            expected: 0,
-            new: 0,
-        });
-        self.inner.read(addr, buf)
+        self.sched.point(PointInfo::verb(Point::Read, addr));
+        if self.sched.transport_fault(Point::Read).is_some() {
+            return Err(injected(addr.node));
+        }
+        let cuts = self.sched.cuts(buf.len() / 8);
+        if cuts.is_empty() {
+            return self.inner.read(addr, buf);
+        }
+        let id = {
+            let mut list = self.inflight();
+            list.0 += 1;
+            let id = list.0;
+            list.1.push(Inflight {
+                id,
+                addr,
+                len: buf.len() as u64,
+                torn: false,
+            });
+            id
+        };
+        let _guard = InflightGuard { fabric: self, id };
+        let mut from = 0;
+        for end in cuts.into_iter().map(|w| w * 8).chain([buf.len()]) {
+            if from > 0 {
+                self.sched
+                    .point(PointInfo::verb(Point::Read, addr.add(from as u64)));
+            }
+            self.inner
+                .read(addr.add(from as u64), &mut buf[from..end])?;
+            from = end;
+        }
+        Ok(())
     }
 
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
-        self.sched.point(PointInfo {
-            kind: Point::Write,
-            addr: Some(addr),
-            expected: 0,
-            new: 0,
-        });
-        self.inner.write(addr, data)
+        self.sched.point(PointInfo::verb(Point::Write, addr));
+        let fault = self.sched.transport_fault(Point::Write);
+        if fault == Some(Injected::Before) {
+            return Err(injected(addr.node));
+        }
+        let cuts = self.sched.cuts(data.len() / 8);
+        let mut from = 0;
+        for end in cuts.into_iter().map(|w| w * 8).chain([data.len()]) {
+            if from > 0 {
+                self.sched
+                    .point(PointInfo::verb(Point::Write, addr.add(from as u64)));
+            }
+            self.inner.write(addr.add(from as u64), &data[from..end])?;
+            self.wrote(addr.add(from as u64), (end - from) as u64);
+            from = end;
+        }
+        if fault == Some(Injected::After) {
+            return Err(injected(addr.node));
+        }
+        Ok(())
     }
 
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-        self.sched.point(PointInfo {
-            kind: Point::Cas,
-            addr: Some(addr),
-            expected,
-            new,
-        });
-        self.inner.cas(addr, expected, new)
+        self.do_cas(addr, expected, new, None)
+    }
+
+    fn cas_by(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
+        self.do_cas(addr, expected, new, self.land_by.then_some(land_by_us))
+    }
+
+    fn enforces_land_by(&self) -> bool {
+        self.land_by
     }
 }
 

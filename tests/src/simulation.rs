@@ -1,22 +1,55 @@
 //! Runs of the deterministic simulator: a scenario, a seed, a history, and
 //! the verdict of the linearizability checker and the audit.
+//!
+//! A run builds an in-process cluster on the simulator's fabric and clocks,
+//! preloads filler keys, then lets the clients (and, if the scenario says
+//! so, each node's background recycler as a scheduled thread) loose. The
+//! **audit** that follows is what makes wedges and lost data visible:
+//! 1. time passes until every staged slot has expired;
+//! 2. every node allocates every slot it can (recycling, and so resolving
+//!    any MIGRATE marker, first) and overwrites it with poison, then frees
+//!    it again: every slot whose incarnation is over is reused;
+//! 3. slots still in use but unreachable from the index are counted as
+//!    leaked (a violation in runs without crashes or transport errors);
+//! 4. every key ever used is read, written and read again; a `Timeout` or
+//!    `Corrupt` there is a wedge;
+//! 5. the whole history, audit included, must be linearizable.
 
 use crate::history::{Call, Recorder, Ret};
 use crate::linearizability::check;
-use crate::sim::{quiet_crashes, Crashed, Faults, Scheduler, SchedulerReport, SimClock, SimFabric};
-use nessie::{Client, Clock, Cluster, Config, Error, Optimizations};
+use crate::sim::{
+    quiet_crashes, Crashed, Faults, Role, Scheduler, SchedulerReport, SimClock, SimCounts,
+    SimFabric,
+};
+use nessie::data::RecycleCounts;
+use nessie::index::KeyHasher;
+use nessie::layout::dte::{self, DteHeader, DteState, DteStatus};
+use nessie::layout::{Ite, SlotRef};
+use nessie::{ChecksumPolicy, Client, Clock, Cluster, Config, Error, Optimizations, Stats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::collections::HashSet;
+use std::ops::RangeInclusive;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Which optimisation switches and checksum policy a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switches {
+    /// These.
+    Fixed(Optimizations, ChecksumPolicy),
+    /// One of the 64 combinations, chosen by the seed (and filter bits of
+    /// 8, 2 or 1 when filters are on).
+    PerSeed,
+}
 
 /// What a simulation run exercises.
 #[derive(Debug, Clone)]
 pub struct Scenario {
     /// Name, for reports.
     pub name: &'static str,
-    /// Simulated clients (each on node `client % nodes`).
+    /// Simulated clients (client `c` runs on node `c % nodes`).
     pub clients: usize,
     /// Nodes.
     pub nodes: usize,
@@ -24,11 +57,15 @@ pub struct Scenario {
     pub ops_per_client: usize,
     /// Keys the clients fight over.
     pub keys: usize,
+    /// Lengths their keys may have (each key's length is drawn per seed).
+    pub key_len: RangeInclusive<usize>,
+    /// Lengths values may have (two size classes: up to 256 and 512 bytes).
+    pub value_len: RangeInclusive<usize>,
     /// Keys preloaded (and never touched by clients) to crowd the index.
     pub fillers: usize,
     /// ITEs per node.
     pub index_slots_per_node: usize,
-    /// DTE slots per node (one size class).
+    /// DTE slots per node of the larger size class (the smaller gets more).
     pub data_slots_per_node: usize,
     /// DTE expiry (virtual µs).
     pub expiry_us: u64,
@@ -36,34 +73,44 @@ pub struct Scenario {
     pub op_timeout_us: u64,
     /// Tolerated skew (virtual µs).
     pub skew_us: u64,
-    /// Whether nodes' clocks are offset within the tolerated skew.
-    pub skewed: bool,
+    /// Optimisation switches and checksum policy.
+    pub switches: Switches,
+    /// Whether every node's background recycler runs as a scheduled thread.
+    pub recycler: bool,
+    /// Whether CASes carry land-by times the target enforces (as on `tcp`).
+    pub land_by: bool,
     /// Fault injection.
     pub faults: Faults,
-    /// Optimisation switches.
-    pub optimizations: Optimizations,
 }
 
+/// Value capacity of the larger size class of every scenario.
+const VALUE_MAX: usize = 512;
+/// Longest key of every scenario.
+const KEY_MAX: usize = 24;
+
 impl Scenario {
-    /// A small, contended cluster: 3 hot keys, 4 clients, 2 nodes, a roomy
-    /// index.
+    /// A small, contended cluster: 4 hot keys, 6 clients on 3 nodes, a
+    /// roomy index.
     #[must_use]
     pub fn contended() -> Scenario {
         Scenario {
             name: "contended",
-            clients: 4,
-            nodes: 2,
+            clients: 6,
+            nodes: 3,
             ops_per_client: 6,
-            keys: 3,
+            keys: 4,
+            key_len: 1..=KEY_MAX,
+            value_len: 1..=400,
             fillers: 0,
             index_slots_per_node: 16,
-            data_slots_per_node: 64,
+            data_slots_per_node: 48,
             expiry_us: 20_000,
             op_timeout_us: 5_000,
             skew_us: 500,
-            skewed: false,
+            switches: Switches::PerSeed,
+            recycler: false,
+            land_by: false,
             faults: Faults::none(),
-            optimizations: Optimizations::default(),
         }
     }
 
@@ -73,13 +120,14 @@ impl Scenario {
         Scenario {
             name: "crowded",
             index_slots_per_node: 4,
-            fillers: 4,
+            fillers: 7,
             keys: 3,
             ..Scenario::contended()
         }
     }
 
-    /// A data table so small that slots are recycled all the time.
+    /// Data tables so small that slots are recycled all the time, with the
+    /// background recycler running.
     #[must_use]
     pub fn recycling() -> Scenario {
         Scenario {
@@ -89,131 +137,309 @@ impl Scenario {
             op_timeout_us: 1_000,
             skew_us: 100,
             ops_per_client: 8,
+            recycler: true,
             ..Scenario::contended()
         }
     }
 
-    /// Zombies: stalls longer than `op_timeout` (owners declared dead that
-    /// resume), some longer than `expiry`, and crashes at any verb.
+    /// Tiny index *and* tiny data tables: MIGRATE, recursive MIGRATE and
+    /// recycling interleave, with the background recycler running.
+    #[must_use]
+    pub fn combined() -> Scenario {
+        Scenario {
+            name: "combined",
+            index_slots_per_node: 4,
+            fillers: 7,
+            keys: 4,
+            data_slots_per_node: 8,
+            expiry_us: 3_000,
+            op_timeout_us: 1_000,
+            skew_us: 100,
+            ops_per_client: 6,
+            recycler: true,
+            ..Scenario::contended()
+        }
+    }
+
+    /// `base` with every fault within the protocol's stated bounds: up to 4
+    /// crashes at any verb; stalls of any length before READs, WRITEs and
+    /// back-offs and up to the landing bound before CASes (zombies); torn
+    /// READs and WRITEs; transport errors with unknown outcome; wall-clock
+    /// steps within `max_clock_skew`.
     #[must_use]
     pub fn faulty(base: Scenario) -> Scenario {
-        let dead_after = base.op_timeout_us + 2 * base.skew_us;
+        let config = base.config_with(Optimizations::default(), ChecksumPolicy::AfterStall, 8);
+        let landing = config.landing_bound().as_micros() as u64;
         Scenario {
-            name: "faulty",
-            faults: Faults {
-                crash: 0.01,
-                max_crashes: 2,
-                stall: 0.02,
-                stall_us: base.expiry_us * 2,
-                short_stall_us: dead_after + 100,
+            name: match base.name {
+                "contended" => "contended+faults",
+                "crowded" => "crowded+faults",
+                "recycling" => "recycling+faults",
+                "combined" => "combined+faults",
+                other => other,
             },
-            skewed: true,
+            faults: Faults {
+                crash: 0.004,
+                max_crashes: 4,
+                stall: 0.03,
+                stall_max_us: base.expiry_us * 3,
+                cas_stall_max_us: landing,
+                tear: 0.3,
+                transport: 0.002,
+                clock_step: 0.01,
+                clock_offset_max_us: base.skew_us / 2,
+                crash_at: None,
+                stall_at: None,
+            },
             ..base
         }
     }
 
-    fn config(&self) -> Config {
-        let key_size_max = 16;
-        let value_size_max = 256;
-        let slot = nessie::layout::dte::entry_bytes(key_size_max, value_size_max);
+    /// The configuration of a run with these switches.
+    #[must_use]
+    pub fn config_with(
+        &self,
+        optimizations: Optimizations,
+        verify_checksums: ChecksumPolicy,
+        filter_bits: u32,
+    ) -> Config {
+        let large_slot = dte::entry_bytes(KEY_MAX, VALUE_MAX);
         Config {
             cluster: format!("sim-{}", self.name),
             nodes: self.nodes,
             index_slots_per_node: self.index_slots_per_node,
-            key_size_max,
-            value_size_max,
-            data_bytes_per_node: slot * self.data_slots_per_node,
+            hashes: 3,
+            filter_bits,
+            key_size_max: KEY_MAX,
+            value_size_max: VALUE_MAX,
+            // Two classes share it equally: the larger gets
+            // `data_slots_per_node` slots.
+            data_bytes_per_node: 2 * large_slot * self.data_slots_per_node,
             expiry: Duration::from_micros(self.expiry_us),
             op_timeout: Duration::from_micros(self.op_timeout_us),
             max_clock_skew: Duration::from_micros(self.skew_us),
             cache_entries: 8,
             max_migrate_depth: 4,
-            optimizations: self.optimizations,
+            optimizations,
+            verify_checksums,
             ..Config::default()
+        }
+    }
+
+    /// The configuration of `seed`.
+    #[must_use]
+    pub fn config(&self, seed: u64) -> Config {
+        match self.switches {
+            Switches::Fixed(o, c) => self.config_with(o, c, 8),
+            Switches::PerSeed => {
+                let bits = seed % 64;
+                let on = |b: u64| bits & (1 << b) == 0;
+                let o = Optimizations {
+                    filter: on(0),
+                    cache: on(1),
+                    prev_versions: on(2),
+                    multi_read: on(3),
+                    batched_reads: on(4),
+                };
+                let policy = if on(5) {
+                    ChecksumPolicy::AfterStall
+                } else {
+                    ChecksumPolicy::Always
+                };
+                let filter_bits = [8, 2, 1][((seed / 64) % 3) as usize];
+                self.config_with(o, policy, filter_bits)
+            }
         }
     }
 }
 
-/// The result of one seed.
+/// The result of one seed (or, summed, of many).
 #[derive(Debug, Clone, Default)]
 pub struct SimOutcome {
+    /// Runs summed.
+    pub runs: u64,
     /// Operations in the history.
     pub ops: usize,
     /// Operations with an unknown outcome.
     pub unknown: usize,
-    /// Migrations the clients performed.
-    pub migrations: u64,
-    /// Entries of others the clients recovered.
-    pub recoveries: u64,
-    /// What the scheduler did.
-    pub scheduler: SchedulerReport,
+    /// Operations that failed without effect (`IndexFull`, `DataTableFull`).
+    pub failed: usize,
+    /// The clients' counters (the auditor's excluded).
+    pub stats: Stats,
+    /// Every node's recycling counters (audit churn included).
+    pub recycling: RecycleCounts,
+    /// Slots neither reusable nor reachable from the index after the audit
+    /// churn.
+    pub leaked: u64,
+    /// What the scheduler and fabric did.
+    pub sim: SimCounts,
+    /// Yield points each client passed (of the last run only).
+    pub points: Vec<u64>,
 }
 
-fn key(i: usize) -> Vec<u8> {
-    format!("key{i}").into_bytes()
+impl SimOutcome {
+    /// Adds another outcome to this one.
+    pub fn add(&mut self, o: &SimOutcome) {
+        self.runs += o.runs;
+        self.ops += o.ops;
+        self.unknown += o.unknown;
+        self.failed += o.failed;
+        self.stats += o.stats;
+        let (r, s) = (&mut self.recycling, &o.recycling);
+        r.scans += s.scans;
+        r.reclaimed += s.reclaimed;
+        r.markers_cleared += s.markers_cleared;
+        r.markers_restored += s.markers_restored;
+        r.in_doubt_freed += s.in_doubt_freed;
+        r.kept_after_error += s.kept_after_error;
+        self.leaked += o.leaked;
+        self.sim += o.sim;
+    }
+
+    /// A one-paragraph summary of what the runs exercised.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let t = self.stats.total();
+        let r = &self.recycling;
+        let s = &self.sim;
+        format!(
+            "{} runs, {} ops ({} unknown, {} failed without effect); migrations {}, \
+             recoveries {}, Z1 marker restores {}, CV markers left {}, cache hits {}, \
+             torn retries {}, late CAS {}; slots reclaimed {}, markers cleared/restored by \
+             the recycler {}/{}, in-doubt slots freed {}, leaked {}; sim: {} steps, {} crashes, \
+             {} stalls ({} before CAS), {} split verbs, {} torn reads, {} transport errors, \
+             {} clock steps, {} late CASes refused",
+            self.runs,
+            self.ops,
+            self.unknown,
+            self.failed,
+            t.migrations,
+            t.recoveries,
+            t.marker_restores,
+            t.markers_left,
+            t.cache_hits,
+            t.retries.torn,
+            t.late_cas,
+            r.reclaimed,
+            r.markers_cleared,
+            r.markers_restored,
+            r.in_doubt_freed,
+            self.leaked,
+            s.steps,
+            s.crashes,
+            s.stalls,
+            s.cas_stalls,
+            s.split_verbs,
+            s.torn_reads,
+            s.transport_errors,
+            s.clock_steps,
+            s.late_cas_refused,
+        )
+    }
 }
 
-fn filler(i: usize) -> Vec<u8> {
-    format!("fill{i}").into_bytes()
+/// A key of exactly `len` bytes (or the shortest that is unique), distinct
+/// for every `(prefix, i)`: the index in hex, then `.` and padding.
+fn name(prefix: char, i: usize, len: usize) -> Vec<u8> {
+    let base = format!("{prefix}{i:x}");
+    if len <= base.len() {
+        return base.into_bytes();
+    }
+    let mut k = base.into_bytes();
+    k.push(b'.');
+    k.resize(len, b'y');
+    k
+}
+
+/// The keys of a run: the clients' keys, then the fillers.
+fn keys(scenario: &Scenario, seed: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6b65_7973);
+    let keys = (0..scenario.keys)
+        .map(|i| name('k', i, rng.gen_range(scenario.key_len.clone())))
+        .collect();
+    let fillers = (0..scenario.fillers)
+        .map(|i| name('f', i, rng.gen_range(scenario.key_len.clone())))
+        .collect();
+    (keys, fillers)
+}
+
+fn value(rng: &mut StdRng, range: &RangeInclusive<usize>, tag: &str) -> Vec<u8> {
+    let mut v = tag.as_bytes().to_vec();
+    let len = rng.gen_range(range.clone()).max(v.len());
+    v.resize(len, b'.');
+    v
+}
+
+/// How an operation's error enters the history: `Ok(true)` no effect,
+/// `Ok(false)` unknown outcome, `Err` a violation.
+fn classify(e: &Error, transport_faults: bool) -> Result<bool, String> {
+    match e {
+        Error::IndexFull | Error::DataTableFull => Ok(true),
+        Error::Timeout => Ok(false),
+        Error::Fabric(_) if transport_faults => Ok(false),
+        other => Err(format!("unexpected error {other}")),
+    }
 }
 
 /// Runs one seed of `scenario`. `Err` describes a violation: a
-/// non-linearizable history, a wedged key, an unexpected error or a
-/// livelock.
+/// non-linearizable history, a wedged key, a leaked slot, an unexpected
+/// error or a livelock.
 ///
 /// # Errors
 /// The violation, with the seed, for replay.
 pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
+    run_with(scenario, seed, scenario.faults)
+}
+
+/// [`run`] with other faults (the enumeration of crash points uses it).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOutcome, String> {
     quiet_crashes();
-    let config = scenario.config();
-    let start_us = 1_000_000;
-    let sched = Scheduler::new(seed, scenario.clients, start_us, scenario.faults, 200_000);
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let fail = |msg: String| format!("seed {seed}: {msg}");
+    let config = scenario.config(seed);
+    let threads = scenario.clients + usize::from(scenario.recycler);
+    let sched = Scheduler::new(seed, threads, scenario.nodes, 1_000_000, faults, 400_000);
     let clocks: Vec<Arc<dyn Clock>> = (0..scenario.nodes)
-        .map(|_| {
-            let skew = if scenario.skewed {
-                rng.gen_range(-(scenario.skew_us as i64) / 2..=(scenario.skew_us as i64) / 2)
-            } else {
-                0
-            };
-            Arc::new(SimClock::new(Arc::clone(&sched), skew)) as Arc<dyn Clock>
-        })
+        .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
         .collect();
     let wrap_sched = Arc::clone(&sched);
-    let cluster = Cluster::builder(config)
-        .clocks(clocks)
-        .wrap_fabric(move |f| Arc::new(SimFabric::new(f, wrap_sched)))
-        .recycler(false)
-        .seed(seed)
-        .build()
-        .map_err(|e| format!("seed {seed}: building the cluster: {e}"))?;
+    let land_by = scenario.land_by;
+    let cluster = Arc::new(
+        Cluster::builder(config.clone())
+            .clocks(clocks.clone())
+            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, wrap_sched, land_by)))
+            .recycler(false)
+            .seed(seed)
+            .build()
+            .map_err(|e| fail(format!("building the cluster: {e}")))?,
+    );
     let recorder = Arc::new(Recorder::new());
+    let (keys, fillers) = keys(scenario, seed);
 
     // Preload fillers (outside the simulation: no yields, no faults).
     let mut loader = cluster.client(0).map_err(|e| e.to_string())?;
-    for i in 0..scenario.fillers {
-        let p = recorder.invoke(u64::MAX, Call::put(filler(i), b"filler".to_vec()));
-        match loader.put(&filler(i), b"filler") {
+    for f in &fillers {
+        let p = recorder.invoke(u64::MAX, Call::put(f.clone(), b"filler".to_vec()));
+        match loader.put(f, b"filler") {
             Ok(()) => recorder.returned(p, Ret::Put),
-            Err(Error::IndexFull) => recorder.unknown(p),
-            Err(e) => return Err(format!("seed {seed}: preload: {e}")),
+            Err(Error::IndexFull) => recorder.failed(p),
+            Err(e) => return Err(fail(format!("preload: {e}"))),
         }
     }
 
-    let mut clients: Vec<Client> = Vec::new();
-    for c in 0..scenario.clients {
-        clients.push(
-            cluster
-                .client(c % scenario.nodes)
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let transport = faults.transport > 0.0;
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut handles = Vec::new();
-    for (id, mut client) in clients.into_iter().enumerate() {
+    for id in 0..scenario.clients {
+        let mut client = cluster
+            .client(id % scenario.nodes)
+            .map_err(|e| e.to_string())?;
         let sched = Arc::clone(&sched);
         let recorder = Arc::clone(&recorder);
         let errors = Arc::clone(&errors);
+        let keys = keys.clone();
         let scenario = scenario.clone();
         let op_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
         handles.push(std::thread::spawn(move || {
@@ -221,26 +447,29 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
             let mut rng = StdRng::seed_from_u64(op_seed);
             let result = catch_unwind(AssertUnwindSafe(|| {
                 for n in 0..scenario.ops_per_client {
-                    let k = key(rng.gen_range(0..scenario.keys));
+                    let k = keys[rng.gen_range(0..keys.len())].clone();
                     let call = match rng.gen_range(0..10) {
-                        0..=3 => Call::put(k, format!("c{id}v{n}").into_bytes()),
+                        0..=3 => Call::put(
+                            k,
+                            value(&mut rng, &scenario.value_len, &format!("c{id}v{n}")),
+                        ),
                         4 | 5 => Call::delete(k),
                         _ => Call::get(k),
                     };
                     let pending = recorder.invoke(id as u64, call.clone());
-                    let result = call.apply(&mut client);
-                    match result {
+                    match call.apply(&mut client) {
                         Ok(ret) => recorder.returned(pending, ret),
-                        Err(Error::Timeout | Error::IndexFull | Error::DataTableFull) => {
-                            recorder.unknown(pending)
-                        }
-                        Err(e) => {
-                            recorder.unknown(pending);
-                            errors
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .push(format!("client {id}: {call:?}: unexpected error {e}"));
-                        }
+                        Err(e) => match classify(&e, transport) {
+                            Ok(true) => recorder.failed(pending),
+                            Ok(false) => recorder.unknown(pending),
+                            Err(msg) => {
+                                recorder.unknown(pending);
+                                errors
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                    .push(format!("client {id}: {call:?}: {msg}"));
+                            }
+                        },
                     }
                 }
                 client.stats()
@@ -253,55 +482,80 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
             }
         }));
     }
+    let recycler = scenario.recycler.then(|| {
+        let sched = Arc::clone(&sched);
+        let cluster = Arc::clone(&cluster);
+        let id = scenario.clients;
+        let nodes = scenario.nodes;
+        let classes = config.size_classes().len() as u8;
+        let period = Duration::from_micros((scenario.expiry_us / 10).max(1));
+        let clock = Arc::clone(&clocks[0]);
+        std::thread::spawn(move || {
+            sched.enter_as(id, Role::Background);
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                while !sched.clients_done() {
+                    for node in 0..nodes {
+                        let Some(data) = cluster.node_data(node) else {
+                            continue;
+                        };
+                        for class in 0..classes {
+                            if data.available(class) * 4 < data.capacity(class) {
+                                let _ = data.recycle(class, cluster.table_access(node));
+                            }
+                        }
+                    }
+                    clock.sleep(period);
+                }
+            }));
+            sched.leave();
+            if let Err(payload) = result {
+                if payload.downcast_ref::<Crashed>().is_none() {
+                    std::panic::resume_unwind(payload);
+                }
+            }
+        })
+    });
     sched.start();
-    let mut outcome = SimOutcome::default();
+    let mut outcome = SimOutcome {
+        runs: 1,
+        ..SimOutcome::default()
+    };
     for h in handles {
         match h.join() {
-            Ok(Some(stats)) => {
-                let t = stats.total();
-                outcome.migrations += t.migrations;
-                outcome.recoveries += t.recoveries;
-            }
+            Ok(Some(stats)) => outcome.stats += stats,
             Ok(None) => {}
-            Err(_) => return Err(format!("seed {seed}: a client panicked")),
+            Err(_) => return Err(fail("a client panicked".into())),
         }
     }
-    outcome.scheduler = sched.report();
-    if outcome.scheduler.exhausted {
-        return Err(format!("seed {seed}: livelock: the step budget ran out"));
+    if let Some(h) = recycler {
+        h.join().map_err(|_| fail("the recycler panicked".into()))?;
+    }
+    let report: SchedulerReport = sched.report();
+    outcome.sim = report.counts;
+    outcome.points = (0..scenario.clients).map(|c| sched.points_of(c)).collect();
+    if report.exhausted {
+        return Err(fail("livelock: the step budget ran out".into()));
     }
     if let Some(e) = errors
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .first()
     {
-        return Err(format!("seed {seed}: {e}"));
+        return Err(fail(e.clone()));
     }
 
-    // Audit: once every crashed owner is dead, every key must be readable
-    // within one op_timeout (no wedge), and the reads join the history.
-    sched.advance(scenario.op_timeout_us + 2 * scenario.skew_us + 1);
-    let mut auditor = cluster
-        .client(1 % scenario.nodes)
-        .map_err(|e| e.to_string())?;
-    let keys: Vec<Vec<u8>> = (0..scenario.keys)
-        .map(key)
-        .chain((0..scenario.fillers).map(filler))
-        .collect();
-    for k in keys {
-        let p = recorder.invoke(u64::MAX - 1, Call::get(k.clone()));
-        match auditor.get(&k) {
-            Ok(v) => recorder.returned(p, Ret::Get(v)),
-            Err(e) => {
-                return Err(format!(
-                    "seed {seed}: key {} wedged after its owners died: {e} (auditor: {:?})\n{}",
-                    String::from_utf8_lossy(&k),
-                    auditor.stats().get,
-                    dump_key(&cluster, &k)
-                ))
-            }
-        }
-    }
+    let all_keys: Vec<Vec<u8>> = keys.iter().chain(&fillers).cloned().collect();
+    let lossy = faults.crash > 0.0 || faults.crash_at.is_some() || transport;
+    audit(
+        scenario,
+        &cluster,
+        &sched,
+        &recorder,
+        &all_keys,
+        lossy,
+        &mut outcome,
+    )
+    .map_err(fail)?;
     let history = recorder.history();
     outcome.ops = history.len();
     outcome.unknown = history
@@ -309,57 +563,283 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
         .iter()
         .filter(|o| o.responded().is_none())
         .count();
-    check(&history).map_err(|e| format!("seed {seed}: {e}"))?;
+    check(&history).map_err(|e| fail(e.to_string()))?;
     Ok(outcome)
 }
 
+/// Steps 1–4 of the audit (see the module docs).
+fn audit(
+    scenario: &Scenario,
+    cluster: &Cluster,
+    sched: &Scheduler,
+    recorder: &Recorder,
+    keys: &[Vec<u8>],
+    lossy: bool,
+    outcome: &mut SimOutcome,
+) -> Result<(), String> {
+    let config = cluster.config();
+    // 1. Every owner is dead, every CAS landed, every staged slot expired.
+    let landing = config.landing_bound().as_micros() as u64;
+    sched.advance(scenario.expiry_us + scenario.op_timeout_us + landing + 4 * scenario.skew_us + 1);
+    // 2. Reuse every slot that may be reused.
+    for node in 0..config.nodes {
+        churn(cluster, node).map_err(|e| format!("audit churn on node {node}: {e}"))?;
+        if let Some(data) = cluster.node_data(node) {
+            let c = data.recycle_counts();
+            let r = &mut outcome.recycling;
+            r.scans += c.scans;
+            r.reclaimed += c.reclaimed;
+            r.markers_cleared += c.markers_cleared;
+            r.markers_restored += c.markers_restored;
+            r.in_doubt_freed += c.in_doubt_freed;
+            r.kept_after_error += c.kept_after_error;
+        }
+    }
+    // 3. Leaks.
+    let leaks = leaked(cluster);
+    outcome.leaked = leaks.len() as u64;
+    if !leaks.is_empty() && !lossy {
+        let shown: String = leaks.iter().map(|r| describe_dte(cluster, *r)).collect();
+        return Err(format!(
+            "{} DTE slots leaked in a run without crashes or transport errors:\n{shown}index:\n{}",
+            leaks.len(),
+            dump_index(cluster)
+        ));
+    }
+    // 4. Read, write and read again every key.
+    let mut auditor = cluster
+        .client(1 % config.nodes)
+        .map_err(|e| e.to_string())?;
+    let wedged = |k: &[u8], what: &str, e: &Error, auditor: &Client| {
+        format!(
+            "key {} wedged after the run ({what}): {e} (auditor: {:?})\n{}",
+            String::from_utf8_lossy(k),
+            auditor.stats().total().retries,
+            dump_key(cluster, k)
+        )
+    };
+    for k in keys {
+        let p = recorder.invoke(u64::MAX - 1, Call::get(k.clone()));
+        match auditor.get(k) {
+            Ok(v) => recorder.returned(p, Ret::Get(v)),
+            Err(e) => return Err(wedged(k, "GET", &e, &auditor)),
+        }
+    }
+    for k in keys {
+        let v = format!("audit-{}", String::from_utf8_lossy(k)).into_bytes();
+        let p = recorder.invoke(u64::MAX - 1, Call::put(k.clone(), v.clone()));
+        match auditor.put(k, &v) {
+            Ok(()) => recorder.returned(p, Ret::Put),
+            Err(Error::IndexFull | Error::DataTableFull) => recorder.failed(p),
+            Err(e) => return Err(wedged(k, "PUT", &e, &auditor)),
+        }
+        let p = recorder.invoke(u64::MAX - 1, Call::get(k.clone()));
+        match auditor.get(k) {
+            Ok(v) => recorder.returned(p, Ret::Get(v)),
+            Err(e) => return Err(wedged(k, "GET after PUT", &e, &auditor)),
+        }
+    }
+    Ok(())
+}
+
+/// Allocates every slot node `node` can hand out (recycling first, which
+/// resolves the markers of expired MIGRATE copies), poisons it, and frees
+/// it again: afterwards, any ITE still pointing at a reused slot reads as
+/// torn for ever.
+fn churn(cluster: &Cluster, node: usize) -> Result<(), String> {
+    let Some(data) = cluster.node_data(node) else {
+        return Ok(());
+    };
+    let fabric = cluster.fabric();
+    let access = cluster.table_access(node);
+    let mut rng = StdRng::seed_from_u64(node as u64);
+    for class in 0..data.classes() as u8 {
+        let mut taken = Vec::new();
+        while let Some(r) = data.allocate(class, access).map_err(|e| e.to_string())? {
+            let bytes = data.slot_bytes(class);
+            let mut poison: Vec<u8> = (0..bytes).map(|_| rng.gen()).collect();
+            let header = DteHeader {
+                state: DteState::new(r.generation, 1, 0, false, false)
+                    .with_status(DteStatus::Aborted),
+                ..DteHeader::default()
+            };
+            poison[..dte::DTE_HEADER_BYTES].copy_from_slice(&header.encode());
+            let addr = data
+                .geometry()
+                .dte_addr(r)
+                .ok_or("allocated slot has no address")?;
+            fabric.write(addr, &poison).map_err(|e| e.to_string())?;
+            taken.push(r);
+        }
+        for r in taken {
+            data.release_unpublished(r);
+        }
+    }
+    Ok(())
+}
+
+/// Every ITE of every node.
+fn all_ites(cluster: &Cluster) -> Vec<(usize, u64, Ite)> {
+    let config = cluster.config();
+    let fabric = cluster.fabric();
+    let mut out = Vec::new();
+    for node in 0..config.nodes {
+        for slot in 0..config.index_slots_per_node as u64 {
+            let c = nessie::index::Candidate { node, slot };
+            let mut w = [0u8; 8];
+            let _ = fabric.read(c.addr(), &mut w);
+            out.push((node, slot, Ite(u64::from_le_bytes(w))));
+        }
+    }
+    out
+}
+
+/// Slots in use that nothing in the index can reach. Reachable: linked
+/// entries, the `prev` and `replaced` of linked entries not committed
+/// (a helper may restore them), the copies behind markers and those copies'
+/// predecessors (the marker's clearer stages them).
+fn leaked(cluster: &Cluster) -> Vec<SlotRef> {
+    let config = cluster.config();
+    let fabric = cluster.fabric();
+    let mut reachable: HashSet<(u16, u8, u32)> = HashSet::new();
+    let key = |r: SlotRef| (r.node, r.class, r.slot);
+    let header = |t: SlotRef| {
+        let addr = cluster.node_data(0)?.geometry().dte_addr(t)?;
+        let mut h = [0u8; dte::DTE_HEADER_BYTES];
+        fabric.read(addr, &mut h).ok()?;
+        let h = DteHeader::decode(&h);
+        (h.state.generation() == t.generation).then_some(h)
+    };
+    for (_, _, ite) in all_ites(cluster) {
+        let Some(t) = ite.target() else { continue };
+        reachable.insert(key(t));
+        let Some(h) = header(t) else { continue };
+        let mut also = Vec::new();
+        if ite.is_moved() {
+            also.push(h.prev);
+        } else if h.state.status() != DteStatus::Valid {
+            also.extend([h.prev, h.replaced]);
+        }
+        for v in also {
+            if let Some(r) = Ite(v).target() {
+                reachable.insert(key(r));
+            }
+        }
+    }
+    (0..config.nodes)
+        .filter_map(|n| cluster.node_data(n))
+        .flat_map(|d| (0..d.classes() as u8).flat_map(move |c| d.in_use_slots(c)))
+        .filter(|r| !reachable.contains(&key(*r)))
+        .collect()
+}
+
 /// Seeds to run: `NESSIE_SIM_SEED` replays one; `NESSIE_SIM_SEEDS` sets how
-/// many (default `default`).
+/// many (default `default`), from `NESSIE_SIM_FIRST_SEED` (default 0).
 #[must_use]
 pub fn seeds(default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("NESSIE_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    if let Some(seed) = var("NESSIE_SIM_SEED") {
         return vec![seed];
     }
-    let n = std::env::var("NESSIE_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (0..n).collect()
+    let first = var("NESSIE_SIM_FIRST_SEED").unwrap_or(0);
+    let n = var("NESSIE_SIM_SEEDS").unwrap_or(default);
+    (first..first + n).collect()
+}
+
+/// Runs `scenario` once per yield point of a fault-free run of `seed`,
+/// crashing one client there, then once per yield point stalling one
+/// client there long enough to be declared dead (a zombie). Returns the
+/// number of runs.
+///
+/// # Errors
+/// The first violation, naming the fault that caused it.
+pub fn enumerate_faults(scenario: &Scenario, seed: u64) -> Result<u64, String> {
+    let clean = Scenario {
+        faults: Faults::none(),
+        ..scenario.clone()
+    };
+    let config = clean.config(seed);
+    let dead_after = (config.op_timeout + config.max_clock_skew * 2).as_micros() as u64 + 1;
+    let landing = config.landing_bound().as_micros() as u64;
+    let points = run(&clean, seed)?.points;
+    let mut runs = 0;
+    for (client, &n) in points.iter().enumerate() {
+        for at in 1..=n {
+            let crash = Faults {
+                crash_at: Some((client, at)),
+                ..Faults::none()
+            };
+            run_with(&clean, seed, crash)
+                .map_err(|e| format!("crash of client {client} at point {at}: {e}"))?;
+            let zombie = Faults {
+                stall_at: Some((client, at, dead_after.min(landing))),
+                ..Faults::none()
+            };
+            run_with(&clean, seed, zombie)
+                .map_err(|e| format!("stall of client {client} at point {at}: {e}"))?;
+            runs += 2;
+        }
+    }
+    Ok(runs)
 }
 
 /// The key's candidate ITEs and the headers they point at, for diagnostics.
 fn dump_key(cluster: &Cluster, key: &[u8]) -> String {
-    use nessie::index::KeyHasher;
-    use nessie::layout::{dte::DteHeader, Ite};
     let config = cluster.config();
-    let fabric = cluster.fabric();
     let mut out = String::new();
     for c in KeyHasher::new(config).candidates(key) {
         let mut w = [0u8; 8];
-        let _ = fabric.read(c.addr(), &mut w);
-        let ite = Ite(u64::from_le_bytes(w));
-        out.push_str(&format!("  {c:?}: {:?}\n", ite.kind()));
-        if let Some(t) = ite.target() {
-            let bytes = config.class_slot_bytes(usize::from(t.class));
-            let mut buf = vec![0u8; bytes];
-            let _ = fabric.read(nessie::data::dte_addr(t, bytes), &mut buf);
-            let h = DteHeader::decode(&buf);
-            out.push_str(&format!(
-                "    -> gen {} status {:?} migrated {} tomb {} key {:?} created {} expires {} prev {:?} replaced {:?}\n",
-                h.state.generation(),
-                h.state.status(),
-                h.state.is_migrated(),
-                h.state.is_tombstone(),
-                String::from_utf8_lossy(&buf[56..56 + h.state.key_len().min(16)]),
-                h.created_at,
-                h.expires_at,
-                Ite(h.prev).kind(),
-                Ite(h.replaced).kind()
-            ));
-        }
+        let _ = cluster.fabric().read(c.addr(), &mut w);
+        out.push_str(&describe(
+            cluster,
+            c.node,
+            c.slot,
+            Ite(u64::from_le_bytes(w)),
+        ));
     }
+    out
+}
+
+/// Every non-empty ITE of the cluster, for diagnostics.
+fn dump_index(cluster: &Cluster) -> String {
+    all_ites(cluster)
+        .into_iter()
+        .filter(|(_, _, ite)| !ite.is_empty())
+        .map(|(node, slot, ite)| describe(cluster, node, slot, ite))
+        .collect()
+}
+
+fn describe(cluster: &Cluster, node: usize, slot: u64, ite: Ite) -> String {
+    let out = format!("  node {node} slot {slot}: {:?}\n", ite.kind());
+    match ite.target() {
+        Some(t) => out + &describe_dte(cluster, t),
+        None => out,
+    }
+}
+
+fn describe_dte(cluster: &Cluster, t: SlotRef) -> String {
+    let mut out = String::new();
+    let Some(data) = cluster.node_data(0) else {
+        return out;
+    };
+    let Some(addr) = data.geometry().dte_addr(t) else {
+        return out;
+    };
+    let mut buf = vec![0u8; data.slot_bytes(t.class)];
+    let _ = cluster.fabric().read(addr, &mut buf);
+    let h = DteHeader::decode(&buf);
+    let key_len = h.state.key_len().min(KEY_MAX);
+    out.push_str(&format!(
+        "    -> {t:?}: gen {} status {:?} migrated {} tomb {} key {:?} created {} expires {} prev {:?} replaced {:?}\n",
+        h.state.generation(),
+        h.state.status(),
+        h.state.is_migrated(),
+        h.state.is_tombstone(),
+        String::from_utf8_lossy(&buf[dte::KEY_OFFSET..dte::KEY_OFFSET + key_len]),
+        h.created_at,
+        h.expires_at,
+        Ite(h.prev).kind(),
+        Ite(h.replaced).kind()
+    ));
     out
 }

@@ -1,67 +1,101 @@
 //! Seeded simulation runs: every scenario, many seeds, each history checked
-//! for linearizability and every key audited for wedges.
+//! for linearizability and every key audited for wedges after every slot
+//! that may be reused was reused.
 //!
 //! `NESSIE_SIM_SEEDS=N` runs N seeds per scenario (CI runs the defaults
-//! below, 2,400 seeds in all); `NESSIE_SIM_SEED=S` replays seed S of every
-//! scenario.
+//! below), from `NESSIE_SIM_FIRST_SEED`; `NESSIE_SIM_SEED=S` replays seed S
+//! of every scenario. Each test prints what its runs exercised.
 
-use tests::simulation::{run, seeds, Scenario, SimOutcome};
+use tests::simulation::{enumerate_faults, run, seeds, Scenario, SimOutcome};
 
 fn run_all(scenario: &Scenario, default_seeds: u64) -> SimOutcome {
     let mut total = SimOutcome::default();
     for seed in seeds(default_seeds) {
         match run(scenario, seed) {
-            Ok(o) => {
-                total.ops += o.ops;
-                total.unknown += o.unknown;
-                total.migrations += o.migrations;
-                total.recoveries += o.recoveries;
-                total.scheduler.steps += o.scheduler.steps;
-                total.scheduler.crashes += o.scheduler.crashes;
-                total.scheduler.stalls += o.scheduler.stalls;
-            }
-            Err(e) => panic!("scenario {}: {e}\nreplay: NESSIE_SIM_SEED={seed} cargo test -p tests --test simulation {}", scenario.name, scenario.name),
+            Ok(o) => total.add(&o),
+            Err(e) => panic!(
+                "scenario {}: {e}\nreplay: NESSIE_SIM_SEED={seed} cargo test -p tests --test simulation",
+                scenario.name
+            ),
         }
     }
-    eprintln!("{}: {total:?}", scenario.name);
+    eprintln!("{}: {}", scenario.name, total.summary());
     total
 }
 
 #[test]
 fn contended() {
-    let t = run_all(&Scenario::contended(), 400);
+    let t = run_all(&Scenario::contended(), 300);
     assert!(t.ops > 0);
+    assert!(t.stats.total().cache_hits > 0, "the cache was never used");
 }
 
 #[test]
 fn crowded_index_migrates() {
-    let t = run_all(&Scenario::crowded(), 400);
-    assert!(t.migrations > 0, "the crowded scenario never migrated");
+    let t = run_all(&Scenario::crowded(), 300);
+    assert!(t.stats.total().migrations > 0, "never migrated");
 }
 
 #[test]
 fn recycling() {
-    run_all(&Scenario::recycling(), 400);
+    let t = run_all(&Scenario::recycling(), 300);
+    assert!(t.recycling.reclaimed > 0, "never reclaimed a slot");
 }
 
 #[test]
-fn contended_with_crashes_zombies_and_skew() {
-    let t = run_all(&Scenario::faulty(Scenario::contended()), 400);
-    assert!(t.scheduler.crashes > 0 && t.scheduler.stalls > 0);
+fn combined_migration_and_recycling() {
+    let t = run_all(&Scenario::combined(), 300);
+    let s = t.stats.total();
+    assert!(s.migrations > 0 && t.recycling.reclaimed > 0);
+}
+
+#[test]
+fn contended_with_faults() {
+    let t = run_all(&Scenario::faulty(Scenario::contended()), 300);
+    let s = t.stats.total();
+    assert!(t.sim.crashes > 0 && t.sim.stalls > 0 && t.sim.torn_reads > 0);
     assert!(
-        t.recoveries > 0,
+        s.recoveries > 0,
         "no client ever recovered a dead owner's entry"
     );
 }
 
 #[test]
-fn crowded_with_crashes_zombies_and_skew() {
-    let t = run_all(&Scenario::faulty(Scenario::crowded()), 400);
-    assert!(t.scheduler.crashes > 0 && t.scheduler.stalls > 0);
+fn crowded_with_faults() {
+    let t = run_all(&Scenario::faulty(Scenario::crowded()), 300);
+    assert!(t.sim.crashes > 0 && t.sim.cas_stalls > 0);
 }
 
 #[test]
-fn recycling_with_crashes_zombies_and_skew() {
-    let t = run_all(&Scenario::faulty(Scenario::recycling()), 400);
-    assert!(t.scheduler.crashes > 0 && t.scheduler.stalls > 0);
+fn recycling_with_faults() {
+    let t = run_all(&Scenario::faulty(Scenario::recycling()), 300);
+    assert!(t.sim.transport_errors > 0 && t.sim.clock_steps > 0);
+}
+
+#[test]
+fn combined_with_faults() {
+    let t = run_all(&Scenario::faulty(Scenario::combined()), 600);
+    let s = t.stats.total();
+    assert!(s.migrations > 0 && t.recycling.reclaimed > 0);
+    assert!(t.sim.crashes > 0 && t.sim.torn_reads > 0 && t.sim.transport_errors > 0);
+}
+
+/// Every crash point and every zombie point of a short schedule in which a
+/// PUT migrates an entry while others read and write the keys involved.
+#[test]
+fn every_crash_and_zombie_point_of_a_short_schedule() {
+    let scenario = Scenario {
+        name: "short",
+        clients: 3,
+        ops_per_client: 2,
+        ..Scenario::combined()
+    };
+    let mut runs = 0;
+    for seed in seeds(3) {
+        runs += enumerate_faults(&scenario, seed).unwrap_or_else(|e| {
+            panic!("{e}\nreplay: NESSIE_SIM_SEED={seed} cargo test -p tests --test simulation every_crash")
+        });
+    }
+    eprintln!("short schedules: {runs} runs, one crash or zombie each");
+    assert!(runs > 100);
 }

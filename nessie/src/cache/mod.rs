@@ -1,11 +1,16 @@
 //! A client's LRU cache of committed DTEs, keyed by the ITE value that
 //! pointed at them.
 //!
-//! A committed DTE never changes, and an ITE value cannot repeat within
-//! `expiry` (slots are reused only after they expire, and the slot generation
-//! is part of the ITE), so a fresh ITE read that returns a cached ITE value
-//! proves the cached entry is still the key's current version. An entry is
-//! usable only within `expiry` of the last ITE read that confirmed it.
+//! A committed DTE never changes, and an ITE value cannot come back for
+//! another incarnation of its slot within 2047 × `expiry` (a slot's
+//! generation, part of the ITE value, is bumped only when a published slot
+//! is reused, at most once per `expiry`), so a fresh ITE read that returns a
+//! cached ITE value proves the cached entry is still the key's current
+//! version. An entry is usable only if at most `expiry` passed between the
+//! start of the index read that last confirmed it and the end of the index
+//! read that finds it again; both times come from the monotonic clock, the
+//! second read *after* the ITE read (review F6: a reader preempted between
+//! its clock read and its ITE read must not count the preemption as fresh).
 
 use lru::LruCache;
 use std::num::NonZeroUsize;
@@ -18,7 +23,8 @@ pub struct CachedEntry {
     pub key: Arc<[u8]>,
     /// The value, or `None` for a committed tombstone.
     pub value: Option<Arc<[u8]>>,
-    /// When an ITE read last confirmed the entry (µs).
+    /// When the index read that last confirmed the entry began (monotonic
+    /// µs).
     pub confirmed_at: u64,
 }
 
@@ -39,11 +45,13 @@ impl DteCache {
         }
     }
 
-    /// The entry for an ITE value just read at `now`, if cached and still
-    /// within expiry; a hit refreshes its confirmation time.
-    pub fn get(&mut self, ite: u64, now: u64) -> Option<&CachedEntry> {
+    /// The entry for the ITE value `ite`, found by an index read that began
+    /// at `read_began` and ended by `read_ended` (monotonic µs), if cached
+    /// and confirmed at most `expiry` before `read_ended`; a hit is
+    /// confirmed again as of `read_began`.
+    pub fn get(&mut self, ite: u64, read_began: u64, read_ended: u64) -> Option<&CachedEntry> {
         let fresh = match self.lru.get(&ite) {
-            Some(e) => now.saturating_sub(e.confirmed_at) <= self.expiry_us,
+            Some(e) => read_ended.saturating_sub(e.confirmed_at) <= self.expiry_us,
             None => return None,
         };
         if !fresh {
@@ -51,18 +59,19 @@ impl DteCache {
             return None;
         }
         let e = self.lru.get_mut(&ite)?;
-        e.confirmed_at = now;
+        e.confirmed_at = e.confirmed_at.max(read_began);
         Some(e)
     }
 
-    /// Caches a committed DTE read through the ITE value `ite` at `now`.
-    pub fn insert(&mut self, ite: u64, key: &[u8], value: Option<&[u8]>, now: u64) {
+    /// Caches a committed DTE read through the ITE value `ite`, which an
+    /// index read that began at `read_began` (monotonic µs) returned.
+    pub fn insert(&mut self, ite: u64, key: &[u8], value: Option<&[u8]>, read_began: u64) {
         self.lru.put(
             ite,
             CachedEntry {
                 key: key.into(),
                 value: value.map(Into::into),
-                confirmed_at: now,
+                confirmed_at: read_began,
             },
         );
     }
@@ -88,10 +97,24 @@ mod tests {
     fn entries_expire_unless_confirmed() {
         let mut c = DteCache::new(2, 100);
         c.insert(1, b"k", Some(b"v"), 0);
-        assert!(c.get(1, 50).is_some());
-        assert!(c.get(1, 150).is_some(), "refreshed at 50");
-        assert!(c.get(1, 251).is_none(), "expired after 150 + 100");
+        assert!(c.get(1, 50, 50).is_some());
+        assert!(c.get(1, 150, 150).is_some(), "refreshed at 50");
+        assert!(c.get(1, 251, 251).is_none(), "expired after 150 + 100");
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn freshness_counts_until_the_end_of_the_index_read() {
+        let mut c = DteCache::new(2, 100);
+        c.insert(1, b"k", Some(b"v"), 0);
+        // A read that began in time but ended (after a preemption) too late
+        // must not hit (review F6).
+        assert!(c.get(1, 90, 101).is_none());
+        c.insert(2, b"k", Some(b"v"), 0);
+        assert!(c.get(2, 10, 100).is_some());
+        assert_eq!(c.get(2, 20, 20).unwrap().confirmed_at, 20);
+        // A hit never moves the confirmation back in time.
+        assert_eq!(c.get(2, 5, 30).unwrap().confirmed_at, 20);
     }
 
     #[test]
@@ -99,10 +122,10 @@ mod tests {
         let mut c = DteCache::new(2, 1000);
         c.insert(1, b"a", Some(b"1"), 0);
         c.insert(2, b"b", None, 0);
-        assert!(c.get(1, 1).is_some());
+        assert!(c.get(1, 1, 1).is_some());
         c.insert(3, b"c", Some(b"3"), 1);
-        assert!(c.get(2, 2).is_none());
-        assert_eq!(c.get(3, 2).unwrap().value.as_deref(), Some(&b"3"[..]));
+        assert!(c.get(2, 2, 2).is_none());
+        assert_eq!(c.get(3, 2, 2).unwrap().value.as_deref(), Some(&b"3"[..]));
         assert_eq!(c.len(), 2);
     }
 }

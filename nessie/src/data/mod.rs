@@ -1,37 +1,51 @@
-//! Data tables: fixed-size DTE slots per size class, and their allocation.
+//! Data tables: fixed-size DTE slots per size class, their allocation and
+//! their reuse.
 //!
 //! Every node owns one data table per size class (see
 //! [`Config::size_classes`] for the classes and the policy that sizes them).
 //! Clients write new DTEs only into their own node's tables, so allocation is
 //! node-local state ([`NodeData`]), shared by the node's clients.
 //!
-//! A slot is reused only when it is safe: immediately if it was never
-//! published (its owner's ITE CAS failed), otherwise once whoever unlinked it
-//! has *staged* it (written `expires_at = now + expiry`) and
-//! `now > expires_at + max_clock_skew`. Each reuse bumps the slot's
-//! generation, which is part of every ITE pointing at it.
+//! # When a slot may be reused (DESIGN §4.4)
+//!
+//! * A slot that was never published (its owner's ITE CAS failed or was
+//!   refused) is free again at once, **with the same generation**: its
+//!   (slot, generation) never reached any ITE.
+//! * A published slot is reused only once whoever unlinked it has *staged*
+//!   it (written `expires_at = now + expiry`, exactly once per incarnation)
+//!   and `now > expires_at + max_clock_skew`. Its generation is bumped then,
+//!   so two incarnations that were both published are at least `expiry`
+//!   apart and an 11-bit generation recurs only after more than 2047 ×
+//!   `expiry`.
+//! * Before the slot of a staged MIGRATE copy is reused, the copy's source
+//!   slot is resolved: a `MOVED(copy)` still there (its migrator crashed
+//!   before clearing it, or landed it late as a zombie) is cleared if the
+//!   copy committed, and the copy's predecessor is staged by whoever wins
+//!   that clear; it is restored to the copy's `prev` if the copy aborted.
+//!   The slot is freed only once that CAS has a definite outcome
+//!   ([`reclaim`]). No marker can appear later: only the copy's owner
+//!   installs it, once, and it lands within `expiry` of the copy's creation.
+//! * A slot whose publishing CAS ended with a transport error (outcome
+//!   unknown) is kept until `expiry` after its creation, when that CAS can no
+//!   longer land; it is freed then if it never did.
 
+mod geometry;
+mod reclaim;
 mod recycler;
 
+pub use geometry::{dte_addr, Geometry};
 pub use recycler::Recycler;
 
 use crate::clock::Clock;
-use crate::fabric::{Fabric, NodeId, RegionId, RegionSpec, RemoteAddr};
-use crate::layout::dte::EXPIRES_AT_OFFSET;
+use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
+use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
 use crate::layout::ite::next_generation;
 use crate::layout::SlotRef;
 use crate::Config;
+use reclaim::{Pending, PendingGuard};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// Where the DTE `r` lives, given the slot size of its class.
-#[must_use]
-pub fn dte_addr(r: SlotRef, slot_bytes: usize) -> RemoteAddr {
-    RemoteAddr::new(
-        usize::from(r.node),
-        RegionId::data(r.class),
-        u64::from(r.slot) * slot_bytes as u64,
-    )
-}
 
 /// The data-table regions a node registers for `config`.
 #[must_use]
@@ -44,13 +58,83 @@ pub fn data_regions(config: &Config) -> Vec<RegionSpec> {
         .collect()
 }
 
+/// How allocation and recycling reach memory and time.
+#[derive(Clone, Copy)]
+pub struct TableAccess<'a> {
+    /// The node's own memory, without any wrapper: read while the
+    /// allocator's lock is held, so it must neither block on other nodes nor
+    /// yield to a scheduler.
+    pub local: &'a dyn Fabric,
+    /// The cluster's fabric: the verbs that resolve a MIGRATE copy's source
+    /// slot (on any node) and stage the copy's predecessor before the copy's
+    /// slot is reused. Used without the allocator's lock.
+    pub cluster: &'a dyn Fabric,
+    /// The node's wall clock (`expires_at` stamps are compared across
+    /// nodes).
+    pub clock: &'a dyn Clock,
+}
+
+impl fmt::Debug for TableAccess<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableAccess").finish_non_exhaustive()
+    }
+}
+
+/// What one node's recycling did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecycleCounts {
+    /// Scans of a class for reusable slots.
+    pub scans: u64,
+    /// Published slots returned to a free list after their expiry.
+    pub reclaimed: u64,
+    /// `MOVED(copy)` markers of committed copies cleared before the copy's
+    /// slot was reused (the copy's predecessor was staged by the clear).
+    pub markers_cleared: u64,
+    /// `MOVED(copy)` markers of aborted copies put back to the copy's `prev`
+    /// before the copy's slot was reused.
+    pub markers_restored: u64,
+    /// Slots whose publishing CAS had an unknown outcome, freed once it was
+    /// certain the CAS never landed.
+    pub in_doubt_freed: u64,
+    /// Slots kept for a later scan because a verb resolving them failed.
+    pub kept_after_error: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    scans: AtomicU64,
+    reclaimed: AtomicU64,
+    markers_cleared: AtomicU64,
+    markers_restored: AtomicU64,
+    in_doubt_freed: AtomicU64,
+    kept_after_error: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A slot whose publishing CAS ended with a transport error.
+#[derive(Debug, Clone, Copy)]
+struct InDoubt {
+    slot: u32,
+    /// The ITE the CAS targeted.
+    ite: RemoteAddr,
+    /// The value it tried to install.
+    value: u64,
+}
+
 #[derive(Debug)]
 struct ClassTable {
     slots: u32,
     next_fresh: u32,
+    /// Slots ready for allocation, each at the generation its next
+    /// incarnation gets.
     free: Vec<u32>,
+    /// Allocated slots, published or not, until reclaimed.
     in_use: Vec<u32>,
     generations: Vec<u16>,
+    in_doubt: Vec<InDoubt>,
 }
 
 impl ClassTable {
@@ -67,47 +151,80 @@ impl ClassTable {
     fn available(&self) -> usize {
         self.free.len() + (self.slots - self.next_fresh) as usize
     }
+
+    /// Returns a slot whose published incarnation is over to the free list,
+    /// under a new generation.
+    fn reclaim(&mut self, slot: u32) {
+        let g = &mut self.generations[slot as usize];
+        *g = next_generation(*g);
+        self.in_doubt.retain(|d| d.slot != slot);
+        self.free.push(slot);
+    }
+
+    fn doubt(&self, slot: u32) -> Option<InDoubt> {
+        self.in_doubt.iter().copied().find(|d| d.slot == slot)
+    }
 }
 
 /// Allocation state of one node's data tables.
-#[derive(Debug)]
 pub struct NodeData {
     node: NodeId,
-    slot_bytes: Vec<usize>,
+    geometry: Geometry,
     expiry_us: u64,
     skew_us: u64,
     classes: Vec<Mutex<ClassTable>>,
+    counters: Counters,
+}
+
+impl fmt::Debug for NodeData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeData")
+            .field("node", &self.node)
+            .field("counts", &self.recycle_counts())
+            .finish_non_exhaustive()
+    }
 }
 
 impl NodeData {
-    /// Empty tables of `node` for `config`.
+    /// Empty tables of `node` for a (validated) `config`.
     #[must_use]
     pub fn new(config: &Config, node: NodeId) -> NodeData {
-        let n = config.size_classes().len();
+        let geometry = Geometry::new(config);
+        let classes = (0..geometry.classes())
+            .map(|c| {
+                let slots = geometry.slots(c as u8) as u32;
+                Mutex::new(ClassTable {
+                    slots,
+                    next_fresh: 0,
+                    free: Vec::new(),
+                    in_use: Vec::new(),
+                    // A fresh slot's first incarnation is generation 1
+                    // (0 is never used, so that `EMPTY(x)` is never 0).
+                    generations: vec![1; slots as usize],
+                    in_doubt: Vec::new(),
+                })
+            })
+            .collect();
         NodeData {
             node,
-            slot_bytes: (0..n).map(|c| config.class_slot_bytes(c)).collect(),
-            expiry_us: config.expiry.as_micros() as u64,
-            skew_us: config.max_clock_skew.as_micros() as u64,
-            classes: (0..n)
-                .map(|c| {
-                    let slots = config.class_slots(c) as u32;
-                    Mutex::new(ClassTable {
-                        slots,
-                        next_fresh: 0,
-                        free: Vec::new(),
-                        in_use: Vec::new(),
-                        generations: vec![0; slots as usize],
-                    })
-                })
-                .collect(),
+            geometry,
+            expiry_us: crate::config::micros(config.expiry),
+            skew_us: crate::config::micros(config.max_clock_skew),
+            classes,
+            counters: Counters::default(),
         }
+    }
+
+    /// The tables' shape.
+    #[must_use]
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
     }
 
     /// Slot bytes of `class`.
     #[must_use]
     pub fn slot_bytes(&self, class: u8) -> usize {
-        self.slot_bytes[usize::from(class)]
+        self.geometry.slot_bytes(class)
     }
 
     fn table(&self, class: u8) -> std::sync::MutexGuard<'_, ClassTable> {
@@ -118,67 +235,105 @@ impl NodeData {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes a free slot of `class`, scanning for expired slots if none is
-    /// free. The slot's generation is bumped. `None` if every slot is in use
-    /// and none has expired.
+    fn slot_addr(&self, class: u8, slot: u32) -> RemoteAddr {
+        RemoteAddr::new(
+            self.node,
+            RegionId::data(class),
+            u64::from(slot) * self.slot_bytes(class) as u64,
+        )
+    }
+
+    /// Takes a free slot of `class`, recycling expired slots if none is free.
+    /// `None` if every slot is in use and none may be reused yet.
     ///
     /// # Errors
-    /// A fabric error while scanning.
+    /// A fabric error on the node's own memory.
     pub fn allocate(
         &self,
         class: u8,
-        fabric: &dyn Fabric,
-        clock: &dyn Clock,
-    ) -> Result<Option<SlotRef>, crate::fabric::FabricError> {
+        access: TableAccess<'_>,
+    ) -> Result<Option<SlotRef>, FabricError> {
+        if let Some(r) = self.take(class, access.local)? {
+            return Ok(Some(r));
+        }
+        self.recycle(class, access)?;
+        self.take(class, access.local)
+    }
+
+    fn take(&self, class: u8, local: &dyn Fabric) -> Result<Option<SlotRef>, FabricError> {
         let mut table = self.table(class);
-        let slot = match table.take() {
-            Some(s) => s,
-            None => {
-                self.scan(class, &mut table, fabric, clock.now_us())?;
-                match table.take() {
-                    Some(s) => s,
-                    None => return Ok(None),
-                }
-            }
+        let Some(slot) = table.take() else {
+            return Ok(None);
         };
         // Clear the previous occupant's `expires_at` before anyone can scan
         // this slot again: until the new entry is written, a stale expired
         // stamp would let a scan hand the slot out a second time.
-        let at = RemoteAddr::new(
-            self.node,
-            RegionId::data(class),
-            u64::from(slot) * self.slot_bytes(class) as u64 + EXPIRES_AT_OFFSET as u64,
-        );
-        if let Err(e) = fabric.write(at, &0u64.to_le_bytes()) {
+        let at = self.slot_addr(class, slot).add(EXPIRES_AT_OFFSET as u64);
+        if let Err(e) = local.write(at, &0u64.to_le_bytes()) {
             table.free.push(slot);
             return Err(e);
         }
-        let generation = next_generation(table.generations[slot as usize]);
-        table.generations[slot as usize] = generation;
         table.in_use.push(slot);
         Ok(Some(SlotRef {
             node: self.node as u16,
             class,
             slot,
-            generation,
+            generation: table.generations[slot as usize],
         }))
     }
 
     /// Returns a slot that was never published (no ITE ever pointed at it)
-    /// for immediate reuse.
+    /// for immediate reuse, keeping its generation.
     pub fn release_unpublished(&self, r: SlotRef) {
         debug_assert_eq!(usize::from(r.node), self.node);
         let mut table = self.table(r.class);
         if let Some(i) = table.in_use.iter().rposition(|&s| s == r.slot) {
             table.in_use.swap_remove(i);
+            table.in_doubt.retain(|d| d.slot != r.slot);
             table.free.push(r.slot);
         }
+    }
+
+    /// Records that the CAS publishing `r` into the ITE at `ite` (installing
+    /// `value`) ended with an unknown outcome: the slot is kept until that
+    /// CAS can no longer land, then freed if it never did.
+    pub fn note_in_doubt(&self, r: SlotRef, ite: RemoteAddr, value: u64) {
+        let mut table = self.table(r.class);
+        table.in_doubt.push(InDoubt {
+            slot: r.slot,
+            ite,
+            value,
+        });
     }
 
     /// Free (or never used) slots of `class`.
     #[must_use]
     pub fn available(&self, class: u8) -> usize {
         self.table(class).available()
+    }
+
+    /// Allocated slots of `class` not yet reclaimed (published, staged,
+    /// being resolved, or leaked).
+    #[must_use]
+    pub fn in_use(&self, class: u8) -> usize {
+        let t = self.table(class);
+        t.slots as usize - t.available()
+    }
+
+    /// The allocated slots of `class` not yet reclaimed, each at its current
+    /// generation (for audits that look for leaks).
+    #[must_use]
+    pub fn in_use_slots(&self, class: u8) -> Vec<SlotRef> {
+        let t = self.table(class);
+        t.in_use
+            .iter()
+            .map(|&slot| SlotRef {
+                node: self.node as u16,
+                class,
+                slot,
+                generation: t.generations[slot as usize],
+            })
+            .collect()
     }
 
     /// Slots of `class` in all.
@@ -193,53 +348,115 @@ impl NodeData {
         self.classes.len()
     }
 
-    /// Scans `class` for expired slots and frees them. Returns how many.
-    ///
-    /// # Errors
-    /// A fabric error reading an `expires_at` word.
-    pub fn recycle(
-        &self,
-        class: u8,
-        fabric: &dyn Fabric,
-        now_us: u64,
-    ) -> Result<usize, crate::fabric::FabricError> {
-        let mut table = self.table(class);
-        self.scan(class, &mut table, fabric, now_us)
+    /// What recycling did so far.
+    #[must_use]
+    pub fn recycle_counts(&self) -> RecycleCounts {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RecycleCounts {
+            scans: get(&c.scans),
+            reclaimed: get(&c.reclaimed),
+            markers_cleared: get(&c.markers_cleared),
+            markers_restored: get(&c.markers_restored),
+            in_doubt_freed: get(&c.in_doubt_freed),
+            kept_after_error: get(&c.kept_after_error),
+        }
     }
 
+    /// Scans `class` for slots that may be reused, resolves the source
+    /// markers of expired MIGRATE copies and the fate of in-doubt slots, and
+    /// frees what it can. Returns how many slots it freed.
+    ///
+    /// # Errors
+    /// A fabric error on the node's own memory (a failed verb to another
+    /// node only keeps the slot for a later scan).
+    pub fn recycle(&self, class: u8, access: TableAccess<'_>) -> Result<usize, FabricError> {
+        bump(&self.counters.scans);
+        let (mut freed, pending) = {
+            let mut table = self.table(class);
+            self.scan(class, &mut table, access)?
+        };
+        let mut guard = PendingGuard::new(self, class, pending);
+        while let Some(item) = guard.next() {
+            let fate = self.resolve(class, &item, access);
+            let mut table = self.table(class);
+            if self.settle(&mut table, &item, fate) {
+                freed += 1;
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Under the lock: frees expired plain slots, and takes out of `in_use`
+    /// the slots that need verbs to other nodes before they may be freed.
     fn scan(
         &self,
         class: u8,
         table: &mut ClassTable,
-        fabric: &dyn Fabric,
-        now_us: u64,
-    ) -> Result<usize, crate::fabric::FabricError> {
-        let slot_bytes = self.slot_bytes(class);
-        let before = table.free.len();
+        access: TableAccess<'_>,
+    ) -> Result<(usize, Vec<Pending>), FabricError> {
+        let now = access.clock.now_us();
+        let mut freed = 0;
+        let mut pending = Vec::new();
         let mut i = 0;
         while i < table.in_use.len() {
             let slot = table.in_use[i];
-            let at = RemoteAddr::new(
-                self.node,
-                RegionId::data(class),
-                u64::from(slot) * slot_bytes as u64 + EXPIRES_AT_OFFSET as u64,
-            );
+            let base = self.slot_addr(class, slot);
             let mut word = [0u8; 8];
-            fabric.read(at, &mut word)?;
+            access
+                .local
+                .read(base.add(EXPIRES_AT_OFFSET as u64), &mut word)?;
             let expires_at = u64::from_le_bytes(word);
-            if expires_at != 0 && now_us > expires_at.saturating_add(self.skew_us) {
-                table.in_use.swap_remove(i);
-                table.free.push(slot);
+            let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
+            let doubt = if expires_at == 0 {
+                table.doubt(slot)
             } else {
+                None
+            };
+            if !expired && doubt.is_none() {
                 i += 1;
+                continue;
             }
+            let mut bytes = [0u8; DTE_HEADER_BYTES];
+            access.local.read(base, &mut bytes)?;
+            let header = DteHeader::decode(&bytes);
+            let item = match doubt {
+                None if !header.state.is_migrated() => {
+                    table.in_use.swap_remove(i);
+                    table.reclaim(slot);
+                    bump(&self.counters.reclaimed);
+                    freed += 1;
+                    continue;
+                }
+                None => Pending::Copy { slot, header },
+                Some(d) => {
+                    // The publishing CAS passed its deadline check before
+                    // `created_at + op_timeout` and lands within the landing
+                    // bound of it: after `expiry` it has landed or never will.
+                    let settled = header
+                        .created_at
+                        .saturating_add(self.expiry_us)
+                        .saturating_add(self.skew_us);
+                    if now <= settled {
+                        i += 1;
+                        continue;
+                    }
+                    Pending::Doubt {
+                        slot,
+                        ite: d.ite,
+                        value: d.value,
+                    }
+                }
+            };
+            table.in_use.swap_remove(i);
+            pending.push(item);
         }
-        Ok(table.free.len() - before)
+        Ok((freed, pending))
     }
 
-    /// The `expires_at` value for a DTE staged now.
+    /// The `expires_at` value for a DTE staged at wall time `now_us`.
     #[must_use]
     pub fn expires_at(&self, now_us: u64) -> u64 {
-        now_us + self.expiry_us
+        now_us.saturating_add(self.expiry_us)
     }
 }

@@ -1,7 +1,7 @@
 //! The background thread that returns expired DTE slots to the free lists
 //! before allocation runs dry.
 
-use super::NodeData;
+use super::{NodeData, TableAccess};
 use crate::clock::Clock;
 use crate::fabric::Fabric;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,13 +19,15 @@ pub struct Recycler {
 impl Recycler {
     /// Starts a thread that, every `period`, scans each size class of each
     /// node in `nodes` whose free slots have fallen below a quarter of its
-    /// capacity.
+    /// capacity. `local` reaches the nodes' own memory without any wrapper,
+    /// `cluster` every node (see [`TableAccess`]).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
     pub fn start(
         nodes: Vec<Arc<NodeData>>,
-        fabric: Arc<dyn Fabric>,
+        local: Arc<dyn Fabric>,
+        cluster: Arc<dyn Fabric>,
         clock: Arc<dyn Clock>,
         period: Duration,
     ) -> std::io::Result<Recycler> {
@@ -34,12 +36,16 @@ impl Recycler {
         let thread = std::thread::Builder::new()
             .name("nessie-recycler".into())
             .spawn(move || {
+                let access = TableAccess {
+                    local: local.as_ref(),
+                    cluster: cluster.as_ref(),
+                    clock: clock.as_ref(),
+                };
                 while !flag.load(Ordering::Relaxed) {
                     for data in &nodes {
                         for class in 0..data.classes() as u8 {
                             if data.available(class) * 4 < data.capacity(class) {
-                                if let Err(e) = data.recycle(class, fabric.as_ref(), clock.now_us())
-                                {
+                                if let Err(e) = data.recycle(class, access) {
                                     tracing::warn!("recycler scan failed: {e}");
                                 }
                             }

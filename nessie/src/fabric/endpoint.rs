@@ -185,6 +185,28 @@ impl Endpoint {
         self.fabric.cas(addr, expected, new)
     }
 
+    /// CAS that must land before `land_by_us` (see [`Fabric::cas_by`]).
+    ///
+    /// # Errors
+    /// As [`Fabric::cas_by`].
+    pub fn cas_by(
+        &mut self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
+        self.count(addr, 0, 0, true);
+        self.count_trip(addr.node != self.node);
+        self.fabric.cas_by(addr, expected, new, land_by_us)
+    }
+
+    /// Whether the fabric refuses late CASes (see [`Fabric::enforces_land_by`]).
+    #[must_use]
+    pub fn enforces_land_by(&self) -> bool {
+        self.fabric.enforces_land_by()
+    }
+
     /// Posts a batch (one round trip however many verbs, if any is remote).
     ///
     /// # Errors

@@ -184,6 +184,16 @@ pub enum FabricError {
         #[source]
         source: io::Error,
     },
+    /// A CAS reached its target after its land-by time (its deadline check
+    /// plus the landing bound, on the target's clock): the target refused
+    /// it, so it did not execute. The protocol reports this as a timeout.
+    #[error("node {node} refused a CAS that arrived {late_us} µs after its land-by time")]
+    LateCas {
+        /// The target node.
+        node: NodeId,
+        /// How late it arrived, by the target's clock (µs).
+        late_us: u64,
+    },
     /// A peer refused the verb for a reason other than bounds or alignment,
     /// or the verb cannot be sent at all; nothing executed.
     #[error("node {node} refused the verb: {reason}")]
@@ -217,6 +227,22 @@ pub enum FabricError {
         #[source]
         source: io::Error,
     },
+}
+
+impl FabricError {
+    /// Whether the failed verb may still have executed at its target: the
+    /// connection broke after it was sent, the answer was unreadable, or the
+    /// NIC gave up waiting for it. A CAS that failed this way has an unknown
+    /// outcome. Every other error means the verb did not execute.
+    #[must_use]
+    pub fn may_have_executed(&self) -> bool {
+        matches!(
+            self,
+            FabricError::Disconnected { .. }
+                | FabricError::Protocol { .. }
+                | FabricError::Verbs { .. }
+        )
+    }
 }
 
 /// Why a handshake with a peer failed (`tcp` connections, `verbs`

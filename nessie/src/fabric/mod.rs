@@ -168,6 +168,31 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     /// Bounds, alignment or transport errors.
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError>;
 
+    /// CAS that must take effect before `land_by_us` (wall-clock µs, on the
+    /// target node's clock) or not at all: a fabric that can refuse a late
+    /// CAS at its target does so with [`FabricError::LateCas`] (see
+    /// [`Fabric::enforces_land_by`]); the others execute it as
+    /// [`Fabric::cas`], which is the default.
+    ///
+    /// # Errors
+    /// As [`Fabric::cas`], and [`FabricError::LateCas`].
+    fn cas_by(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
+        let _ = land_by_us;
+        self.cas(addr, expected, new)
+    }
+
+    /// Whether [`Fabric::cas_by`] refuses CASes that arrive after their
+    /// land-by time (so callers need to read the wall clock for it).
+    fn enforces_land_by(&self) -> bool {
+        false
+    }
+
     /// Posts every verb of `batch` at once and waits for all completions.
     /// Verbs of one batch may complete in any order; do not batch verbs that
     /// depend on each other.

@@ -4,6 +4,7 @@
 
 use super::help::Helped;
 use super::{Ctx, DteView, Retry};
+use crate::fabric::RemoteAddr;
 use crate::index::Candidate;
 use crate::layout::dte::DteStatus;
 use crate::layout::{Ite, IteKind};
@@ -15,6 +16,8 @@ enum Pass {
     Found,
     /// The key is absent (a committed tombstone, or a deleted `prev`).
     Absent,
+    /// This candidate holds no committed version of the key: look further.
+    Skip,
     /// No candidate holds the key; the reverse pass decides.
     NothingHere,
     /// Go around again.
@@ -31,10 +34,8 @@ impl Ctx<'_> {
         let mut first = true;
         loop {
             if !first {
-                self.index_read_at = self.clock.now_us();
-                if self.index_read_at > self.deadline {
-                    return Err(Error::Timeout);
-                }
+                self.index_read_at = self.clock.mono_us();
+                self.check_deadline()?;
             }
             first = false;
             let ites = self.read_ites(&cands, false)?;
@@ -42,7 +43,7 @@ impl Ctx<'_> {
                 Pass::Found => return Ok(true),
                 Pass::Absent => return Ok(false),
                 Pass::Again(why) => self.retry(why)?,
-                Pass::NothingHere => {
+                Pass::NothingHere | Pass::Skip => {
                     if self.read_ites(&cands, true)? == ites {
                         return Ok(false);
                     }
@@ -61,14 +62,17 @@ impl Ctx<'_> {
         out: &mut Vec<u8>,
     ) -> Result<Pass, Error> {
         let opts = self.config.optimizations;
-        // The cache entry is confirmed as of this pass's index read.
-        let now = self.index_read_at;
+        // A cache entry is fresh if at most `expiry` passed between the
+        // index read that last confirmed it and the end of this pass's index
+        // read: the clock is read after the ITEs (review F6), once.
+        let mut read_ended = None;
         let mut reqs = Vec::new();
         let mut slots = Vec::new();
         for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
             let remote = usize::from(req.0.node) != self.ep.node();
             if opts.cache && remote && ites[i].is_occupied() {
-                if let Some(hit) = self.cache.get(ites[i].0, now) {
+                let ended = *read_ended.get_or_insert_with(|| self.clock.mono_us());
+                if let Some(hit) = self.cache.get(ites[i].0, self.index_read_at, ended) {
                     if &*hit.key != key {
                         continue;
                     }
@@ -104,6 +108,7 @@ impl Ctx<'_> {
         views: &mut [Option<DteView>],
         out: &mut Vec<u8>,
     ) -> Result<Pass, Error> {
+        let mut skipped = false;
         for (view, &i) in views.iter_mut().zip(slots) {
             let Some(view) = view else {
                 return Ok(Pass::Again(Retry::Torn));
@@ -117,25 +122,32 @@ impl Ctx<'_> {
                 }
                 continue;
             }
-            if view.key() != key {
+            if !view.holds(key) {
                 continue;
             }
-            return self.decide(key, ites[i], slot, view, out);
+            match self.decide(key, ites[i], slot, view, out)? {
+                Pass::Skip => skipped = true,
+                decided => return Ok(decided),
+            }
         }
-        Ok(Pass::NothingHere)
+        Ok(if skipped {
+            Pass::Skip
+        } else {
+            Pass::NothingHere
+        })
     }
 
-    /// Decides a GET on the first entry holding the key.
+    /// Decides a GET on an entry holding the key.
     fn decide(
         &mut self,
         key: &[u8],
         ite: Ite,
-        slot: crate::fabric::RemoteAddr,
+        slot: RemoteAddr,
         view: &mut DteView,
         out: &mut Vec<u8>,
     ) -> Result<Pass, Error> {
         match view.status() {
-            DteStatus::Valid => self.answer(ite, view, out),
+            DteStatus::Valid => self.answer(key, ite, view, out),
             DteStatus::Aborted => {
                 self.help_entry(slot, ite, view)?;
                 Ok(Pass::Again(Retry::Helped))
@@ -148,16 +160,30 @@ impl Ctx<'_> {
                 if view.state().is_migrated() || !self.config.optimizations.prev_versions {
                     return Ok(Pass::Again(Retry::Busy));
                 }
-                self.follow_prev(key, Ite(view.header.prev), out)
+                let prev = Ite(view.header.prev);
+                if prev.is_empty() {
+                    // The key's first insert into this slot: no committed
+                    // version of it is here until the owner commits, so
+                    // the GET reads on, as it would from a `prev` (the
+                    // reverse pass still guards "not found").
+                    return Ok(Pass::Skip);
+                }
+                self.follow_prev(key, prev, out)
             }
         }
     }
 
     /// Answers from a committed entry: not found for a tombstone, else its
     /// value after the checksum check.
-    fn answer(&mut self, ite: Ite, view: &mut DteView, out: &mut Vec<u8>) -> Result<Pass, Error> {
+    fn answer(
+        &mut self,
+        key: &[u8],
+        ite: Ite,
+        view: &mut DteView,
+        out: &mut Vec<u8>,
+    ) -> Result<Pass, Error> {
         if view.state().is_tombstone() {
-            self.cache_entry(ite, view, None);
+            self.cache_entry(key, ite, view, None);
             return Ok(Pass::Absent);
         }
         self.read_value(view)?;
@@ -166,14 +192,13 @@ impl Ctx<'_> {
         }
         out.clear();
         out.extend_from_slice(view.value());
-        self.cache_entry(ite, view, Some(view.value()));
+        self.cache_entry(key, ite, view, Some(view.value()));
         Ok(Pass::Found)
     }
 
-    fn cache_entry(&mut self, ite: Ite, view: &DteView, value: Option<&[u8]>) {
+    fn cache_entry(&mut self, key: &[u8], ite: Ite, view: &DteView, value: Option<&[u8]>) {
         if self.config.optimizations.cache && usize::from(view.at.node) != self.ep.node() {
-            self.cache
-                .insert(ite.0, view.key(), value, self.index_read_at);
+            self.cache.insert(ite.0, key, value, self.index_read_at);
         }
     }
 
@@ -187,9 +212,9 @@ impl Ctx<'_> {
         else {
             return Ok(Pass::Again(Retry::Busy));
         };
-        if view.key() != key || view.status() != DteStatus::Valid {
+        if !view.holds(key) || view.status() != DteStatus::Valid {
             return Ok(Pass::Again(Retry::Busy));
         }
-        self.answer(prev, &mut view, out)
+        self.answer(key, prev, &mut view, out)
     }
 }

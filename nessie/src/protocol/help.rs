@@ -1,13 +1,13 @@
 //! Helping: finishing or undoing entries of aborted, dead or stalled owners.
 //!
 //! Every step is a CAS from an exact value, so racing helpers and a late
-//! owner are harmless: at most one of them wins each step.
+//! owner are harmless: at most one of them wins each step, and only that
+//! winner stages what its CAS unlinked.
 
 use super::{Ctx, DteView};
 use crate::fabric::RemoteAddr;
-use crate::index::Candidate;
 use crate::layout::dte::{decode_source, DteStatus};
-use crate::layout::Ite;
+use crate::layout::{Ite, SlotRef};
 use crate::Error;
 
 /// What helping did.
@@ -18,6 +18,9 @@ pub(crate) enum Helped {
     /// Some step was taken or found taken; the caller re-reads.
     Acted,
 }
+
+/// An ITE slot and the value a helper read there.
+pub(crate) type Seen = (RemoteAddr, Ite);
 
 impl Ctx<'_> {
     /// Helps the entry `view` met in the ITE at `slot` holding `ite`, if it
@@ -31,68 +34,60 @@ impl Ctx<'_> {
         match view.status() {
             DteStatus::Valid => Ok(Helped::Nothing),
             DteStatus::Aborted => {
-                self.restore(slot, ite, view)?;
+                self.restore((slot, ite), view)?;
                 Ok(Helped::Acted)
             }
             DteStatus::Invalid if !self.is_dead(view.header.created_at) => Ok(Helped::Nothing),
             DteStatus::Invalid if view.state().is_migrated() => {
-                self.help_dead_copy(Some(slot), ite, view)?;
+                self.help_dead_copy(Some((slot, ite)), view)?;
                 Ok(Helped::Acted)
             }
             DteStatus::Invalid => {
                 let found = self.cas_state(view.at, view.state(), DteStatus::Aborted)?;
                 if found.status() != DteStatus::Valid {
-                    self.stats.recoveries += 1;
-                    self.restore(slot, ite, view)?;
+                    self.restore((slot, ite), view)?;
                 }
                 Ok(Helped::Acted)
             }
         }
     }
 
-    /// Puts back the `replaced` value of an aborted entry (V4: anyone may).
-    /// The winner of the CAS stages the entry, unless it is a MIGRATE copy
-    /// that a source marker still points at (the marker's restorer stages
-    /// it then, Z1).
-    pub(crate) fn restore(
-        &mut self,
-        slot: RemoteAddr,
-        ite: Ite,
-        view: &DteView,
-    ) -> Result<(), Error> {
-        let old = self.cas(slot, ite.0, view.header.replaced)?;
-        if old != ite.0 {
+    /// Puts back the `replaced` value of an aborted entry (V4: anyone may),
+    /// with a CAS from the value `seen` read in the ITE, and only if that
+    /// value points at the entry itself (review F5: never from a value read
+    /// later, which may belong to another key). The winner of the CAS is
+    /// the entry's one stager, also for a MIGRATE copy whose source holds,
+    /// or may later receive, `MOVED(copy)`: the recycler resolves such a
+    /// marker before the copy's slot is reused (review F3, F4).
+    pub(crate) fn restore(&mut self, seen: Seen, entry: &DteView) -> Result<(), Error> {
+        let (slot, ite) = seen;
+        if !ite.is_occupied() || ite.target() != Some(entry.at) {
             return Ok(());
         }
-        self.stats.recoveries += 1;
-        if view.state().is_migrated() {
-            let source = self.source_addr(view);
-            if self.ep.read_word(source)? == Ite::moved(view.at).0 {
-                return Ok(());
-            }
+        if self.cas(slot, ite.0, entry.header.replaced)? == ite.0 {
+            self.stats.recoveries += 1;
+            self.stage(entry.at);
         }
-        self.stage(view.at)
+        Ok(())
     }
 
-    fn source_addr(&self, copy: &DteView) -> RemoteAddr {
+    /// The index slot a copy was moved from, if its `source` word names one
+    /// (a header read through a stale reference may hold any bits).
+    fn source_of(&self, copy: &DteView) -> Option<RemoteAddr> {
         let (node, slot) = decode_source(copy.header.source);
-        Candidate {
-            node: usize::from(node),
-            slot,
-        }
-        .addr()
+        self.geometry.index_slot(node, slot)
     }
 
-    /// Helps a MIGRATE copy whose owner is dead. `dest` is the ITE holding
-    /// it, if known (else it is searched among the copy's key's candidates).
+    /// Helps a MIGRATE copy whose owner is dead, linked at `dest` if known.
     /// Rolls forward only if the source holds `MOVED(copy)` (V2), else back.
     pub(crate) fn help_dead_copy(
         &mut self,
-        dest: Option<RemoteAddr>,
-        copy_ite: Ite,
+        dest: Option<Seen>,
         copy: &DteView,
     ) -> Result<(), Error> {
-        let source = self.source_addr(copy);
+        let Some(source) = self.source_of(copy) else {
+            return Ok(());
+        };
         let marker = Ite::moved(copy.at);
         if self.ep.read_word(source)? == marker.0 {
             let found = self.cas_state(copy.at, copy.state(), DteStatus::Valid)?;
@@ -107,43 +102,10 @@ impl Ctx<'_> {
             return Ok(());
         }
         self.stats.recoveries += 1;
-        let dest = match dest {
-            Some(d) => Some(d),
-            None => self.find_holder(copy.key(), copy_ite)?,
-        };
         if let Some(dest) = dest {
-            self.restore(dest, copy_ite, copy)?;
+            self.restore(dest, copy)?;
         }
         Ok(())
-    }
-
-    /// Makes an unlinked committed DTE reusable. A MIGRATE copy may still be
-    /// pointed at by its source's `MOVED` marker (the migrator stalled or
-    /// died before clearing it): readers look behind markers, so the marker
-    /// is cleared first. No marker can appear later: a copy commits only
-    /// after its marker was installed, and a marker is installed once.
-    pub(crate) fn retire(
-        &mut self,
-        at: crate::layout::SlotRef,
-        header: &crate::layout::DteHeader,
-    ) -> Result<(), Error> {
-        if header.state.is_migrated() {
-            let (node, slot) = decode_source(header.source);
-            let source = Candidate {
-                node: usize::from(node),
-                slot,
-            }
-            .addr();
-            let marker = Ite::moved(at);
-            if self.ep.read_word(source)? == marker.0
-                && self.cas(source, marker.0, marker.emptied().0)? == marker.0
-            {
-                if let Some(old) = Ite(header.prev).target() {
-                    self.stage(old)?;
-                }
-            }
-        }
-        self.stage(at)
     }
 
     /// Clears a marker whose copy committed; the winner stages the source's
@@ -156,7 +118,7 @@ impl Ctx<'_> {
     ) -> Result<(), Error> {
         if self.cas(source, marker.0, marker.emptied().0)? == marker.0 {
             if let Some(old) = Ite(copy.header.prev).target() {
-                self.stage(old)?;
+                self.stage(old);
             }
         }
         Ok(())
@@ -177,42 +139,37 @@ impl Ctx<'_> {
                 Ok(Helped::Acted)
             }
             DteStatus::Aborted => {
+                // Z1: a zombie migrator's late marker. The copy was staged
+                // by whoever restored its destination; this restorer stages
+                // nothing (a second stage could land after the slot's reuse
+                // and stamp its next occupant: review F4).
                 if self.cas(source, marker.0, copy.header.prev)? == marker.0 {
-                    self.stats.recoveries += 1;
-                    let copy_ite = Ite::occupied(copy.at, 0);
-                    if self.find_holder(copy.key(), copy_ite)?.is_none() {
-                        self.stage(copy.at)?;
-                    }
+                    self.stats.marker_restores += 1;
                 }
                 Ok(Helped::Acted)
             }
             DteStatus::Invalid if self.is_dead(copy.header.created_at) => {
-                let holder = self.find_holder(copy.key(), Ite::occupied(copy.at, 0))?;
-                match holder {
-                    Some(dest) => {
-                        let ite = Ite(self.ep.read_word(dest)?);
-                        self.help_dead_copy(Some(dest), ite, copy)?;
-                    }
-                    None => self.help_dead_copy(None, Ite::occupied(copy.at, 0), copy)?,
-                }
+                let holder = self.find_holder(copy)?;
+                self.help_dead_copy(holder, copy)?;
                 Ok(Helped::Acted)
             }
             DteStatus::Invalid => Ok(Helped::Nothing),
         }
     }
 
-    /// The candidate of `key` whose ITE points at the same DTE as `ite`
-    /// (filter bits aside), if any.
-    fn find_holder(&mut self, key: &[u8], ite: Ite) -> Result<Option<RemoteAddr>, Error> {
-        let Some(target) = ite.target() else {
+    /// The candidate of the copy's key whose ITE points at the copy, with
+    /// the exact value found there.
+    fn find_holder(&mut self, copy: &DteView) -> Result<Option<Seen>, Error> {
+        let Some(key) = copy.key() else {
             return Ok(None);
         };
         let cands = self.hasher.candidates(key);
         let ites = self.read_ites(&cands, false)?;
+        let points_at = |v: &Ite, at: SlotRef| v.is_occupied() && v.target() == Some(at);
         Ok(cands
             .iter()
             .zip(ites)
-            .find(|(_, v)| v.is_occupied() && v.target() == Some(target))
-            .map(|(c, _)| c.addr()))
+            .find(|(_, v)| points_at(v, copy.at))
+            .map(|(c, v)| (c.addr(), v)))
     }
 }

@@ -5,10 +5,11 @@
 //! ITE value (`prev`), the destination's exact empty value (`replaced`) and
 //! the source slot. Order: CAS destination empty → copy; CAS source →
 //! `MOVED(copy)`; commit the copy; clear the marker. Helpers can finish or
-//! undo each step (see `help.rs`).
+//! undo each step (see `help.rs`); a marker left behind is resolved by the
+//! recycler before the copy's slot is reused (see [`crate::data`]).
 
 use super::help::Helped;
-use super::{Ctx, Retry};
+use super::{Ctx, Linked, Retry};
 use crate::index::Candidate;
 use crate::layout::dte::{encode_source, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, IteKind};
@@ -19,24 +20,34 @@ use crate::Error;
 enum Freed {
     /// The slot is empty now (or was helped along): retry the operation.
     Yes,
+    /// It is in a passing state (a live owner's entry, a migration under
+    /// way): retry after a back-off.
+    Busy,
+    /// No data slot for the copy.
+    NoSlot,
     /// Could not free it this way.
     No,
 }
 
 impl Ctx<'_> {
     /// Frees one of `cands` (holding `ites`) by migrating its entry, trying
-    /// each candidate in turn.
+    /// each candidate in turn; returns why the caller should retry.
     ///
     /// # Errors
     /// [`Error::IndexFull`] when no candidate can be freed within
-    /// `max_migrate_depth` levels.
-    pub(crate) fn make_room(&mut self, cands: &[Candidate], ites: &[Ite]) -> Result<(), Error> {
+    /// `max_migrate_depth` levels, and none is merely busy or short of a
+    /// data slot.
+    pub(crate) fn make_room(&mut self, cands: &[Candidate], ites: &[Ite]) -> Result<Retry, Error> {
+        let mut why = None;
         for (c, ite) in cands.iter().zip(ites) {
-            if self.free_slot(*c, *ite, 1)? == Freed::Yes {
-                return Ok(());
+            match self.free_slot(*c, *ite, 1)? {
+                Freed::Yes => return Ok(Retry::Changed),
+                Freed::Busy => why = Some(Retry::Busy),
+                Freed::NoSlot => why = why.or(Some(Retry::NoFreeSlot)),
+                Freed::No => {}
             }
         }
-        Err(Error::IndexFull)
+        why.ok_or(Error::IndexFull)
     }
 
     /// Frees the index slot `src` (holding `src_ite`) by moving its entry to
@@ -49,7 +60,7 @@ impl Ctx<'_> {
             return Ok(if src_ite.is_empty() {
                 Freed::Yes
             } else {
-                Freed::No
+                Freed::Busy
             });
         };
         let Some(view) = self.read_dte(dte, 0, true)? else {
@@ -61,23 +72,23 @@ impl Ctx<'_> {
             // Only committed entries move; help the others along.
             return Ok(match self.help_entry(slot, src_ite, &view)? {
                 Helped::Acted => Freed::Yes,
-                Helped::Nothing => Freed::No,
+                Helped::Nothing => Freed::Busy,
             });
         }
         if view.state().is_tombstone() {
             // A committed tombstone need not move: unlinking it frees the slot.
             if self.cas(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
-                self.stage(dte)?;
+                self.stage(dte);
             }
             return Ok(Freed::Yes);
         }
-        if !view.checksum_ok() {
+        let Some(key) = view.key().filter(|_| view.checksum_ok()) else {
             self.note(Retry::Torn);
             return Ok(Freed::Yes);
-        }
+        };
         let others: Vec<Candidate> = self
             .hasher
-            .candidates(view.key())
+            .candidates(key)
             .into_iter()
             .filter(|c| *c != src)
             .collect();
@@ -105,48 +116,38 @@ impl Ctx<'_> {
         };
         let (dest_slot, dest_ite) = (others[d].addr(), other_ites[d]);
         let source = encode_source(src.node as u16, src.slot);
-        let class = self.class_of(view.value().len());
-        let start = self.start;
-        let key_len = view.key().len();
-        let value_len = view.value().len();
+        let class = view.at.class;
+        let created_at = self.created_at;
+        let (key_len, value_len) = (key.len(), view.value().len());
         let Some(copy) = self.write_entry(
             class,
             |generation| DteHeader {
                 state: DteState::new(generation, key_len, value_len, false, true),
-                created_at: start,
+                created_at,
                 prev: src_ite.0,
                 replaced: dest_ite.0,
                 source,
                 ..DteHeader::default()
             },
-            view.key(),
+            key,
             view.value(),
         )?
         else {
             self.note(Retry::NoFreeSlot);
-            return Ok(Freed::No);
+            return Ok(Freed::NoSlot);
         };
         let state = DteState::new(copy.generation, key_len, value_len, false, true);
         let copy_ite = Ite::occupied(copy, filter);
-        match self.cas(dest_slot, dest_ite.0, copy_ite.0) {
-            Ok(old) if old == dest_ite.0 => {}
-            Ok(_) => {
-                self.data.release_unpublished(copy);
-                return Ok(Freed::Yes);
-            }
-            Err(Error::Timeout) => {
-                self.data.release_unpublished(copy);
-                return Err(Error::Timeout);
-            }
-            Err(e) => return Err(e),
+        if self.link(dest_slot, dest_ite, copy_ite, copy)? == Linked::Lost {
+            return Ok(Freed::Yes);
         }
         let marker = Ite::moved(copy);
         if self.cas(slot, src_ite.0, marker.0)? != src_ite.0 {
-            // The source changed under us: undo the copy. No marker points at
-            // it (our source CAS failed), so the restorer may stage it.
+            // The source changed under us: undo the copy. The winner of the
+            // destination's restore stages the copy.
             self.cas_state(copy, state, DteStatus::Aborted)?;
             if self.cas(dest_slot, copy_ite.0, dest_ite.0)? == copy_ite.0 {
-                self.stage(copy)?;
+                self.stage(copy);
             }
             return Ok(Freed::Yes);
         }
@@ -154,10 +155,10 @@ impl Ctx<'_> {
         self.stats.migrations += 1;
         // CV: clear the marker only if the copy committed (by us or a
         // helper); if a helper aborted it, the marker is theirs to restore.
-        if found.status() != DteStatus::Aborted
-            && self.cas(slot, marker.0, marker.emptied().0)? == marker.0
-        {
-            self.stage(dte)?;
+        if found.status() == DteStatus::Aborted {
+            self.stats.markers_left += 1;
+        } else if self.cas(slot, marker.0, marker.emptied().0)? == marker.0 {
+            self.stage(dte);
         }
         Ok(Freed::Yes)
     }

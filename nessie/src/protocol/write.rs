@@ -2,7 +2,7 @@
 //! removal, a reverse pass, and a commit CAS on the DTE's state.
 
 use super::help::Helped;
-use super::{Ctx, Retry};
+use super::{Ctx, Linked, Retry};
 use crate::index::Candidate;
 use crate::layout::dte::{DteHeader, DteState, DteStatus};
 use crate::layout::Ite;
@@ -23,11 +23,8 @@ struct Plan {
     holder: Option<usize>,
     /// Whether the holder is a committed tombstone.
     holder_is_tombstone: bool,
-    /// The holder's header.
-    holder_header: Option<DteHeader>,
-    /// Further candidates holding committed entries of the key, with their
-    /// headers.
-    duplicates: Vec<(usize, DteHeader)>,
+    /// Further candidates holding committed entries of the key.
+    duplicates: Vec<usize>,
     /// First empty candidate.
     empty: Option<usize>,
 }
@@ -48,15 +45,17 @@ impl Ctx<'_> {
     ) -> Result<bool, Error> {
         let cands = self.hasher.candidates(key);
         let filter = self.hasher.filter(key);
-        let class = self.class_of(value.len());
+        // Callers checked `value.len() <= value_size_max`.
+        let class = self.geometry.class_for(value.len()).unwrap_or(0);
         loop {
-            self.check_deadline()?;
-            match self.write_attempt(kind, key, value, class, filter, &cands)? {
-                Step::Done(existed) => return Ok(existed),
-                Step::Again(Retry::NoFreeSlot) if self.past_deadline() => {
-                    return Err(Error::DataTableFull)
-                }
-                Step::Again(why) => self.retry(why)?,
+            let attempt = self
+                .check_deadline()
+                .and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
+            match attempt {
+                Ok(Step::Done(existed)) => return Ok(existed),
+                Ok(Step::Again(why)) => self.retry(why)?,
+                Err(Error::Timeout) => return Err(self.deadline_error()),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -78,7 +77,6 @@ impl Ctx<'_> {
         let mut plan = Plan {
             holder: None,
             holder_is_tombstone: false,
-            holder_header: None,
             duplicates: Vec::new(),
             empty: ites.iter().position(|i| i.is_empty()),
         };
@@ -97,7 +95,7 @@ impl Ctx<'_> {
             if self.help_entry(slot, ites[i], &view)? == Helped::Acted {
                 return Ok(Step::Again(Retry::Helped));
             }
-            if view.key() != key {
+            if !view.holds(key) {
                 continue;
             }
             if view.status() != DteStatus::Valid {
@@ -107,9 +105,8 @@ impl Ctx<'_> {
             if plan.holder.is_none() {
                 plan.holder = Some(i);
                 plan.holder_is_tombstone = view.state().is_tombstone();
-                plan.holder_header = Some(view.header);
             } else {
-                plan.duplicates.push((i, view.header));
+                plan.duplicates.push(i);
             }
         }
         Ok(Step::Done(plan))
@@ -140,19 +137,17 @@ impl Ctx<'_> {
             });
         }
         let Some(target) = plan.holder.or(plan.empty) else {
-            self.make_room(cands, &ites)?;
-            return Ok(Step::Again(Retry::Changed));
+            return Ok(Step::Again(self.make_room(cands, &ites)?));
         };
         let replaced = ites[target];
-        let start = self.start;
+        let created_at = self.created_at;
         let tombstone = kind == WriteKind::Delete;
-        let key_len = key.len();
-        let value_len = value.len();
+        let (key_len, value_len) = (key.len(), value.len());
         let Some(mine) = self.write_entry(
             class,
             |generation| DteHeader {
                 state: DteState::new(generation, key_len, value_len, tombstone, false),
-                created_at: start,
+                created_at,
                 prev: replaced.0,
                 replaced: replaced.0,
                 ..DteHeader::default()
@@ -166,28 +161,20 @@ impl Ctx<'_> {
         let state = DteState::new(mine.generation, key_len, value_len, tombstone, false);
         let published = Ite::occupied(mine, filter);
         let slot = cands[target].addr();
-        match self.cas(slot, replaced.0, published.0) {
-            Ok(old) if old == replaced.0 => {}
-            Ok(_) => {
-                self.data.release_unpublished(mine);
-                return Ok(Step::Again(Retry::CasFailed));
-            }
-            Err(Error::Timeout) => {
-                // The deadline check refused the CAS: never published.
-                self.data.release_unpublished(mine);
-                return Err(Error::Timeout);
-            }
-            // A transport error leaves the CAS's fate unknown: keep the slot.
-            Err(e) => return Err(e),
+        if self.link(slot, replaced, published, mine)? == Linked::Lost {
+            return Ok(Step::Again(Retry::CasFailed));
         }
         // Clear the key's other copies; the reverse pass expects them gone.
+        // Whoever wins a clear stages what it cleared, whatever happens to
+        // this write later (one stager per incarnation).
         let mut expected = ites.clone();
         expected[target] = published;
-        let mut cleared = Vec::new();
-        for &(d, header) in &plan.duplicates {
+        for &d in &plan.duplicates {
             expected[d] = ites[d].emptied();
             if self.cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)? == ites[d].0 {
-                cleared.push((d, header));
+                if let Some(old) = ites[d].target() {
+                    self.stage(old);
+                }
             }
         }
         if self.read_ites(cands, true)? != expected {
@@ -195,7 +182,7 @@ impl Ctx<'_> {
             // value we replaced. A helper may have done either step already.
             self.cas_state(mine, state, DteStatus::Aborted)?;
             if self.cas(slot, published.0, replaced.0)? == published.0 {
-                self.stage(mine)?;
+                self.stage(mine);
             }
             return Ok(Step::Again(Retry::Changed));
         }
@@ -203,20 +190,20 @@ impl Ctx<'_> {
         if found.status() == DteStatus::Aborted {
             return Ok(Step::Again(Retry::AbortedByHelper));
         }
-        // Committed: only now may what we replaced become reusable.
-        if let (Some(old), Some(header)) = (replaced.target(), plan.holder_header) {
-            self.retire(old, &header)?;
-        }
-        for (d, header) in cleared {
-            if let Some(old) = ites[d].target() {
-                self.retire(old, &header)?;
-            }
+        // Committed: only now may what we replaced become reusable. A
+        // replaced MIGRATE copy whose source marker is still in place is
+        // resolved by the recycler before its slot is reused.
+        if let Some(old) = replaced.target() {
+            self.stage(old);
         }
         if kind == WriteKind::Delete && !self.past_deadline() {
-            // Unlink the committed tombstone (best effort: readers treat a
-            // linked tombstone as absent, and writers replace it).
-            if self.cas(slot, published.0, published.emptied().0)? == published.0 {
-                self.stage(mine)?;
+            // Unlink the committed tombstone. Best effort: readers treat a
+            // linked tombstone as absent and writers replace it, and the
+            // DELETE took effect whatever this CAS does.
+            if let Ok(old) = self.cas(slot, published.0, published.emptied().0) {
+                if old == published.0 {
+                    self.stage(mine);
+                }
             }
         }
         Ok(Step::Done(existed))

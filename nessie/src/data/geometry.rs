@@ -1,0 +1,153 @@
+//! The shape of the tables every node registers: size classes, slot sizes
+//! and counts, and where an index slot or a DTE lives.
+
+use crate::fabric::{RegionId, RemoteAddr};
+use crate::index::Candidate;
+use crate::layout::SlotRef;
+use crate::Config;
+
+/// Where the DTE `r` lives, given the slot size of its class (unchecked; see
+/// [`Geometry::dte_addr`] for references read from memory).
+#[must_use]
+pub fn dte_addr(r: SlotRef, slot_bytes: usize) -> RemoteAddr {
+    RemoteAddr::new(
+        usize::from(r.node),
+        RegionId::data(r.class),
+        u64::from(r.slot) * slot_bytes as u64,
+    )
+}
+
+/// Size classes, slot arithmetic and address checks of one configuration.
+///
+/// References to DTEs also come out of remote memory (an entry's `prev`,
+/// `replaced` or `source` word), where a reader that raced a slot's reuse may
+/// see any bits; every such reference is resolved through the checked
+/// methods here, so a torn word becomes a retry, never an out-of-range verb
+/// or a panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    nodes: usize,
+    index_slots: u64,
+    capacities: Vec<usize>,
+    slot_bytes: Vec<usize>,
+    slots: Vec<usize>,
+}
+
+impl Geometry {
+    /// The tables of a (validated) configuration.
+    #[must_use]
+    pub fn new(config: &Config) -> Geometry {
+        let capacities = config.size_classes();
+        let classes = capacities.len();
+        Geometry {
+            nodes: config.nodes,
+            index_slots: config.index_slots_per_node as u64,
+            slot_bytes: (0..classes).map(|c| config.class_slot_bytes(c)).collect(),
+            slots: (0..classes).map(|c| config.class_slots(c)).collect(),
+            capacities,
+        }
+    }
+
+    /// Number of size classes.
+    #[must_use]
+    pub fn classes(&self) -> usize {
+        self.capacities.len()
+    }
+
+    /// Number of nodes.
+    #[must_use]
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// The smallest size class whose capacity holds `value_len` bytes.
+    #[must_use]
+    pub fn class_for(&self, value_len: usize) -> Option<u8> {
+        self.capacities
+            .iter()
+            .position(|&cap| cap >= value_len)
+            .map(|c| c as u8)
+    }
+
+    /// Value capacity of `class` in bytes (0 for a class that does not exist).
+    #[must_use]
+    pub fn capacity(&self, class: u8) -> usize {
+        self.capacities
+            .get(usize::from(class))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Bytes of one slot of `class` (0 for a class that does not exist).
+    #[must_use]
+    pub fn slot_bytes(&self, class: u8) -> usize {
+        self.slot_bytes
+            .get(usize::from(class))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Slots of `class` on each node (0 for a class that does not exist).
+    #[must_use]
+    pub fn slots(&self, class: u8) -> usize {
+        self.slots.get(usize::from(class)).copied().unwrap_or(0)
+    }
+
+    /// Address of the DTE `r`, or `None` if `r` names a node, class or slot
+    /// that does not exist.
+    #[must_use]
+    pub fn dte_addr(&self, r: SlotRef) -> Option<RemoteAddr> {
+        let fits = usize::from(r.node) < self.nodes && (r.slot as usize) < self.slots(r.class);
+        fits.then(|| dte_addr(r, self.slot_bytes(r.class)))
+    }
+
+    /// Address of index slot `slot` of `node`, or `None` if there is none.
+    #[must_use]
+    pub fn index_slot(&self, node: u16, slot: u64) -> Option<RemoteAddr> {
+        let fits = usize::from(node) < self.nodes && slot < self.index_slots;
+        fits.then(|| {
+            Candidate {
+                node: usize::from(node),
+                slot,
+            }
+            .addr()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_outside_the_tables_have_no_address() {
+        let config = Config {
+            nodes: 2,
+            index_slots_per_node: 8,
+            value_size_max: 1024,
+            data_bytes_per_node: 1 << 20,
+            ..Config::default()
+        };
+        let g = Geometry::new(&config);
+        assert_eq!(g.classes(), 3);
+        assert_eq!(g.class_for(300), Some(1));
+        assert_eq!(g.class_for(1025), None);
+        let r = |node, class, slot| SlotRef {
+            node,
+            class,
+            slot,
+            generation: 1,
+        };
+        assert!(g.dte_addr(r(1, 2, 0)).is_some());
+        assert!(g.dte_addr(r(2, 0, 0)).is_none(), "no node 2");
+        assert!(g.dte_addr(r(0, 3, 0)).is_none(), "no class 3");
+        let slots = g.slots(0) as u32;
+        assert!(g.dte_addr(r(0, 0, slots - 1)).is_some());
+        assert!(g.dte_addr(r(0, 0, slots)).is_none(), "past the last slot");
+        assert!(g.index_slot(1, 7).is_some());
+        assert!(g.index_slot(1, 8).is_none());
+        assert!(g.index_slot(2, 0).is_none());
+        assert_eq!(g.capacity(9), 0);
+        assert_eq!(g.slot_bytes(9), 0);
+    }
+}
