@@ -1,21 +1,27 @@
-//! Scripted runs: replay a model-checker counterexample step by step.
+//! Scripted runs: replay a model-checker counterexample or a review's
+//! schedule step by step.
 //!
-//! A [`Script`] holds a cluster on the simulator's fabric and clock with a
-//! scripted [`Scheduler`]: each client runs a closure on its own thread, but
-//! only when the test says, and only until a predicate on its next verb
-//! holds. Keys with prescribed candidate slots are found by search
-//! ([`Script::key_with`]), and the test inspects index and data memory
-//! directly ([`Script::ite`], [`Script::entry`]) to assert that the racy
-//! state of the trace was really reached.
+//! A [`Script`] holds a cluster of two or more nodes on the simulator's
+//! fabric and clocks with a scripted [`Scheduler`]: each client runs a
+//! closure on its own thread, but only when the test says, and only until a
+//! predicate on its next verb holds. Index slots are numbered globally
+//! (slot `g` is slot `g % per_node` of node `g / per_node`); keys with
+//! prescribed candidate slots are found by search ([`Script::key_with`]),
+//! and the test inspects index and data memory directly ([`Script::ite`],
+//! [`Script::entry`]) to assert that the racy state of the trace was really
+//! reached. Clients run on node 1 by default and the setup client on node 0,
+//! so the clients' reads of preloaded entries are remote and go through
+//! their caches.
 
-use crate::sim::{quiet_crashes, Crashed, PointInfo, Scheduler, SimClock, SimFabric};
+use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
 use nessie::data::dte_addr;
 use nessie::fabric::{RegionId, RemoteAddr};
 use nessie::index::{Candidate, KeyHasher};
-use nessie::layout::dte::{DteHeader, DTE_HEADER_BYTES, KEY_OFFSET};
+use nessie::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
 use nessie::layout::{Ite, IteKind, SlotRef};
 use nessie::{Client, Clock, Cluster, Config};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -34,18 +40,19 @@ pub struct Script {
 /// What a scripted client's closure returned, or that it crashed.
 pub type Joined<T> = JoinHandle<Option<T>>;
 
-/// The configuration of a one-node cluster with `slots` index slots and
-/// `hashes` candidates per key, sized for scripted runs (virtual time).
+/// The configuration of a two-node cluster with `slots` global index slots
+/// (rounded up to even) and `hashes` candidates per key, sized for scripted
+/// runs (virtual time).
 #[must_use]
 pub fn tiny_config(slots: usize, hashes: usize) -> Config {
     Config {
         cluster: "scripted".into(),
-        nodes: 1,
-        index_slots_per_node: slots,
+        nodes: 2,
+        index_slots_per_node: slots.div_ceil(2),
         hashes,
-        key_size_max: 16,
+        key_size_max: 48,
         value_size_max: 256,
-        data_bytes_per_node: 64 * nessie::layout::dte::entry_bytes(16, 256),
+        data_bytes_per_node: 64 * dte::entry_bytes(48, 256),
         expiry: Duration::from_millis(20),
         op_timeout: Duration::from_millis(5),
         max_clock_skew: Duration::from_micros(500),
@@ -61,6 +68,20 @@ impl Script {
     /// If the configuration is invalid (a test bug).
     #[must_use]
     pub fn new(config: Config, clients: usize) -> Script {
+        Script::build(config, clients, false)
+    }
+
+    /// A scripted cluster whose CASes carry land-by times that their
+    /// targets enforce, as on the `tcp` fabric.
+    ///
+    /// # Panics
+    /// If the configuration is invalid (a test bug).
+    #[must_use]
+    pub fn with_land_by(config: Config, clients: usize) -> Script {
+        Script::build(config, clients, true)
+    }
+
+    fn build(config: Config, clients: usize, land_by: bool) -> Script {
         quiet_crashes();
         let sched = Scheduler::scripted(clients, config.nodes, 1_000_000);
         let clocks: Vec<Arc<dyn Clock>> = (0..config.nodes)
@@ -69,7 +90,7 @@ impl Script {
         let s2 = Arc::clone(&sched);
         let cluster = Cluster::builder(config.clone())
             .clocks(clocks)
-            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, s2, false)))
+            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, s2, land_by)))
             .recycler(false)
             .build()
             .expect("valid scripted config");
@@ -81,53 +102,90 @@ impl Script {
         }
     }
 
-    /// A key whose candidates are exactly `slots` (node 0), in order.
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn candidate(&self, global: u64) -> Candidate {
+        let per_node = self.config.index_slots_per_node as u64;
+        Candidate {
+            node: (global / per_node) as usize,
+            slot: global % per_node,
+        }
+    }
+
+    /// A key whose candidates are exactly the global slots `slots`, in
+    /// order.
     ///
     /// # Panics
     /// If none is found among the first million names.
     #[must_use]
     pub fn key_with(&self, prefix: &str, slots: &[u64]) -> Vec<u8> {
-        let want: Vec<Candidate> = slots
-            .iter()
-            .map(|&slot| Candidate { node: 0, slot })
-            .collect();
-        (0..1_000_000)
-            .map(|i| format!("{prefix}{i}").into_bytes())
-            .find(|k| self.hasher.candidates(k) == want)
-            .expect("a key with the wanted candidates")
+        let want: Vec<Candidate> = slots.iter().map(|&g| self.candidate(g)).collect();
+        self.find(prefix, |k| self.hasher.candidates(k) == want)
     }
 
-    /// A key whose first candidate is `slot`.
+    /// A key whose first candidate is global slot `slot`.
     ///
     /// # Panics
     /// If none is found.
     #[must_use]
     pub fn key_first(&self, prefix: &str, slot: u64) -> Vec<u8> {
-        (0..1_000_000)
-            .map(|i| format!("{prefix}{i}").into_bytes())
-            .find(|k| self.hasher.candidates(k)[0] == Candidate { node: 0, slot })
-            .expect("a key with the wanted first candidate")
+        let want = self.candidate(slot);
+        self.find(prefix, |k| self.hasher.candidates(k)[0] == want)
     }
 
-    /// A client outside the script (setup and audit: it never yields).
+    /// The first name `{prefix}{i}` that satisfies `pred`.
     ///
     /// # Panics
-    /// Never for node 0.
+    /// If none of the first million does.
+    #[must_use]
+    pub fn find(&self, prefix: &str, pred: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+        (0..1_000_000)
+            .map(|i| format!("{prefix}{i}").into_bytes())
+            .find(|k| pred(k))
+            .expect("a key with the wanted candidates")
+    }
+
+    /// The key's candidate slots and filter bits.
+    #[must_use]
+    pub fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
+    /// A client outside the script on node 0 (setup and audit: it never
+    /// yields).
+    ///
+    /// # Panics
+    /// Never.
     #[must_use]
     pub fn direct_client(&self) -> Client {
         self.cluster.client(0).expect("node 0")
     }
 
-    /// Starts scripted client `id` running `work`; it waits for the script.
-    ///
-    /// # Panics
-    /// Never for node 0.
+    /// Starts scripted client `id` on node 1 running `work`; it waits for
+    /// the script.
     pub fn spawn<T: Send + 'static>(
         &self,
         id: usize,
         work: impl FnOnce(&mut Client) -> T + Send + 'static,
     ) -> Joined<T> {
-        let mut client = self.cluster.client(0).expect("node 0");
+        self.spawn_on(id, 1 % self.config.nodes, work)
+    }
+
+    /// Starts scripted client `id` on `node` running `work`.
+    ///
+    /// # Panics
+    /// If `node` is not in the cluster.
+    pub fn spawn_on<T: Send + 'static>(
+        &self,
+        id: usize,
+        node: usize,
+        work: impl FnOnce(&mut Client) -> T + Send + 'static,
+    ) -> Joined<T> {
+        let mut client = self.cluster.client(node).expect("node in the cluster");
         let sched = Arc::clone(&self.sched);
         std::thread::spawn(move || {
             let result = catch_unwind(AssertUnwindSafe(|| {
@@ -143,13 +201,13 @@ impl Script {
         })
     }
 
-    /// Address of index slot `slot`.
+    /// Address of global index slot `slot`.
     #[must_use]
     pub fn slot(&self, slot: u64) -> RemoteAddr {
-        Candidate { node: 0, slot }.addr()
+        self.candidate(slot).addr()
     }
 
-    /// The ITE in index slot `slot` now.
+    /// The ITE in global index slot `slot` now.
     ///
     /// # Panics
     /// On a fabric error (a test bug).
@@ -176,7 +234,8 @@ impl Script {
             .read(dte_addr(at, bytes), &mut buf)
             .expect("read DTE");
         let h = DteHeader::decode(&buf[..DTE_HEADER_BYTES]);
-        let key = buf[KEY_OFFSET..KEY_OFFSET + h.state.key_len()].to_vec();
+        let n = h.state.key_len().min(self.config.key_size_max);
+        let key = buf[KEY_OFFSET..KEY_OFFSET + n].to_vec();
         (h, key)
     }
 
@@ -200,38 +259,130 @@ impl Script {
         let margin = self.config.op_timeout + self.config.max_clock_skew * 2;
         self.sched.advance(margin.as_micros() as u64 + 1);
     }
+
+    /// Lets virtual time pass until every slot staged now may be reused.
+    pub fn let_slots_expire(&self) {
+        let wait = self.config.expiry + self.config.max_clock_skew * 2;
+        self.sched.advance(wait.as_micros() as u64 + 1);
+    }
+
+    /// Reuses every slot of every node that may be reused now (see
+    /// [`reuse_every_free_slot`]).
+    ///
+    /// # Panics
+    /// On a fabric error (a test bug).
+    pub fn reuse_slots(&self) {
+        for node in 0..self.config.nodes {
+            reuse_every_free_slot(&self.cluster, node).expect("reuse slots");
+        }
+    }
 }
 
-/// Stop before a CAS on index slot `slot`.
+/// Layout A of the model checks and the review: k1 has candidates (s1, s0)
+/// and sits in s0 with `v1`; k2 has (s0, s2); k3 sits in s2 with `v3`; s1
+/// is empty (with a cleared value, not 0). Written by node 0. Returns
+/// (k1, k2).
+///
+/// # Panics
+/// If the layout cannot be built (a test bug).
+#[must_use]
+pub fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
+    let k1 = script.key_with("k1-", &[1, 0]);
+    let k2 = script.key_with("k2-", &[0, 2]);
+    let k3 = script.key_first("k3-", 2);
+    let parker = script.key_first("t-", 1);
+    let mut c = script.direct_client();
+    c.put(&parker, b"parked").unwrap();
+    c.put(&k1, b"v1").unwrap();
+    c.put(&k3, b"v3").unwrap();
+    assert!(c.delete(&parker).unwrap());
+    assert!(script.ite(1).is_empty());
+    assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
+    assert_eq!(script.target(script.ite(2)).2, k3, "k3 sits in s2");
+    (k1, k2)
+}
+
+/// Allocates every slot node `node` can hand out (recycling first, which
+/// resolves the markers of expired MIGRATE copies), overwrites it with
+/// poison under its new generation, and frees it again: afterwards any ITE
+/// still pointing at a reused slot reads as torn for ever.
+///
+/// # Errors
+/// A fabric error.
+pub fn reuse_every_free_slot(cluster: &Cluster, node: usize) -> Result<(), String> {
+    let Some(data) = cluster.node_data(node) else {
+        return Ok(());
+    };
+    let fabric = cluster.fabric();
+    let access = cluster.table_access(node);
+    for class in 0..data.classes() as u8 {
+        let mut taken = Vec::new();
+        while let Some(r) = data.allocate(class, access).map_err(|e| e.to_string())? {
+            let bytes = data.slot_bytes(class);
+            let mut poison: Vec<u8> = (0..bytes).map(|i| (i as u8).wrapping_mul(151)).collect();
+            let header = DteHeader {
+                state: DteState::new(r.generation, 1, 0, false, false)
+                    .with_status(DteStatus::Aborted),
+                ..DteHeader::default()
+            };
+            poison[..DTE_HEADER_BYTES].copy_from_slice(&header.encode());
+            let addr = data
+                .geometry()
+                .dte_addr(r)
+                .ok_or("allocated slot has no address")?;
+            fabric.write(addr, &poison).map_err(|e| e.to_string())?;
+            taken.push(r);
+        }
+        for r in taken {
+            data.release_unpublished(r);
+        }
+    }
+    Ok(())
+}
+
+/// Stop before a CAS on `slot`.
 pub fn cas_at(slot: RemoteAddr) -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    move |p| p.kind == crate::sim::Point::Cas && p.addr == Some(slot)
+    move |p| p.kind == Point::Cas && p.addr == Some(slot)
 }
 
-/// Stop before a CAS on index slot `slot` whose expected value satisfies
-/// `pred`.
+/// Stop before a CAS on `slot` whose expected value satisfies `pred`.
 pub fn cas_at_if(
     slot: RemoteAddr,
     pred: fn(Ite) -> bool,
 ) -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    move |p| p.kind == crate::sim::Point::Cas && p.addr == Some(slot) && pred(Ite(p.expected))
+    move |p| p.kind == Point::Cas && p.addr == Some(slot) && pred(Ite(p.expected))
 }
 
 /// Stop before a READ of `slot`.
 pub fn read_at(slot: RemoteAddr) -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    move |p| p.kind == crate::sim::Point::Read && p.addr == Some(slot)
+    move |p| p.kind == Point::Read && p.addr == Some(slot)
 }
 
 /// Stop before a CAS on a DTE state word (a commit or abort).
 pub fn state_cas() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == crate::sim::Point::Cas && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+    |p| p.kind == Point::Cas && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
 }
 
 /// Stop before any CAS.
 pub fn any_cas() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == crate::sim::Point::Cas
+    |p| p.kind == Point::Cas
+}
+
+/// Stop before any WRITE.
+pub fn any_write() -> impl Fn(&PointInfo) -> bool + Send + 'static {
+    |p| p.kind == Point::Write
 }
 
 /// Stop at a back-off sleep.
 pub fn backoff() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == crate::sim::Point::Sleep
+    |p| p.kind == Point::Sleep
+}
+
+/// Stop at the `n`-th point (from 1) for which `pred` holds.
+pub fn nth(
+    n: usize,
+    pred: impl Fn(&PointInfo) -> bool + Send + 'static,
+) -> impl Fn(&PointInfo) -> bool + Send + 'static {
+    let seen = AtomicUsize::new(0);
+    move |p| pred(p) && seen.fetch_add(1, Ordering::Relaxed) + 1 == n
 }

@@ -17,13 +17,14 @@
 
 use crate::history::{Call, Recorder, Ret};
 use crate::linearizability::check;
+use crate::scripted::reuse_every_free_slot;
 use crate::sim::{
     quiet_crashes, Crashed, Faults, Role, Scheduler, SchedulerReport, SimClock, SimCounts,
     SimFabric,
 };
 use nessie::data::RecycleCounts;
 use nessie::index::KeyHasher;
-use nessie::layout::dte::{self, DteHeader, DteState, DteStatus};
+use nessie::layout::dte::{self, DteHeader, DteStatus};
 use nessie::layout::{Ite, SlotRef};
 use nessie::{ChecksumPolicy, Client, Clock, Cluster, Config, Error, Optimizations, Stats};
 use rand::rngs::StdRng;
@@ -583,7 +584,8 @@ fn audit(
     sched.advance(scenario.expiry_us + scenario.op_timeout_us + landing + 4 * scenario.skew_us + 1);
     // 2. Reuse every slot that may be reused.
     for node in 0..config.nodes {
-        churn(cluster, node).map_err(|e| format!("audit churn on node {node}: {e}"))?;
+        reuse_every_free_slot(cluster, node)
+            .map_err(|e| format!("audit reuse on node {node}: {e}"))?;
         if let Some(data) = cluster.node_data(node) {
             let c = data.recycle_counts();
             let r = &mut outcome.recycling;
@@ -637,42 +639,6 @@ fn audit(
         match auditor.get(k) {
             Ok(v) => recorder.returned(p, Ret::Get(v)),
             Err(e) => return Err(wedged(k, "GET after PUT", &e, &auditor)),
-        }
-    }
-    Ok(())
-}
-
-/// Allocates every slot node `node` can hand out (recycling first, which
-/// resolves the markers of expired MIGRATE copies), poisons it, and frees
-/// it again: afterwards, any ITE still pointing at a reused slot reads as
-/// torn for ever.
-fn churn(cluster: &Cluster, node: usize) -> Result<(), String> {
-    let Some(data) = cluster.node_data(node) else {
-        return Ok(());
-    };
-    let fabric = cluster.fabric();
-    let access = cluster.table_access(node);
-    let mut rng = StdRng::seed_from_u64(node as u64);
-    for class in 0..data.classes() as u8 {
-        let mut taken = Vec::new();
-        while let Some(r) = data.allocate(class, access).map_err(|e| e.to_string())? {
-            let bytes = data.slot_bytes(class);
-            let mut poison: Vec<u8> = (0..bytes).map(|_| rng.gen()).collect();
-            let header = DteHeader {
-                state: DteState::new(r.generation, 1, 0, false, false)
-                    .with_status(DteStatus::Aborted),
-                ..DteHeader::default()
-            };
-            poison[..dte::DTE_HEADER_BYTES].copy_from_slice(&header.encode());
-            let addr = data
-                .geometry()
-                .dte_addr(r)
-                .ok_or("allocated slot has no address")?;
-            fabric.write(addr, &poison).map_err(|e| e.to_string())?;
-            taken.push(r);
-        }
-        for r in taken {
-            data.release_unpublished(r);
         }
     }
     Ok(())

@@ -1,32 +1,23 @@
 //! The counterexample traces of the protocol's bounded model checks
-//! (V1–V4, Z1/Z1b), replayed step by step on the real implementation.
-//! Each test first drives the clients into the racy state its trace
-//! describes and asserts that state was reached, then lets the run finish
-//! and asserts the outcome the fixed protocol guarantees.
+//! without recycling (`REPORT.md`: V1–V4 and the stale marker of a crashed
+//! migrator; `REPORT-zombies.md`: Z1, Z1b and Z2/CV), replayed step by step
+//! on the real implementation on two nodes (the clients run on node 1, the
+//! preloaded entries live on node 0, so reads go through the cache). Each
+//! test first drives the clients into the racy state its trace describes
+//! and asserts that state was reached, then lets the run finish and asserts
+//! the outcome the fixed protocol guarantees. The traces with recycling are
+//! in `recycling_schedules.rs`.
 
 use nessie::layout::dte::DteStatus;
 use nessie::layout::{Ite, IteKind};
 use nessie::{Error, Optimizations};
 use tests::scripted::{
-    any_cas, backoff, cas_at, cas_at_if, read_at, state_cas, tiny_config, Script,
+    any_cas, backoff, cas_at, cas_at_if, layout_a, read_at, state_cas, tiny_config, Script,
 };
 
-/// The layout of traces V1, V2 and Z1: k1 has candidates (s1, s0) and sits
-/// in s0 with v1; k2 has (s0, s2); k3 sits in s2; s1 is empty.
-fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
-    let k1 = script.key_with("k1-", &[1, 0]);
-    let k2 = script.key_with("k2-", &[0, 2]);
-    let k3 = script.key_first("k3-", 2);
-    let parker = script.key_first("t-", 1);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    c.put(&k3, b"v3").unwrap();
-    assert!(c.delete(&parker).unwrap());
-    assert!(script.ite(1).is_empty());
-    assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
-    assert_eq!(script.target(script.ite(2)).2, k3, "k3 sits in s2");
-    (k1, k2)
+/// Stop before a CAS on `slot` that expects a marker.
+fn marker_cas(script: &Script, slot: u64) -> impl Fn(&tests::sim::PointInfo) -> bool + Send {
+    cas_at_if(script.slot(slot), Ite::is_moved)
 }
 
 /// V1: a GET meeting a live MIGRATE copy must not follow the copy's `prev`.
@@ -271,4 +262,88 @@ fn z1_late_marker_of_a_zombie_migrator_is_restored() {
         c1.join().unwrap().unwrap().unwrap().as_deref(),
         Some(&b"v5"[..])
     );
+}
+
+/// The stale marker of REPORT.md (after Fix C): a migrator that commits its
+/// copy and crashes before clearing the source's marker leaves `MOVED(copy)`
+/// behind; the next writer of a key with that slot as a candidate clears it
+/// (staging the old entry) instead of waiting for ever.
+#[test]
+fn stale_marker_of_a_crashed_migrator_is_cleared() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let (k2a, k2b) = (k2.clone(), k2.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2a, b"v4"));
+    let c1 = script.spawn(1, move |c| c.put(&k2b, b"v5"));
+    script
+        .sched
+        .run_until(0, marker_cas(&script, 0))
+        .expect("c0 stops before clearing its marker");
+    script.sched.crash(0);
+    let marker = script.ite(0);
+    let (copy, h, key) = script.target(marker);
+    assert!(marker.is_moved() && key == k1);
+    assert_eq!(h.state.status(), DteStatus::Valid, "the copy committed");
+    assert_eq!(script.target(script.ite(1)).0, copy, "and is linked in s1");
+    script.sched.run_to_end(1);
+    c1.join().unwrap().unwrap().unwrap();
+    assert!(c0.join().unwrap().is_none());
+    let (_, old, _) = script.target(d1);
+    assert_ne!(old.expires_at, 0, "the clearer staged k1's old entry");
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(c.get(&k2).unwrap().as_deref(), Some(&b"v5"[..]));
+}
+
+/// Z2 and CV (REPORT-zombies.md): an owner that misses its own death. The
+/// helper's wall clock runs ahead (skew beyond the bound), so it aborts a
+/// copy whose migrator still passes its own (monotonic) deadline checks;
+/// the migrator's late marker then lands and its commit finds the copy
+/// ABORTED. CV: it must leave the marker to the Z1 restore, not clear it
+/// (clearing it would lose k1).
+#[test]
+fn z2_migrator_whose_copy_was_aborted_leaves_its_marker() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let k1a = k1.clone();
+    let c0 = script.spawn_on(0, 0, move |c| (c.put(&k2, b"v4"), c.stats()));
+    let c1 = script.spawn_on(1, 1, move |c| c.put(&k1a, b"v5"));
+    // 1. c0 installs its copy in s1 and stops before its source CAS.
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script.sched.run_until(0, cas_at(script.slot(0))).unwrap();
+    // 2. Node 1's clock steps past c0's death.
+    let config = script.config();
+    let ahead = (config.op_timeout + config.max_clock_skew * 2).as_micros() as i64 + 1;
+    script.sched.set_offset(1, ahead);
+    // 3. c1 meets the "dead" copy: the source holds D1, so it rolls back.
+    script.sched.run_until(1, state_cas()).unwrap();
+    // 4. c0 lands its marker and stops before its commit.
+    script.sched.run_until(0, state_cas()).unwrap();
+    assert!(script.ite(0).is_moved());
+    // 5. c1 aborts the copy and stops before restoring s1.
+    script.sched.run_until(1, cas_at(script.slot(1))).unwrap();
+    let (copy, h, _) = script.target(script.ite(1));
+    assert_eq!(h.state.status(), DteStatus::Aborted);
+    // 6. c0's commit finds ABORTED. Its next CAS on s0 must restore D1 (Z1),
+    //    not clear the marker.
+    let p = script
+        .sched
+        .run_until(0, marker_cas(&script, 0))
+        .expect("c0 meets its marker again");
+    assert_eq!(p.expected, Ite::moved(copy).0);
+    assert_eq!(
+        p.new, d1.0,
+        "CV: the marker of an aborted copy is restored, not cleared"
+    );
+    script.sched.run_to_end(0);
+    script.sched.run_to_end(1);
+    c1.join().unwrap().unwrap().unwrap();
+    let (put, stats) = c0.join().unwrap().unwrap();
+    put.unwrap();
+    assert_eq!(stats.put.markers_left, 1, "c0 left its marker");
+    script.sched.set_offset(1, 0);
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v5"[..]));
 }

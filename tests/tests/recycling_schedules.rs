@@ -1,0 +1,298 @@
+//! The schedules that lost or wedged acknowledged data once DTE slots are
+//! recycled (review `2026-11-protocol-review.md` F2–F5; the model's traces in
+//! `REPORT-recycling.md`, and T1 beyond the landing bound), replayed step by
+//! step on two nodes. Each test drives the clients into the racy state,
+//! asserts it was reached, then makes every slot that may be reused really
+//! be reused ([`Script::reuse_slots`]) — which the original audit never did
+//! — and asserts that every acknowledged value is still readable and
+//! writable.
+
+use nessie::layout::dte::DteStatus;
+use nessie::layout::{Ite, IteKind};
+use nessie::Error;
+use tests::scripted::{
+    any_write, cas_at, cas_at_if, layout_a, nth, read_at, state_cas, tiny_config, Script,
+};
+
+/// Runs c0 (a PUT of k2 in layout A) to the point where it passed the
+/// deadline check of its MIGRATE's source CAS and stalls there, past its
+/// death. Returns the copy's ITE value (in s1).
+fn zombie_migrator_at_source_cas(script: &Script) -> Ite {
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script
+        .sched
+        .run_until(0, cas_at(script.slot(0)))
+        .expect("c0 stops right before its source CAS");
+    let copy = script.ite(1);
+    let (_, h, _) = script.target(copy);
+    assert!(h.state.is_migrated() && h.state.status() == DteStatus::Invalid);
+    script.let_owners_die();
+    copy
+}
+
+/// F2: a migrator crashes between its commit and its marker clear; a second
+/// MIGRATE moves the committed copy on and stages it although `MOVED(copy)`
+/// is still in its first source. Before the copy's slot is reused, the
+/// recycler must clear that marker (and stage k1's first entry).
+#[test]
+fn f2_marker_of_a_remigrated_copy_is_cleared_before_reuse() {
+    let script = Script::new(tiny_config(4, 3), 2);
+    let k1 = script.key_with("k1-", &[0, 1, 2]);
+    let kx = script.key_with("kx-", &[0, 3]);
+    let ky = script.key_with("ky-", &[1, 3]);
+    let f3 = script.key_first("f3-", 3);
+    let mut c = script.direct_client();
+    c.put(&k1, b"v1").unwrap();
+    c.put(&f3, b"v9").unwrap();
+    let d1 = script.ite(0);
+    let (kxa, kya) = (kx.clone(), ky.clone());
+    let c0 = script.spawn(0, move |c| c.put(&kxa, b"x"));
+    let c1 = script.spawn(1, move |c| c.put(&kya, b"y"));
+    // 1. c0 moves k1 from s0 to s1, commits, and crashes before clearing
+    //    MOVED(C1) in s0.
+    script
+        .sched
+        .run_until(0, cas_at_if(script.slot(0), Ite::is_moved))
+        .expect("c0 stops before its marker clear");
+    script.sched.crash(0);
+    let c1_ite = script.ite(1);
+    let (c1_at, h, _) = script.target(c1_ite);
+    assert_eq!(h.state.status(), DteStatus::Valid);
+    assert_eq!(script.ite(0), Ite::moved(c1_at));
+    // 2. c1 moves the committed copy on from s1 to s2 and stages it.
+    script.sched.run_to_end(1);
+    c1.join().unwrap().unwrap().unwrap();
+    assert!(c0.join().unwrap().is_none());
+    let (_, h, _) = script.target(script.ite(2));
+    assert!(
+        h.state.is_migrated() && h.prev == c1_ite.0,
+        "C2 in s2 copies C1"
+    );
+    assert_ne!(script.entry(c1_at).0.expires_at, 0, "C1 is staged");
+    assert_eq!(
+        script.ite(0),
+        Ite::moved(c1_at),
+        "the racy state of F2: a staged copy whose first source still holds its marker"
+    );
+    // 3. Every reusable slot is reused: the recycler clears the marker first.
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert!(script.ite(0).is_empty(), "the marker was cleared");
+    let data = script.cluster.node_data(1).unwrap();
+    assert_eq!(data.recycle_counts().markers_cleared, 1);
+    let (_, old, _) = script.target(d1);
+    assert_ne!(old.expires_at, 0, "k1's first entry was staged, not leaked");
+    // 4. Nothing is wedged.
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(c.get(&kx).unwrap(), None);
+    c.put(&kx, b"x2").unwrap();
+    assert_eq!(c.get(&kx).unwrap().as_deref(), Some(&b"x2"[..]));
+    assert_eq!(c.get(&ky).unwrap().as_deref(), Some(&b"y"[..]));
+}
+
+/// F3, which is also Z1 in its other order: the helper rolls a zombie's
+/// copy back and stages it *before* the zombie's late source CAS installs
+/// `MOVED(copy)`. Before the copy's slot is reused, the recycler must put
+/// the marker back to the copy's `prev`, or k1's acknowledged value is lost.
+#[test]
+fn f3_late_marker_of_a_staged_copy_is_restored_before_reuse() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let k1a = k1.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let copy_ite = zombie_migrator_at_source_cas(&script);
+    let copy = copy_ite.target().unwrap();
+    // The helper rolls the copy back, restores s1 and stages the copy.
+    script.sched.run_to_end(1);
+    assert_eq!(
+        c1.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+    let (h, _) = script.entry(copy);
+    assert_eq!(h.state.status(), DteStatus::Aborted);
+    assert_ne!(h.expires_at, 0, "the restorer staged the copy");
+    // The zombie's late CAS lands.
+    script.sched.run_to_end(0);
+    assert!(matches!(c0.join().unwrap().unwrap(), Err(Error::Timeout)));
+    assert_eq!(
+        script.ite(0),
+        Ite::moved(copy),
+        "the racy state of F3: a staged copy whose source holds its marker"
+    );
+    // Nobody touches s0 until the copy's slot is reused.
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert_eq!(script.ite(0), d1, "the recycler restored the marker to D1");
+    let data = script.cluster.node_data(1).unwrap();
+    assert_eq!(data.recycle_counts().markers_restored, 1);
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+    c.put(&k1, b"v9").unwrap();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v9"[..]));
+}
+
+/// F4: in the F3 state, the reader that restores the marker (Z1) used to
+/// stage the copy a second time; a stage WRITE that lands after the slot's
+/// reuse stamps its live new occupant. The Z1 restorer must stage nothing.
+#[test]
+fn f4_marker_restorer_stages_nothing() {
+    let script = Script::new(tiny_config(3, 2), 3);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let (k1a, k1b) = (k1.clone(), k1.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let c2 = script.spawn(2, move |c| c.get(&k1b));
+    let copy = zombie_migrator_at_source_cas(&script).target().unwrap();
+    script.sched.run_to_end(1);
+    script.sched.run_to_end(0);
+    assert_eq!(script.ite(0), Ite::moved(copy));
+    let staged_at = script.entry(copy).0.expires_at;
+    assert_ne!(staged_at, 0);
+    // c2 meets the marker with the copy ABORTED and restores D1 (Z1): it
+    // must not WRITE anything (a GET writes only when it stages).
+    script
+        .sched
+        .run_until(2, cas_at_if(script.slot(0), Ite::is_moved))
+        .expect("c2 is about to restore the marker");
+    assert!(
+        script.sched.run_until(2, any_write()).is_none(),
+        "the Z1 restorer staged the copy a second time"
+    );
+    assert_eq!(
+        c2.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+    assert_eq!(script.ite(0), d1);
+    assert_eq!(script.entry(copy).0.expires_at, staged_at);
+    for h in [c0] {
+        let _ = h.join();
+    }
+    assert!(c1.join().unwrap().is_some());
+    // The copy's slot is reused by another key's entry, which must stay.
+    script.let_slots_expire();
+    script.reuse_slots();
+    let mut on_node_1 = script.cluster.client(1).unwrap();
+    let z = script.key_first("z-", 3);
+    on_node_1.put(&z, b"z3").unwrap();
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert_eq!(on_node_1.get(&z).unwrap().as_deref(), Some(&b"z3"[..]));
+    assert_eq!(on_node_1.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// F5: a helper of a dead copy found through a marker must restore only
+/// from the ITE value it read pointing at the copy — not from a value it
+/// re-reads later, which by then belongs to another key's committed PUT.
+#[test]
+fn f5_helper_never_restores_over_another_keys_entry() {
+    let script = Script::new(tiny_config(3, 2), 3);
+    let (k1, k2) = layout_a(&script);
+    let k4 = script.key_with("k4-", &[1, 2]);
+    let d1 = script.ite(0);
+    let (k1a, k2a, k4a) = (k1.clone(), k2.clone(), k4.clone());
+    let c0 = script.spawn(0, move |c| (c.put(&k2a, b"v4"), c.put(&k4a, b"v6")));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let c2 = script.spawn(2, move |c| c.get(&k2));
+    // 1. c0 is a zombie at its source CAS.
+    let copy_ite = zombie_migrator_at_source_cas(&script);
+    let copy = copy_ite.target().unwrap();
+    // 2. c1 finds the copy dead with D1 in the source: about to abort it.
+    script.sched.run_until(1, state_cas()).unwrap();
+    // 3. c0's late marker lands; its PUT(k2) times out, and it stops at
+    //    the first READ of its PUT(k4).
+    script.sched.run_until(0, read_at(script.slot(1))).unwrap();
+    assert_eq!(script.ite(0), Ite::moved(copy));
+    // 4. c2 GET(k2) meets the marker, the copy dead: looking for the
+    //    copy's holder among k1's candidates (s1, s0), it has read s1 and
+    //    stops before reading s0.
+    script
+        .sched
+        .run_until(2, nth(2, read_at(script.slot(0))))
+        .expect("c2 stops inside its search for the copy's holder");
+    assert_eq!(script.ite(1), copy_ite, "c2 saw the copy in s1");
+    // 5. c1 aborts the copy, restores s1, and restores the marker (Z1).
+    script.sched.run_to_end(1);
+    assert_eq!(
+        c1.join().unwrap().unwrap().unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
+    assert!(script.ite(1).is_empty() && script.ite(0) == d1);
+    // 6. c0 PUTs k4 into s1: acknowledged.
+    script.sched.run_to_end(0);
+    let (put_k2, put_k4) = c0.join().unwrap().unwrap();
+    assert!(matches!(put_k2, Err(Error::Timeout)));
+    put_k4.unwrap();
+    let IteKind::Occupied { .. } = script.ite(1).kind() else {
+        panic!("k4 sits in s1")
+    };
+    assert_eq!(script.target(script.ite(1)).2, k4);
+    // 7. c2 resumes: its restore must not touch s1 any more.
+    script.sched.run_to_end(2);
+    assert_eq!(c2.join().unwrap().unwrap().unwrap(), None);
+    assert_eq!(
+        script.target(script.ite(1)).2,
+        k4,
+        "k4's entry is still linked"
+    );
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k4).unwrap().as_deref(), Some(&b"v6"[..]));
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// T1 of REPORT-recycling.md, beyond the landing bound: the zombie's source
+/// CAS is delayed until after its rolled-back copy's slot was reused. On a
+/// fabric that enforces land-by times (`tcp`), the target refuses the late
+/// CAS and nothing is lost; the breach is counted either way.
+#[test]
+fn t1_cas_later_than_the_landing_bound_is_refused_by_its_target() {
+    let script = Script::with_land_by(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let k1a = k1.clone();
+    let c0 = script.spawn(0, move |c| (c.put(&k2, b"v4"), c.stats()));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    zombie_migrator_at_source_cas(&script);
+    script.sched.run_to_end(1);
+    assert!(c1.join().unwrap().is_some());
+    // The copy expires and its slot is reused while c0 still stalls.
+    script.let_slots_expire();
+    script.reuse_slots();
+    script.sched.run_to_end(0);
+    let (put, stats) = c0.join().unwrap().unwrap();
+    assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
+    assert_eq!(stats.put.late_cas, 1, "the breach was counted");
+    assert_eq!(script.ite(0), d1, "the late CAS was refused");
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// The same schedule where nothing enforces the bound (`shm`, `local`): the
+/// late CAS links a recycled slot and k1 is lost, as the model predicts
+/// (`fixed-beyond`). This is why a breach is logged as an error, and why
+/// `Config::validate` keeps `expiry` above `op_timeout + landing bound +
+/// max_clock_skew`.
+#[test]
+fn t1_beyond_the_landing_bound_loses_a_key_where_nothing_enforces_it() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let k1a = k1.clone();
+    let c0 = script.spawn(0, move |c| (c.put(&k2, b"v4"), c.stats()));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let copy = zombie_migrator_at_source_cas(&script).target().unwrap();
+    script.sched.run_to_end(1);
+    assert!(c1.join().unwrap().is_some());
+    script.let_slots_expire();
+    script.reuse_slots();
+    script.sched.run_to_end(0);
+    let (_, stats) = c0.join().unwrap().unwrap();
+    assert_eq!(stats.put.late_cas, 1, "the breach was counted");
+    assert_eq!(script.ite(0), Ite::moved(copy), "a marker to a reused slot");
+    let mut c = script.direct_client();
+    assert!(
+        matches!(c.get(&k1), Err(Error::Timeout | Error::Corrupt(_))),
+        "k1 is wedged"
+    );
+}
