@@ -14,7 +14,7 @@
 //! their caches.
 
 use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
-use nessie::data::dte_addr;
+use nessie::data::{dte_addr, Geometry};
 use nessie::fabric::{RegionId, RemoteAddr};
 use nessie::index::{Candidate, KeyHasher};
 use nessie::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
@@ -88,9 +88,12 @@ impl Script {
             .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
             .collect();
         let s2 = Arc::clone(&sched);
+        let geometry = Geometry::new(&config);
         let cluster = Cluster::builder(config.clone())
             .clocks(clocks)
-            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, s2, land_by)))
+            .wrap_fabric(move |f| {
+                Arc::new(SimFabric::new(f, s2, land_by).watching_stages(geometry))
+            })
             .recycler(false)
             .build()
             .expect("valid scripted config");

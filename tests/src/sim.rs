@@ -30,7 +30,9 @@
 //! * scripted **crash** and **stall** at a given yield point of a given
 //!   client, for exhaustive enumeration of short schedules.
 
+use nessie::data::Geometry;
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
+use nessie::layout::dte::EXPIRES_AT_OFFSET;
 use nessie::Clock;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -119,6 +121,10 @@ pub struct Faults {
     pub stall_max_us: u64,
     /// Longest stall before a client's CAS (µs): the landing bound.
     pub cas_stall_max_us: u64,
+    /// How long a stall must be to make its thread a zombie (`op_timeout +
+    /// 2·max_clock_skew`): half the stall lengths are drawn from just
+    /// above it, where a late CAS races its helpers.
+    pub dead_after_us: u64,
     /// Probability that a READ or WRITE of two words or more executes in
     /// pieces.
     pub tear: f64,
@@ -144,6 +150,7 @@ impl Faults {
             stall: 0.0,
             stall_max_us: 0,
             cas_stall_max_us: 0,
+            dead_after_us: 0,
             tear: 0.0,
             transport: 0.0,
             clock_step: 0.0,
@@ -221,6 +228,8 @@ struct State {
     stop: Vec<Option<StopAt>>,
     crash: Vec<bool>,
     last_point: Option<PointInfo>,
+    /// Broken invariants the fabric noticed.
+    violations: Vec<String>,
 }
 
 impl std::fmt::Debug for State {
@@ -294,6 +303,7 @@ impl Scheduler {
                 stop: (0..threads).map(|_| None).collect(),
                 crash: vec![false; threads],
                 last_point: None,
+                violations: Vec::new(),
             }),
             turn: Condvar::new(),
         })
@@ -588,7 +598,13 @@ impl Scheduler {
             } else {
                 f.stall_max_us
             };
-            stall = s.rng.gen_range(0..=max);
+            // Half short, half from the zombie window up to the bound.
+            let zombie = f.dead_after_us.min(max);
+            stall = if s.rng.gen_bool(0.5) {
+                s.rng.gen_range(0..=zombie)
+            } else {
+                s.rng.gen_range(zombie..=max)
+            };
         }
         if stall > 0 {
             s.counts.stalls += 1;
@@ -648,6 +664,17 @@ impl Scheduler {
         cuts.sort_unstable();
         cuts.dedup();
         cuts
+    }
+
+    /// Records a broken invariant (the run fails at its end).
+    pub fn violation(&self, what: String) {
+        self.lock().violations.push(what);
+    }
+
+    /// The broken invariants recorded so far.
+    #[must_use]
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
     }
 
     fn count(&self, f: impl FnOnce(&mut SimCounts)) {
@@ -710,12 +737,17 @@ struct Inflight {
 }
 
 /// A fabric that yields to the scheduler before every verb and every piece
-/// of a torn verb, and injects transport errors.
+/// of a torn verb, and injects transport errors. Given the tables'
+/// geometry, it also watches every stage WRITE: an `expires_at` written
+/// over a non-zero one stages an incarnation twice, which the recycling
+/// rules forbid (a second stage can land after the slot's reuse and stamp
+/// its next occupant: review F4).
 #[derive(Debug)]
 pub struct SimFabric {
     inner: Arc<dyn Fabric>,
     sched: Arc<Scheduler>,
     land_by: bool,
+    geometry: Option<Geometry>,
     inflight: Mutex<(u64, Vec<Inflight>)>,
 }
 
@@ -761,7 +793,37 @@ impl SimFabric {
             inner,
             sched,
             land_by,
+            geometry: None,
             inflight: Mutex::new((0, Vec::new())),
+        }
+    }
+
+    /// Watches stage WRITEs on tables of this geometry (see the type's
+    /// docs).
+    #[must_use]
+    pub fn watching_stages(mut self, geometry: Geometry) -> SimFabric {
+        self.geometry = Some(geometry);
+        self
+    }
+
+    /// Reports a WRITE that stages an already staged DTE.
+    fn check_stage(&self, addr: RemoteAddr, data: &[u8]) {
+        let Some(g) = &self.geometry else { return };
+        let Some(class) = addr.region.data_class() else {
+            return;
+        };
+        let slot_bytes = g.slot_bytes(class) as u64;
+        if data.len() != 8 || slot_bytes == 0 || addr.offset % slot_bytes != EXPIRES_AT_OFFSET as u64
+        {
+            return;
+        }
+        let mut w = [0u8; 8];
+        if self.inner.read(addr, &mut w).is_ok() && u64::from_le_bytes(w) != 0 {
+            self.sched.violation(format!(
+                "DOUBLE-STAGE: the DTE at {addr} (slot {}) is staged again (expires_at was {})",
+                addr.offset / slot_bytes,
+                u64::from_le_bytes(w)
+            ));
         }
     }
 
@@ -868,6 +930,7 @@ impl Fabric for SimFabric {
         if fault == Some(Injected::Before) {
             return Err(injected(addr.node));
         }
+        self.check_stage(addr, data);
         let cuts = self.sched.cuts(data.len() / 8);
         let mut from = 0;
         for end in cuts.into_iter().map(|w| w * 8).chain([data.len()]) {

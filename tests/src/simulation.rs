@@ -22,7 +22,7 @@ use crate::sim::{
     quiet_crashes, Crashed, Faults, Role, Scheduler, SchedulerReport, SimClock, SimCounts,
     SimFabric,
 };
-use nessie::data::RecycleCounts;
+use nessie::data::{Geometry, RecycleCounts};
 use nessie::index::KeyHasher;
 use nessie::layout::dte::{self, DteHeader, DteStatus};
 use nessie::layout::{Ite, SlotRef};
@@ -62,8 +62,11 @@ pub struct Scenario {
     pub key_len: RangeInclusive<usize>,
     /// Lengths values may have (two size classes: up to 256 and 512 bytes).
     pub value_len: RangeInclusive<usize>,
-    /// Keys preloaded (and never touched by clients) to crowd the index.
+    /// Keys preloaded to crowd the index (never written by clients).
     pub fillers: usize,
+    /// Whether clients also GET the fillers (readers of entries that
+    /// MIGRATEs move, who help their copies and markers).
+    pub read_fillers: bool,
     /// ITEs per node.
     pub index_slots_per_node: usize,
     /// DTE slots per node of the larger size class (the smaller gets more).
@@ -103,6 +106,7 @@ impl Scenario {
             key_len: 1..=KEY_MAX,
             value_len: 1..=400,
             fillers: 0,
+            read_fillers: false,
             index_slots_per_node: 16,
             data_slots_per_node: 48,
             expiry_us: 20_000,
@@ -162,6 +166,41 @@ impl Scenario {
         }
     }
 
+    /// Zombie migrations: an index so full that nearly every PUT migrates,
+    /// readers of the migrated entries, many stalls (half of them in the
+    /// window where a late CAS races its helpers) and crashes, and the
+    /// background recycler: the ground of review F2–F5.
+    #[must_use]
+    pub fn migrating_zombies() -> Scenario {
+        let base = Scenario {
+            name: "migrating-zombies",
+            clients: 4,
+            ops_per_client: 4,
+            keys: 5,
+            fillers: 8,
+            read_fillers: true,
+            index_slots_per_node: 4,
+            data_slots_per_node: 8,
+            expiry_us: 3_000,
+            op_timeout_us: 500,
+            skew_us: 50,
+            recycler: true,
+            ..Scenario::contended()
+        };
+        let f = Scenario::faulty(base.clone()).faults;
+        Scenario {
+            faults: Faults {
+                crash: 0.01,
+                max_crashes: 2,
+                stall: 0.08,
+                tear: 0.1,
+                transport: 0.0,
+                ..f
+            },
+            ..base
+        }
+    }
+
     /// `base` with every fault within the protocol's stated bounds: up to 4
     /// crashes at any verb; stalls of any length before READs, WRITEs and
     /// back-offs and up to the landing bound before CASes (zombies); torn
@@ -184,7 +223,10 @@ impl Scenario {
                 max_crashes: 4,
                 stall: 0.03,
                 stall_max_us: base.expiry_us * 3,
-                cas_stall_max_us: landing,
+                // A little under the bound: the scheduler may run other
+                // threads for a few µs before the stalled one resumes.
+                cas_stall_max_us: landing - landing / 10,
+                dead_after_us: dead_after_us(&config),
                 tear: 0.3,
                 transport: 0.002,
                 clock_step: 0.01,
@@ -252,6 +294,12 @@ impl Scenario {
             }
         }
     }
+}
+
+/// How long after its start an operation's owner counts as dead to its
+/// helpers (µs): a stall this long makes a zombie.
+fn dead_after_us(config: &Config) -> u64 {
+    (config.op_timeout + config.max_clock_skew * 2).as_micros() as u64 + 1
 }
 
 /// The result of one seed (or, summed, of many).
@@ -407,10 +455,13 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         .collect();
     let wrap_sched = Arc::clone(&sched);
     let land_by = scenario.land_by;
+    let geometry = Geometry::new(&config);
     let cluster = Arc::new(
         Cluster::builder(config.clone())
             .clocks(clocks.clone())
-            .wrap_fabric(move |f| Arc::new(SimFabric::new(f, wrap_sched, land_by)))
+            .wrap_fabric(move |f| {
+                Arc::new(SimFabric::new(f, wrap_sched, land_by).watching_stages(geometry))
+            })
             .recycler(false)
             .seed(seed)
             .build()
@@ -419,13 +470,16 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     let recorder = Arc::new(Recorder::new());
     let (keys, fillers) = keys(scenario, seed);
 
-    // Preload fillers (outside the simulation: no yields, no faults).
-    let mut loader = cluster.client(0).map_err(|e| e.to_string())?;
-    for f in &fillers {
+    // Preload fillers from every node in turn (outside the simulation: no
+    // yields, no faults).
+    for (i, f) in fillers.iter().enumerate() {
+        let mut loader = cluster
+            .client(i % scenario.nodes)
+            .map_err(|e| e.to_string())?;
         let p = recorder.invoke(u64::MAX, Call::put(f.clone(), b"filler".to_vec()));
         match loader.put(f, b"filler") {
             Ok(()) => recorder.returned(p, Ret::Put),
-            Err(Error::IndexFull) => recorder.failed(p),
+            Err(Error::IndexFull | Error::DataTableFull) => recorder.failed(p),
             Err(e) => return Err(fail(format!("preload: {e}"))),
         }
     }
@@ -441,6 +495,11 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         let recorder = Arc::clone(&recorder);
         let errors = Arc::clone(&errors);
         let keys = keys.clone();
+        let fillers = if scenario.read_fillers {
+            fillers.clone()
+        } else {
+            Vec::new()
+        };
         let scenario = scenario.clone();
         let op_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
         handles.push(std::thread::spawn(move || {
@@ -455,6 +514,9 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
                             value(&mut rng, &scenario.value_len, &format!("c{id}v{n}")),
                         ),
                         4 | 5 => Call::delete(k),
+                        _ if !fillers.is_empty() && rng.gen_bool(0.5) => {
+                            Call::get(fillers[rng.gen_range(0..fillers.len())].clone())
+                        }
                         _ => Call::get(k),
                     };
                     let pending = recorder.invoke(id as u64, call.clone());
@@ -546,6 +608,11 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     }
 
     let all_keys: Vec<Vec<u8>> = keys.iter().chain(&fillers).cloned().collect();
+    let check_invariants = |sched: &Scheduler| match sched.violations().first() {
+        Some(v) => Err(fail(v.clone())),
+        None => Ok(()),
+    };
+    check_invariants(&sched)?;
     let lossy = faults.crash > 0.0 || faults.crash_at.is_some() || transport;
     audit(
         scenario,
@@ -579,13 +646,22 @@ fn audit(
     outcome: &mut SimOutcome,
 ) -> Result<(), String> {
     let config = cluster.config();
-    // 1. Every owner is dead, every CAS landed, every staged slot expired.
+    // 1. Every owner is dead, every CAS landed, every staged slot expired;
+    // 2. every slot that may be reused is reused. Resolving a copy's marker
+    //    stages the copy's predecessor, which a later round reuses.
     let landing = config.landing_bound().as_micros() as u64;
-    sched.advance(scenario.expiry_us + scenario.op_timeout_us + landing + 4 * scenario.skew_us + 1);
-    // 2. Reuse every slot that may be reused.
+    let wait = scenario.expiry_us + scenario.op_timeout_us + landing + 4 * scenario.skew_us + 1;
+    for _round in 0..2 + config.max_migrate_depth {
+        sched.advance(wait);
+        for node in 0..config.nodes {
+            reuse_every_free_slot(cluster, node)
+                .map_err(|e| format!("audit reuse on node {node}: {e}"))?;
+        }
+        if staged(cluster).is_empty() {
+            break;
+        }
+    }
     for node in 0..config.nodes {
-        reuse_every_free_slot(cluster, node)
-            .map_err(|e| format!("audit reuse on node {node}: {e}"))?;
         if let Some(data) = cluster.node_data(node) {
             let c = data.recycle_counts();
             let r = &mut outcome.recycling;
@@ -596,6 +672,11 @@ fn audit(
             r.in_doubt_freed += c.in_doubt_freed;
             r.kept_after_error += c.kept_after_error;
         }
+    }
+    let left = staged(cluster);
+    if !left.is_empty() {
+        let shown: String = left.iter().map(|r| describe_dte(cluster, *r)).collect();
+        return Err(format!("staged slots were never reused:\n{shown}"));
     }
     // 3. Leaks.
     let leaks = leaked(cluster);
@@ -699,6 +780,30 @@ fn leaked(cluster: &Cluster) -> Vec<SlotRef> {
         .collect()
 }
 
+/// The slots in use that are staged (waiting for their expiry).
+fn staged(cluster: &Cluster) -> Vec<SlotRef> {
+    let fabric = cluster.fabric();
+    let mut out = Vec::new();
+    for node in 0..cluster.config().nodes {
+        let Some(data) = cluster.node_data(node) else {
+            continue;
+        };
+        for class in 0..data.classes() as u8 {
+            for r in data.in_use_slots(class) {
+                let Some(addr) = data.geometry().dte_addr(r) else {
+                    continue;
+                };
+                let mut w = [0u8; 8];
+                let at = addr.add(dte::EXPIRES_AT_OFFSET as u64);
+                if fabric.read(at, &mut w).is_ok() && u64::from_le_bytes(w) != 0 {
+                    out.push(r);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Seeds to run: `NESSIE_SIM_SEED` replays one; `NESSIE_SIM_SEEDS` sets how
 /// many (default `default`), from `NESSIE_SIM_FIRST_SEED` (default 0).
 #[must_use]
@@ -725,7 +830,7 @@ pub fn enumerate_faults(scenario: &Scenario, seed: u64) -> Result<u64, String> {
         ..scenario.clone()
     };
     let config = clean.config(seed);
-    let dead_after = (config.op_timeout + config.max_clock_skew * 2).as_micros() as u64 + 1;
+    let dead_after = dead_after_us(&config);
     let landing = config.landing_bound().as_micros() as u64;
     let points = run(&clean, seed)?.points;
     let mut runs = 0;

@@ -80,6 +80,13 @@ fn combined_with_faults() {
     assert!(t.sim.crashes > 0 && t.sim.torn_reads > 0 && t.sim.transport_errors > 0);
 }
 
+#[test]
+fn migrating_zombies() {
+    let t = run_all(&Scenario::migrating_zombies(), 600);
+    let s = t.stats.total();
+    assert!(s.migrations > 0 && s.recoveries > 0 && t.sim.cas_stalls > 0);
+}
+
 /// Every crash point and every zombie point of a short schedule in which a
 /// PUT migrates an entry while others read and write the keys involved.
 #[test]

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# How many seeds the randomized simulation needs to find each review bug
+# once its fix is undone. For each name (F1 … F5, default all), applies
+# scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
+# simulation in release mode, and runs every randomized scenario from seed
+# 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per
+# bug and scenario, the first failing seed and the violation it reported.
+#
+# usage: scripts/seeds-to-failure.sh [F1 F2 …]      (SEEDS=N to change the cap)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+seeds=${SEEDS:-3000}
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5)
+scenarios=(contended crowded_index_migrates recycling combined_migration_and_recycling
+  contended_with_faults crowded_with_faults recycling_with_faults combined_with_faults
+  migrating_zombies)
+work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)
+trap 'git -C "$root" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+git worktree add --detach "$work/tree" HEAD >/dev/null
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/reverts}"
+for name in "${names[@]}"; do
+  patch="$root/scripts/fix-reverts/$name.patch"
+  git -C "$work/tree" checkout -q -- .
+  if ! git -C "$work/tree" apply "$patch"; then
+    echo "$name: the patch no longer applies to HEAD"; continue
+  fi
+  echo "== $name: $(head -1 "$patch" | sed 's/^# //')"
+  (cd "$work/tree" && cargo test --release -q -p tests --test simulation --no-run 2>/dev/null)
+  for s in "${scenarios[@]}"; do
+    out=$(cd "$work/tree" && NESSIE_SIM_SEEDS=$seeds cargo test --release -q -p tests \
+      --test simulation "$s" -- --exact 2>&1 || true)
+    seed=$(grep -oE 'seed [0-9]+:' <<<"$out" | head -1 | grep -oE '[0-9]+' || true)
+    if [ -n "$seed" ]; then
+      why=$(grep -oE 'seed [0-9]+: .*' <<<"$out" | head -1 | cut -c1-150)
+      printf '  %-36s fails at seed %5s (%d seeds): %s\n' "$s" "$seed" $((seed + 1)) "$why"
+    else
+      printf '  %-36s clean for %d seeds\n' "$s" "$seeds"
+    fi
+  done
+done
