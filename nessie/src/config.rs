@@ -463,7 +463,17 @@ impl Config {
 
     fn validate_fabric(&self) -> Result<(), Error> {
         let (peers, secret, threads) = match &self.fabric {
-            FabricConfig::Verbs { peers, .. } => return self.validate_peers(peers),
+            FabricConfig::Verbs { peers, .. } => {
+                if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
+                    return Err(bad(format!(
+                        "fabric = verbs: the landing bound ({:?}; cas_landing_bound, or 4/5 of \
+                         expiry - op_timeout - max_clock_skew) is too short for any RDMA \
+                         retransmission setting; raise expiry",
+                        self.landing_bound()
+                    )));
+                }
+                return self.validate_peers(peers);
+            }
             FabricConfig::Tcp {
                 peers,
                 secret,

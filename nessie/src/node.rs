@@ -204,6 +204,9 @@ fn open_verbs_fabric(
         regions,
         attach_timeout: config.attach_timeout,
         lanes: DEFAULT_LANES,
+        retransmission: crate::fabric::RcTimeouts::within(config.landing_bound()).ok_or_else(
+            || Error::Config("the landing bound is too short for RDMA retransmissions".into()),
+        )?,
     })?))
 }
 

@@ -477,3 +477,37 @@ fn verbs_reconnect_after_the_serving_node_restarts() {
     assert_eq!(u64::from_le_bytes(mine), 3);
     assert!(node0.stats().connections_broken >= 1);
 }
+
+/// A CAS carries a land-by time; the serving node refuses one that arrives
+/// after it (the landing bound of DESIGN §4.4) without executing it, says
+/// so, and counts it. A timely CAS executes.
+#[test]
+fn late_cas_is_refused_by_its_target_and_not_executed() {
+    use nessie::Clock;
+    let nodes = cluster(2);
+    assert!(nodes[0].enforces_land_by());
+    let word = RemoteAddr::new(1, SMALL, 64);
+    let now = nessie::WallClock::default().now_us();
+    let late = nodes[0].cas_by(word, 0, 7, now - 1_000);
+    assert!(
+        matches!(late, Err(FabricError::LateCas { node: 1, late_us }) if late_us >= 1_000),
+        "{late:?}"
+    );
+    assert_eq!(
+        nodes[0].cas(word, 0, 0).unwrap(),
+        0,
+        "the late CAS did not execute"
+    );
+    assert_eq!(nodes[1].stats().refused_late, 1);
+    assert_eq!(nodes[0].cas_by(word, 0, 7, now + 60_000_000).unwrap(), 0);
+    assert_eq!(nodes[0].cas(word, 7, 7).unwrap(), 7);
+    // A CAS on the node's own memory is checked the same way.
+    let own = RemoteAddr::new(0, SMALL, 64);
+    assert!(matches!(
+        nodes[0].cas_by(own, 0, 9, now - 1),
+        Err(FabricError::LateCas { node: 0, .. })
+    ));
+    assert_eq!(nodes[0].cas(own, 0, 0).unwrap(), 0);
+    // Without a land-by time (0), a CAS always executes.
+    assert_eq!(nodes[0].cas_by(word, 7, 8, 0).unwrap(), 7);
+}

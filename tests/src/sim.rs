@@ -813,7 +813,9 @@ impl SimFabric {
             return;
         };
         let slot_bytes = g.slot_bytes(class) as u64;
-        if data.len() != 8 || slot_bytes == 0 || addr.offset % slot_bytes != EXPIRES_AT_OFFSET as u64
+        if data.len() != 8
+            || slot_bytes == 0
+            || addr.offset % slot_bytes != EXPIRES_AT_OFFSET as u64
         {
             return;
         }

@@ -12,8 +12,8 @@
 #![cfg(feature = "verbs")]
 
 use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions,
-    Verb, VerbCounts, VerbsFabric, VerbsOptions, DEFAULT_LANES,
+    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionId, RegionSpec, RemoteAddr, ShmFabric,
+    ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions, DEFAULT_LANES,
 };
 use nessie::{store_regions, Config, Node, Stats};
 use std::net::TcpListener;
@@ -66,6 +66,7 @@ fn options(node: usize, peers: &[String], cluster_id: u64, regions: &[RegionSpec
         regions: regions.to_vec(),
         attach_timeout: Duration::from_secs(60),
         lanes: DEFAULT_LANES,
+        retransmission: RcTimeouts::default(),
     }
 }
 
@@ -178,6 +179,7 @@ fn a_missing_device_is_a_typed_error() {
         regions: conformance::suite_spec().regions,
         attach_timeout: Duration::from_secs(1),
         lanes: 1,
+        retransmission: RcTimeouts::default(),
     };
     match VerbsFabric::open_with_listener(&o, &listeners[0]) {
         Err(FabricError::NoDevice { wanted, found }) => {

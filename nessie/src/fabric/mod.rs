@@ -26,6 +26,7 @@ mod endpoint;
 mod error;
 mod local;
 mod memory;
+mod rc_budget;
 mod shm;
 mod tcp;
 #[cfg(feature = "verbs")]
@@ -36,6 +37,7 @@ use std::fmt;
 pub use endpoint::{Endpoint, VerbCounts};
 pub use error::{FabricError, HandshakeFailure, VerbsFailure};
 pub use local::LocalFabric;
+pub use rc_budget::{RcTimeouts, MAX_ACK_TIMEOUT, MIN_ACK_TIMEOUT, RC_RETRY_COUNT};
 pub use shm::{ShmFabric, ShmOptions};
 #[doc(hidden)]
 pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;

@@ -46,6 +46,7 @@ use super::memory::{HeapRegions, MemoryMap};
 use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
 };
+use crate::clock::{Clock, WallClock};
 use crate::config::FabricConfig;
 use crate::layout::frame::{DEFAULT_FRAME_LIMIT, FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
 use crate::layout::round_up_words;
@@ -173,6 +174,9 @@ pub struct TcpStats {
     pub refused_unknown_region: u64,
     /// Verbs refused otherwise (bad CAS length, READs over the frame limit).
     pub refused_other: u64,
+    /// CASes refused because they arrived after their land-by time (their
+    /// deadline check plus the landing bound): not executed.
+    pub refused_late: u64,
     /// Connections closed for announcing a frame over the limit.
     pub oversized_frames: u64,
     /// Connections closed for a frame that does not parse.
@@ -199,6 +203,7 @@ impl TcpStats {
             + self.refused_misaligned
             + self.refused_unknown_region
             + self.refused_other
+            + self.refused_late
     }
 }
 
@@ -440,7 +445,28 @@ impl Fabric for TcpFabric {
     }
 
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.cas_by(addr, expected, new, 0)
+    }
+
+    fn cas_by(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
         if addr.node == self.node {
+            // The local CAS is this thread's own instruction; the check
+            // still catches a stall since the operation's deadline check.
+            if land_by_us != 0 {
+                let now = WallClock::default().now_us();
+                if now > land_by_us {
+                    return Err(FabricError::LateCas {
+                        node: addr.node,
+                        late_us: now - land_by_us,
+                    });
+                }
+            }
             return self.map().cas(addr, expected, new);
         }
         let mut batch = [Verb::Cas {
@@ -449,14 +475,25 @@ impl Fabric for TcpFabric {
             new,
             old: 0,
         }];
-        self.post(&mut batch)?;
+        self.post_by(&mut batch, land_by_us)?;
         match batch {
             [Verb::Cas { old, .. }] => Ok(old),
             _ => unreachable!("the batch holds the CAS built above"),
         }
     }
 
+    fn enforces_land_by(&self) -> bool {
+        true
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        self.post_by(batch, 0)
+    }
+}
+
+impl TcpFabric {
+    /// Posts `batch`, its CASes with the land-by time `land_by` (0: none).
+    fn post_by(&self, batch: &mut [Verb<'_>], land_by: u64) -> Result<(), FabricError> {
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.nodes];
         for (i, verb) in batch.iter().enumerate() {
             let node = verb.addr().node;
@@ -477,7 +514,7 @@ impl Fabric for TcpFabric {
             let Some(peer) = self.peers[node].as_ref().filter(|_| !group.is_empty()) else {
                 continue;
             };
-            match peer.send(&self.link, batch, group) {
+            match peer.send(&self.link, batch, group, land_by) {
                 Ok((conn, frames)) => in_flight.push((peer, conn, frames, group)),
                 Err(e) => note(group[0], e),
             }

@@ -31,12 +31,14 @@
 //! word 0   op u16 | region u16 | reserved u32
 //! word 1   offset
 //! word 2   length in bytes (READ, WRITE; 8 for CAS)
-//! then     WRITE: the data; CAS: expected, new
+//! then     WRITE: the data; CAS: expected, new, land-by (wall-clock µs
+//!          after which the serving node must not execute it; 0: none)
 //!
 //! response verb
 //! word 0   status (STATUS_OK or a refusal code)
 //! then     OK READ: the data; OK CAS: the old value; OK WRITE: nothing;
-//!          refusal: one detail word (the region length for STATUS_OUT_OF_BOUNDS)
+//!          refusal: one detail word (the region length for
+//!          STATUS_OUT_OF_BOUNDS, how late in µs for STATUS_LATE)
 //! ```
 
 use super::WORD;
@@ -92,6 +94,10 @@ pub const STATUS_UNKNOWN_REGION: u64 = 3;
 pub const STATUS_BAD_OP: u64 = 4;
 /// Refused: the frame's READs together exceed the frame limit.
 pub const STATUS_RESPONSE_TOO_LARGE: u64 = 5;
+/// Refused: a CAS arrived after its land-by time (not executed).
+pub const STATUS_LATE: u64 = 6;
+/// Operand words of a CAS request: expected, new, land-by.
+pub const CAS_OPERANDS: usize = 3;
 
 /// Default bytes of a frame's payload a node accepts (requests and
 /// responses alike); a node raises it to fit its largest verb.
@@ -310,7 +316,7 @@ impl VerbHeader {
         VERB_HEADER_BYTES as u64
             + match self.op {
                 OP_WRITE => self.len,
-                OP_CAS => 2 * WORD as u64,
+                OP_CAS => (CAS_OPERANDS * WORD) as u64,
                 _ => 0,
             }
     }
@@ -388,7 +394,7 @@ mod tests {
         assert_eq!(out.len(), VERB_HEADER_BYTES);
         assert_eq!(VerbHeader::decode(&out), Some(v));
         assert_eq!(VerbHeader::decode(&out[..20]), None);
-        assert_eq!(v.request_bytes(), 40);
+        assert_eq!(v.request_bytes(), 48);
         assert_eq!(v.response_bytes(), 16);
     }
 }

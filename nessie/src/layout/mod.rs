@@ -18,7 +18,7 @@ pub use ite::{Ite, IteKind, SlotRef};
 pub use region::{RegionHeader, RegionId, REGION_HEADER_BYTES};
 
 /// Version of every layout in this module. Bump on any change of bits.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Size of the machine word that verbs move and CAS operates on.
 pub const WORD: usize = 8;

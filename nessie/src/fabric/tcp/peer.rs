@@ -17,8 +17,8 @@ use super::handshake::{self, Identity};
 use super::service::Counters;
 use crate::layout::frame::{
     put_word, word, FrameHeader, VerbHeader, FRAME_HEADER_BYTES, OP_CAS, OP_READ, OP_WRITE,
-    REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_BYTES, STATUS_MISALIGNED, STATUS_OK,
-    STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION,
+    REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_BYTES, STATUS_LATE, STATUS_MISALIGNED,
+    STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION,
 };
 use crate::layout::WORD;
 use std::io::{self, BufReader, ErrorKind, Read, Write};
@@ -229,14 +229,19 @@ impl Peer {
 
     /// Sends the verbs `group` of `batch` (all bound to this peer) on a
     /// pooled connection; returns it with the frames it carries.
+    /// Sends the verbs `group` of `batch` (CASes with the land-by time
+    /// `land_by`, 0 for none). A frame is sent once: a connection that
+    /// breaks fails the verbs, which are never replayed on another one (a
+    /// replayed CAS could land after its operation gave up).
     pub(super) fn send(
         &self,
         link: &Link,
         batch: &[Verb<'_>],
         group: &[usize],
+        land_by: u64,
     ) -> Result<(Conn, Vec<Range<usize>>), FabricError> {
         let conn = self.acquire(link)?;
-        let (bytes, frames) = match encode(batch, group, conn.limit, self.node) {
+        let (bytes, frames) = match encode(batch, group, conn.limit, self.node, land_by) {
             Ok(r) => r,
             Err(e) => {
                 self.release(conn);
@@ -298,6 +303,7 @@ fn encode(
     group: &[usize],
     limit: u64,
     node: NodeId,
+    land_by: u64,
 ) -> Result<(Vec<u8>, Vec<Range<usize>>), FabricError> {
     // A refusal answers with a status and a detail word.
     const REFUSAL_BYTES: u64 = (STATUS_BYTES + WORD) as u64;
@@ -344,6 +350,7 @@ fn encode(
             Verb::Cas { expected, new, .. } => {
                 put_word(&mut bytes, *expected);
                 put_word(&mut bytes, *new);
+                put_word(&mut bytes, land_by);
             }
         }
     }
@@ -447,6 +454,10 @@ fn refusal(status: u64, detail: u64, addr: RemoteAddr, len: u64) -> Option<Fabri
         STATUS_BAD_OP => FabricError::Refused {
             node,
             reason: "the peer found the verb malformed",
+        },
+        STATUS_LATE => FabricError::LateCas {
+            node,
+            late_us: detail,
         },
         _ => return None,
     })

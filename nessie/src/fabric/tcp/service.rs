@@ -14,10 +14,12 @@ use super::super::memory::{HeapRegions, MemoryMap};
 use super::super::{FabricError, RegionId, RegionSpec, RemoteAddr};
 use super::handshake::{self, Identity};
 use super::TcpStats;
+use crate::clock::{Clock, WallClock};
 use crate::layout::frame::{
-    put_word, word, FrameHeader, VerbHeader, FRAME_HEADER_BYTES, OP_CAS, OP_READ, OP_WRITE,
-    REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_MISALIGNED, STATUS_OK,
-    STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION, VERB_HEADER_BYTES,
+    put_word, word, FrameHeader, VerbHeader, CAS_OPERANDS, FRAME_HEADER_BYTES, OP_CAS, OP_READ,
+    OP_WRITE, REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_LATE, STATUS_MISALIGNED,
+    STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION,
+    VERB_HEADER_BYTES,
 };
 use crate::layout::WORD;
 use std::collections::HashMap;
@@ -37,6 +39,7 @@ pub(super) struct Counters {
     refused_misaligned: AtomicU64,
     refused_unknown_region: AtomicU64,
     refused_other: AtomicU64,
+    refused_late: AtomicU64,
     oversized_frames: AtomicU64,
     malformed_frames: AtomicU64,
     truncated_frames: AtomicU64,
@@ -69,6 +72,7 @@ impl Counters {
             refused_misaligned: g(&self.refused_misaligned),
             refused_unknown_region: g(&self.refused_unknown_region),
             refused_other: g(&self.refused_other),
+            refused_late: g(&self.refused_late),
             oversized_frames: g(&self.oversized_frames),
             malformed_frames: g(&self.malformed_frames),
             truncated_frames: g(&self.truncated_frames),
@@ -434,16 +438,12 @@ fn execute(cfg: &ServiceConfig, verbs: u32, payload: &[u8], out: &mut Vec<u8>) -
                     .map_err(Refusal::Verb)
             }
             OP_CAS => {
-                let ops = &payload[take(&mut pos, 2 * WORD as u64)?];
-                let (expected, new) = (word(ops, 0), word(ops, 1));
-                match (expected, new) {
-                    (Some(e), Some(n)) if v.len == WORD as u64 => map
-                        .cas(addr, e, n)
-                        .map(|old| {
-                            put_word(out, STATUS_OK);
-                            put_word(out, old);
-                        })
-                        .map_err(Refusal::Verb),
+                let ops = &payload[take(&mut pos, (CAS_OPERANDS * WORD) as u64)?];
+                let (expected, new, land_by) = (word(ops, 0), word(ops, 1), word(ops, 2));
+                match (expected, new, land_by) {
+                    (Some(e), Some(n), Some(by)) if v.len == WORD as u64 => {
+                        cas_by(map, addr, e, n, by, out)
+                    }
                     _ => Err(Refusal::BadCas),
                 }
             }
@@ -467,6 +467,30 @@ fn execute(cfg: &ServiceConfig, verbs: u32, payload: &[u8], out: &mut Vec<u8>) -
     Ok(())
 }
 
+/// Executes a CAS unless its land-by time (`0`: none) has passed on this
+/// node's wall clock, checked right before executing it (DESIGN §4.4: a CAS
+/// must land within the landing bound of its deadline check, or not at
+/// all).
+fn cas_by(
+    map: &MemoryMap,
+    addr: RemoteAddr,
+    expected: u64,
+    new: u64,
+    land_by: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), Refusal> {
+    if land_by != 0 {
+        let now = WallClock::default().now_us();
+        if now > land_by {
+            return Err(Refusal::Late(now - land_by));
+        }
+    }
+    let old = map.cas(addr, expected, new).map_err(Refusal::Verb)?;
+    put_word(out, STATUS_OK);
+    put_word(out, old);
+    Ok(())
+}
+
 /// Why the service refused a verb.
 enum Refusal {
     /// The memory map's bounds, alignment or region check.
@@ -475,6 +499,8 @@ enum Refusal {
     TooLarge,
     /// A CAS whose length is not 8.
     BadCas,
+    /// A CAS past its land-by time, by this many µs.
+    Late(u64),
 }
 
 fn read(
@@ -514,6 +540,7 @@ fn refuse(counters: &Counters, refusal: &Refusal, out: &mut Vec<u8>) {
             (STATUS_UNKNOWN_REGION, 0, &counters.refused_unknown_region)
         }
         Refusal::TooLarge => (STATUS_RESPONSE_TOO_LARGE, 0, &counters.refused_other),
+        Refusal::Late(us) => (STATUS_LATE, *us, &counters.refused_late),
         Refusal::Verb(_) | Refusal::BadCas => (STATUS_BAD_OP, 0, &counters.refused_other),
     };
     bump(counter);

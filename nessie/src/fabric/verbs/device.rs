@@ -5,7 +5,7 @@
 //! device is used.
 
 use super::{call, RemoteRegion};
-use crate::fabric::{FabricError, NodeId, VerbsFailure};
+use crate::fabric::{FabricError, NodeId, RcTimeouts, VerbsFailure};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidEntry, GidType};
 use sideway::ibverbs::completion::ExtendedCompletionQueue;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -28,11 +28,6 @@ pub(super) const SEND_DEPTH: u32 = 32;
 const MAX_RD_ATOMIC: u8 = 16;
 /// `libibverbs` values of `ibv_port_attr::link_layer`.
 const LINK_LAYER_INFINIBAND: u8 = 1;
-/// Local ACK timeout exponent: 4.096 µs × 2^16 ≈ 268 ms before the NIC
-/// retransmits; with 7 retries a dead peer is noticed after about 2 s.
-const ACK_TIMEOUT: u8 = 16;
-/// Retransmissions before a work request fails with a retry error.
-const RETRY_COUNT: u8 = 7;
 
 /// Access a peer gets to our regions and our queue pairs to memory.
 fn remote_access() -> AccessFlags {
@@ -71,6 +66,9 @@ pub(super) struct QpInfo {
 pub(super) struct Device {
     pub(super) name: String,
     pub(super) node: NodeId,
+    /// ACK timeout and retries of every queue pair (within the landing
+    /// bound: see [`RcTimeouts`]).
+    retransmission: RcTimeouts,
     gid_index: u32,
     pub(super) address: PortAddress,
     pub(super) max_cqe: u32,
@@ -146,6 +144,7 @@ impl Device {
         wanted: Option<&str>,
         gid_index: Option<u32>,
         node: NodeId,
+        retransmission: RcTimeouts,
     ) -> Result<Device, FabricError> {
         let no_device = |found: Vec<String>| FabricError::NoDevice {
             wanted: wanted.map(str::to_owned),
@@ -195,6 +194,7 @@ impl Device {
         Ok(Device {
             name,
             node,
+            retransmission,
             gid_index,
             address: PortAddress {
                 lid: port.attr.lid,
@@ -320,8 +320,8 @@ impl Device {
         let mut rts = QueuePairAttribute::new();
         rts.setup_state(QueuePairState::ReadyToSend)
             .setup_sq_psn(local.psn)
-            .setup_timeout(ACK_TIMEOUT)
-            .setup_retry_cnt(RETRY_COUNT)
+            .setup_timeout(self.retransmission.ack_timeout)
+            .setup_retry_cnt(self.retransmission.retry_count)
             .setup_rnr_retry(7)
             .setup_max_read_atomic(rd_atomic);
         qp.modify(&rts).map_err(step("move a queue pair to RTS"))?;

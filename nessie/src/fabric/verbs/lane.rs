@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long posted work requests may take before the lane gives up on them
-/// (well past the NIC's own retry budget of about 2 s).
+/// (well past the NIC's own retry budget: see `RcTimeouts`).
 const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long flushed work requests may take to report after a timeout.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -39,7 +39,8 @@
 //! remote access error would otherwise break the queue pair.
 //!
 //! **Failures.** A work request that completes with an error (for example
-//! a peer that died: retries exhausted after about 2 s) leaves its queue
+//! a peer that died: retries exhausted within the worst case of
+//! [`VerbsOptions::retransmission`], 268 ms at the defaults) leaves its queue
 //! pair in the error state: verbs from that lane to that node then fail
 //! with [`VerbsFailure::Broken`] until the fabric is reopened; there is no
 //! reconnection.
@@ -52,8 +53,8 @@ use self::device::{Device, QpInfo};
 use self::handshake::{Expect, Hello};
 use self::lane::{verb_len, Lane, CHUNK};
 use super::{
-    Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
-    VerbsFailure,
+    Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec, RemoteAddr,
+    Verb, VerbsFailure,
 };
 use crate::layout::{FORMAT_VERSION, WORD};
 use memmap2::{MmapMut, MmapRaw};
@@ -92,6 +93,10 @@ pub struct VerbsOptions {
     pub attach_timeout: Duration,
     /// Lanes to open (clamped to `1..=`[`MAX_LANES`]).
     pub lanes: usize,
+    /// ACK timeout and retry count of every queue pair: a verb still in
+    /// flight after their worst case fails, so that a CAS lands within the
+    /// landing bound or not at all ([`RcTimeouts::within`]).
+    pub retransmission: RcTimeouts,
 }
 
 /// Where a region of some node lives for the NIC.
@@ -236,7 +241,12 @@ impl VerbsFabric {
             });
         }
         let deadline = Instant::now() + options.attach_timeout;
-        let device = Device::open(options.device.as_deref(), options.gid_index, me)?;
+        let device = Device::open(
+            options.device.as_deref(),
+            options.gid_index,
+            me,
+            options.retransmission,
+        )?;
 
         // This node's regions.
         let mut own = Vec::new();
