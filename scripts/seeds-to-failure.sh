@@ -6,16 +6,18 @@
 # 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per
 # bug and scenario, the first failing seed and the violation it reported.
 #
-# usage: scripts/seeds-to-failure.sh [F1 F2 …]      (SEEDS=N to change the cap)
+# usage: scripts/seeds-to-failure.sh [F1 F2 …]
+#   SEEDS=N        seeds per scenario at most (default 3000)
+#   SCENARIOS="…"  test names of tests/tests/simulation.rs to run (default:
+#                  every randomized scenario with faults, and `combined`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 seeds=${SEEDS:-3000}
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5)
-scenarios=(contended crowded_index_migrates recycling combined_migration_and_recycling
-  contended_with_faults crowded_with_faults recycling_with_faults combined_with_faults
-  migrating_zombies)
+read -r -a scenarios <<<"${SCENARIOS:-combined_migration_and_recycling contended_with_faults \
+crowded_with_faults recycling_with_faults combined_with_faults migrating_zombies}"
 work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)
 trap 'git -C "$root" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach "$work/tree" HEAD >/dev/null

@@ -379,6 +379,12 @@ impl Recorder {
         self.lock().failed[pending.index] = true;
     }
 
+    /// How many operations failed without effect (left out of the history).
+    #[must_use]
+    pub fn failed_count(&self) -> usize {
+        self.lock().failed.iter().filter(|f| **f).count()
+    }
+
     /// The history so far; operations still pending are unknown.
     #[must_use]
     pub fn history(&self) -> History {

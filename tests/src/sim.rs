@@ -32,7 +32,8 @@
 
 use nessie::data::Geometry;
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
-use nessie::layout::dte::EXPIRES_AT_OFFSET;
+use nessie::layout::dte::{DteState, EXPIRES_AT_OFFSET};
+use nessie::layout::Ite;
 use nessie::Clock;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -125,6 +126,15 @@ pub struct Faults {
     /// 2·max_clock_skew`): half the stall lengths are drawn from just
     /// above it, where a late CAS races its helpers.
     pub dead_after_us: u64,
+    /// Probability of a zombie stall (from the zombie window up to the
+    /// landing bound) before a *critical* CAS: one that installs, clears or
+    /// restores a MIGRATE marker, or commits or aborts a MIGRATE copy. Real
+    /// preemption strikes any verb; the simulator strikes these more often
+    /// because the recycling rules hinge on them.
+    pub critical_stall: f64,
+    /// Probability that a client crashes before a critical CAS (within
+    /// `max_crashes`).
+    pub critical_crash: f64,
     /// Probability that a READ or WRITE of two words or more executes in
     /// pieces.
     pub tear: f64,
@@ -151,6 +161,8 @@ impl Faults {
             stall_max_us: 0,
             cas_stall_max_us: 0,
             dead_after_us: 0,
+            critical_stall: 0.0,
+            critical_crash: 0.0,
             tear: 0.0,
             transport: 0.0,
             clock_step: 0.0,
@@ -182,6 +194,8 @@ pub struct SimCounts {
     pub stalls: u64,
     /// Stalls before a CAS.
     pub cas_stalls: u64,
+    /// Zombie stalls before a critical CAS (see [`Faults::critical_stall`]).
+    pub critical_stalls: u64,
     /// READs and WRITEs executed in pieces.
     pub split_verbs: u64,
     /// READs into whose range another verb wrote while they were in
@@ -201,6 +215,7 @@ impl std::ops::AddAssign for SimCounts {
         self.crashes += o.crashes;
         self.stalls += o.stalls;
         self.cas_stalls += o.cas_stalls;
+        self.critical_stalls += o.critical_stalls;
         self.split_verbs += o.split_verbs;
         self.torn_reads += o.torn_reads;
         self.transport_errors += o.transport_errors;
@@ -576,13 +591,19 @@ impl Scheduler {
         let f = s.faults;
         let client = s.roles[me] == Role::Client;
         let at = s.points[me];
+        let critical = client && is_critical(&info);
+        let crash_p = if critical {
+            f.crash.max(f.critical_crash)
+        } else {
+            f.crash
+        };
         let scripted_crash = client && f.crash_at == Some((me, at));
         if scripted_crash
             || (client
                 && info.kind != Point::Sleep
                 && s.counts.crashes < f.max_crashes
-                && f.crash > 0.0
-                && s.rng.gen_bool(f.crash))
+                && crash_p > 0.0
+                && s.rng.gen_bool(crash_p))
         {
             s.counts.crashes += 1;
             drop(s);
@@ -592,6 +613,11 @@ impl Scheduler {
             Some((c, p, len)) if c == me && p == at => len,
             _ => 0,
         };
+        if stall == 0 && critical && f.critical_stall > 0.0 && s.rng.gen_bool(f.critical_stall) {
+            let zombie = f.dead_after_us.min(f.cas_stall_max_us);
+            stall = s.rng.gen_range(zombie..=f.cas_stall_max_us);
+            s.counts.critical_stalls += 1;
+        }
         if stall == 0 && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
             let max = if info.kind == Point::Cas && client {
                 f.cas_stall_max_us
@@ -694,6 +720,22 @@ impl Scheduler {
         s.threads[me] = Run::Waiting(until);
         drop(s);
         self.point(PointInfo::sleep());
+    }
+}
+
+/// Whether a point is a CAS the recycling rules hinge on: one whose
+/// expected or new value is a MIGRATE marker, or a state CAS of a MIGRATE
+/// copy.
+fn is_critical(info: &PointInfo) -> bool {
+    if info.kind != Point::Cas {
+        return false;
+    }
+    match info.addr {
+        Some(a) if a.region == RegionId::INDEX => {
+            Ite(info.expected).is_moved() || Ite(info.new).is_moved()
+        }
+        Some(_) => DteState(info.expected).is_migrated(),
+        None => false,
     }
 }
 

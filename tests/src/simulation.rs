@@ -64,9 +64,12 @@ pub struct Scenario {
     pub value_len: RangeInclusive<usize>,
     /// Keys preloaded to crowd the index (never written by clients).
     pub fillers: usize,
-    /// Whether clients also GET the fillers (readers of entries that
-    /// MIGRATEs move, who help their copies and markers).
+    /// Whether clients also GET the fillers (so the entries MIGRATEs move
+    /// are read, and their copies helped, by others).
     pub read_fillers: bool,
+    /// Percentages of PUTs and DELETEs among the clients' operations (the
+    /// rest are GETs).
+    pub mix: (u32, u32),
     /// ITEs per node.
     pub index_slots_per_node: usize,
     /// DTE slots per node of the larger size class (the smaller gets more).
@@ -107,6 +110,7 @@ impl Scenario {
             value_len: 1..=400,
             fillers: 0,
             read_fillers: false,
+            mix: (40, 20),
             index_slots_per_node: 16,
             data_slots_per_node: 48,
             expiry_us: 20_000,
@@ -176,9 +180,10 @@ impl Scenario {
             name: "migrating-zombies",
             clients: 4,
             ops_per_client: 4,
-            keys: 5,
+            keys: 4,
             fillers: 8,
             read_fillers: true,
+            mix: (50, 30),
             index_slots_per_node: 4,
             data_slots_per_node: 8,
             expiry_us: 3_000,
@@ -190,9 +195,11 @@ impl Scenario {
         let f = Scenario::faulty(base.clone()).faults;
         Scenario {
             faults: Faults {
-                crash: 0.01,
+                crash: 0.004,
                 max_crashes: 2,
-                stall: 0.08,
+                stall: 0.02,
+                critical_stall: 0.3,
+                critical_crash: 0.05,
                 tear: 0.1,
                 transport: 0.0,
                 ..f
@@ -227,6 +234,8 @@ impl Scenario {
                 // threads for a few µs before the stalled one resumes.
                 cas_stall_max_us: landing - landing / 10,
                 dead_after_us: dead_after_us(&config),
+                critical_stall: 0.05,
+                critical_crash: 0.01,
                 tear: 0.3,
                 transport: 0.002,
                 clock_step: 0.01,
@@ -357,7 +366,7 @@ impl SimOutcome {
              torn retries {}, late CAS {}; slots reclaimed {}, markers cleared/restored by \
              the recycler {}/{}, in-doubt slots freed {}, leaked {}; sim: {} steps, {} crashes, \
              {} stalls ({} before CAS), {} split verbs, {} torn reads, {} transport errors, \
-             {} clock steps, {} late CASes refused",
+             {} clock steps, {} late CASes refused, {} zombie stalls at critical CASes",
             self.runs,
             self.ops,
             self.unknown,
@@ -383,6 +392,7 @@ impl SimOutcome {
             s.transport_errors,
             s.clock_steps,
             s.late_cas_refused,
+            s.critical_stalls,
         )
     }
 }
@@ -495,10 +505,10 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         let recorder = Arc::clone(&recorder);
         let errors = Arc::clone(&errors);
         let keys = keys.clone();
-        let fillers = if scenario.read_fillers {
-            fillers.clone()
+        let readable: Vec<Vec<u8>> = if scenario.read_fillers {
+            keys.iter().chain(&fillers).cloned().collect()
         } else {
-            Vec::new()
+            keys.clone()
         };
         let scenario = scenario.clone();
         let op_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
@@ -508,16 +518,14 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
             let result = catch_unwind(AssertUnwindSafe(|| {
                 for n in 0..scenario.ops_per_client {
                     let k = keys[rng.gen_range(0..keys.len())].clone();
-                    let call = match rng.gen_range(0..10) {
-                        0..=3 => Call::put(
+                    let (puts, deletes) = scenario.mix;
+                    let call = match rng.gen_range(0..100) {
+                        p if p < puts => Call::put(
                             k,
                             value(&mut rng, &scenario.value_len, &format!("c{id}v{n}")),
                         ),
-                        4 | 5 => Call::delete(k),
-                        _ if !fillers.is_empty() && rng.gen_bool(0.5) => {
-                            Call::get(fillers[rng.gen_range(0..fillers.len())].clone())
-                        }
-                        _ => Call::get(k),
+                        p if p < puts + deletes => Call::delete(k),
+                        _ => Call::get(readable[rng.gen_range(0..readable.len())].clone()),
                     };
                     let pending = recorder.invoke(id as u64, call.clone());
                     match call.apply(&mut client) {
@@ -626,6 +634,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     .map_err(fail)?;
     let history = recorder.history();
     outcome.ops = history.len();
+    outcome.failed = recorder.failed_count();
     outcome.unknown = history
         .ops()
         .iter()
