@@ -105,6 +105,16 @@ impl Node {
         self.tcp.as_ref().map(|t| t.stats())
     }
 
+    /// What this node's recycling did so far (slots reclaimed, MIGRATE
+    /// markers resolved before reuse).
+    #[must_use]
+    pub fn recycle_counts(&self) -> crate::data::RecycleCounts {
+        self.shared
+            .data(self.id)
+            .map(|d| d.recycle_counts())
+            .unwrap_or_default()
+    }
+
     /// This node's id.
     #[must_use]
     pub fn id(&self) -> NodeId {

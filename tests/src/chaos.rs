@@ -4,10 +4,19 @@
 //! Faults, at random times:
 //! * **kill** — SIGKILL a node process mid-operation (at most all but two);
 //! * **stall** — SIGSTOP a node for longer than `expiry`, then SIGCONT;
-//! * **fill** — a node PUTs large values under fresh keys until its data
-//!   table reports [`Error::DataTableFull`], then deletes them;
+//! * **fill** — a node PUTs large values under fresh keys, deleting each
+//!   right away (its slot stays staged for `expiry`), until its data table
+//!   reports [`Error::DataTableFull`];
 //! * **crowd** — a node PUTs small values under fresh keys until the index
-//!   reports [`Error::IndexFull`], then deletes them.
+//!   reports [`Error::IndexFull`], then deletes them;
+//!
+//! and, all the time, **migrate and recycle pressure**: the index is tiny
+//! and kept three-quarters full by preloaded filler keys, so inserting a hot
+//! key again after its deletion MIGRATEs others (recursively), and the data
+//! tables are tiny, so slots are recycled as fast as they expire, markers of
+//! interrupted MIGRATEs are resolved by the recycler, and writers wait for
+//! slots. The report counts migrations, reclaimed slots and resolved
+//! markers from every node.
 //!
 //! Checked afterwards: every process that was not killed exited cleanly (an
 //! unexpected error or a panic fails it: full tables must come back as typed
@@ -97,17 +106,31 @@ impl ChaosPlan {
     }
 }
 
+/// Index slots per node: with the hot keys and [`fillers`], the index is
+/// about three-quarters full.
+const CHAOS_INDEX_SLOTS: usize = 8;
+
+/// The filler keys node 0 preloads to crowd the index.
+fn fillers(plan: &ChaosPlan) -> Vec<Vec<u8>> {
+    let slots = CHAOS_INDEX_SLOTS * plan.nodes;
+    let fill = (slots * 3 / 4).saturating_sub(plan.keys);
+    (0..fill)
+        .map(|i| format!("filler-{i}").into_bytes())
+        .collect()
+}
+
 /// The configuration every chaos node uses: short timeouts so faults
-/// resolve quickly, a small index and small data tables so the fill and
-/// crowd faults hit their limits.
+/// resolve quickly, a tiny index and tiny data tables so MIGRATE and
+/// recycling never rest and the fill and crowd faults hit their limits.
 #[must_use]
 pub fn chaos_config(dir: &Path, nodes: usize) -> Config {
     Config {
         cluster: format!("chaos-{}", xxhash_name(dir)),
         nodes,
-        index_slots_per_node: 256,
+        index_slots_per_node: CHAOS_INDEX_SLOTS,
         value_size_max: 4096,
-        data_bytes_per_node: 4 << 20,
+        // About 256 slots of the smallest class, 26 of the largest.
+        data_bytes_per_node: 5 * 256 * nessie::layout::dte::entry_bytes(128, 256),
         expiry: Duration::from_millis(300),
         op_timeout: Duration::from_millis(100),
         max_clock_skew: Duration::from_millis(5),
@@ -142,6 +165,16 @@ pub struct ChaosReport {
     pub fills: usize,
     /// Index crowdings that reached `IndexFull`.
     pub crowds: usize,
+    /// MIGRATEs the nodes' clients performed.
+    pub migrations: u64,
+    /// Entries of dead or aborted owners the clients recovered.
+    pub recoveries: u64,
+    /// Slots the nodes' recyclers returned to the free lists.
+    pub reclaimed: u64,
+    /// MIGRATE markers the recyclers resolved before reusing a copy's slot.
+    pub markers_resolved: u64,
+    /// Writes that waited for a free slot.
+    pub waited_for_slots: u64,
     /// Violations found (linearizability, wedges, failed processes).
     pub violations: Vec<String>,
 }
@@ -157,7 +190,7 @@ impl ChaosReport {
     #[must_use]
     pub fn summary(&self) -> String {
         format!(
-            "chaos: {} operations ({} unknown), {} faults injected ({} kills, {} stalls > expiry, {} data-table fills, {} index crowdings), {} violations",
+            "chaos: {} operations ({} unknown), {} faults injected ({} kills, {} stalls > expiry, {} data-table fills, {} index crowdings); pressure: {} migrations, {} recoveries, {} slots reclaimed, {} markers resolved by recyclers, {} writes waited for a slot; {} violations",
             self.operations,
             self.unknown,
             self.faults(),
@@ -165,6 +198,11 @@ impl ChaosReport {
             self.stalls,
             self.fills,
             self.crowds,
+            self.migrations,
+            self.recoveries,
+            self.reclaimed,
+            self.markers_resolved,
+            self.waited_for_slots,
             self.violations.len()
         )
     }
@@ -264,6 +302,22 @@ pub fn run(plan: ChaosPlan, child: impl Fn() -> Command) -> std::io::Result<Chao
             report.crowds += 1;
         } else if let Some(v) = name.strip_prefix("violation-") {
             report.violations.push(v.replace('_', " "));
+        } else if name.starts_with("pressure-") {
+            let text = std::fs::read_to_string(dir.join(&name))?;
+            for line in text.lines() {
+                let Some((what, n)) = line.split_once(' ') else {
+                    continue;
+                };
+                let n: u64 = n.parse().unwrap_or(0);
+                match what {
+                    "migrations" => report.migrations += n,
+                    "recoveries" => report.recoveries += n,
+                    "reclaimed" => report.reclaimed += n,
+                    "markers_resolved" => report.markers_resolved += n,
+                    "waited_for_slots" => report.waited_for_slots += n,
+                    _ => {}
+                }
+            }
         }
     }
     let history = read_logs(&dir)?;
@@ -296,6 +350,9 @@ pub fn child_main() {
         Ok(n) => n,
         Err(e) => fail(&dir, &format!("node {node} did not start: {e}")),
     };
+    if node == 0 {
+        preload_fillers(&n, &dir, &plan);
+    }
     std::fs::write(dir.join(format!("started-{node}")), b"").expect("marker");
     let workers: Vec<_> = (0..plan.workers)
         .map(|w| {
@@ -325,9 +382,40 @@ pub fn child_main() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    let mut stats = bursts.stats();
     for w in workers {
-        if w.join().is_err() {
-            fail(&dir, &format!("a worker of node {node} panicked"));
+        match w.join() {
+            Ok(s) => stats += s,
+            Err(_) => fail(&dir, &format!("a worker of node {node} panicked")),
+        }
+    }
+    let t = stats.total();
+    let r = n.recycle_counts();
+    let pressure = format!(
+        "migrations {}\nrecoveries {}\nreclaimed {}\nmarkers_resolved {}\nwaited_for_slots {}\n",
+        t.migrations,
+        t.recoveries,
+        r.reclaimed,
+        r.markers_cleared + r.markers_restored,
+        t.retries.no_free_slot,
+    );
+    let _ = std::fs::write(dir.join(format!("pressure-{node}")), pressure);
+}
+
+/// Node 0 PUTs the filler keys that keep the index crowded (logged, so the
+/// audit's reads of them are checked too).
+fn preload_fillers(n: &Node, dir: &Path, plan: &ChaosPlan) {
+    let mut client = n.client().expect("client");
+    let mut log = ProcLog::create(&dir.join("hist-fillers"), 999).expect("log");
+    for key in fillers(plan) {
+        let call = Call::put(key, b"filler".to_vec());
+        loop {
+            match logged_call(&mut client, &mut log, &call) {
+                Ok(true) | Err(Error::IndexFull | Error::DataTableFull) => break,
+                // Peers may still be attaching their clocks: try again.
+                Ok(false) | Err(Error::ClockSkew { .. }) => {}
+                Err(e) => fail(dir, &format!("preloading {call:?}: {e}")),
+            }
         }
     }
 }
@@ -341,9 +429,10 @@ fn fail(dir: &Path, what: &str) -> ! {
     std::process::exit(1);
 }
 
-/// PUTs fresh keys until the wanted limit is hit, then deletes them.
-/// Returns whether the limit (DataTableFull for a fill, IndexFull for a
-/// crowd) was reached.
+/// PUTs fresh keys until the wanted limit is hit, then deletes them (a
+/// fill deletes each key right after its PUT, so that it exhausts data
+/// slots, not index slots). Returns whether the limit (DataTableFull for a
+/// fill, IndexFull for a crowd) was reached.
 fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fill: bool) -> bool {
     let value = vec![0x5au8; if fill { 4000 } else { 16 }];
     let mut keys = Vec::new();
@@ -351,6 +440,15 @@ fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fi
     for i in 0..4000 {
         let key = format!("{name}/{i}").into_bytes();
         match logged_call(client, log, &Call::put(key.clone(), value.clone())) {
+            Ok(_) if fill => {
+                if let Err(e) = logged_call(client, log, &Call::delete(key.clone())) {
+                    if !matches!(e, Error::DataTableFull | Error::IndexFull) {
+                        eprintln!("burst {name}: unexpected {e}");
+                        std::process::exit(1);
+                    }
+                    keys.push(key);
+                }
+            }
             Ok(_) => keys.push(key),
             Err(Error::DataTableFull) if fill => {
                 reached = true;
@@ -383,7 +481,13 @@ fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fi
     reached
 }
 
-fn worker(client: &mut dyn KvClient, dir: &Path, node: usize, w: usize, plan: ChaosPlan) {
+fn worker(
+    client: &mut dyn KvClient,
+    dir: &Path,
+    node: usize,
+    w: usize,
+    plan: ChaosPlan,
+) -> nessie::Stats {
     let id = (node * plan.workers + w) as u64;
     let mut log = ProcLog::create(&dir.join(format!("hist-{id}")), id).expect("log");
     let mut rng = StdRng::seed_from_u64(plan.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -408,8 +512,9 @@ fn worker(client: &mut dyn KvClient, dir: &Path, node: usize, w: usize, plan: Ch
     if node == 0 && w == 0 {
         let config = chaos_config(dir, plan.nodes);
         std::thread::sleep(config.op_timeout + config.max_clock_skew * 2);
-        for k in 0..plan.keys {
-            let call = Call::get(format!("hot-{k}").into_bytes());
+        let hot = (0..plan.keys).map(|k| format!("hot-{k}").into_bytes());
+        for key in hot.chain(fillers(&plan)) {
+            let call = Call::get(key);
             let mut attempts = 0;
             loop {
                 attempts += 1;
@@ -418,10 +523,11 @@ fn worker(client: &mut dyn KvClient, dir: &Path, node: usize, w: usize, plan: Ch
                     Ok(false) if attempts < 2 => {}
                     other => fail(
                         dir,
-                        &format!("key hot-{k} wedged: {other:?} after {attempts} attempts"),
+                        &format!("{call:?} wedged: {other:?} after {attempts} attempts"),
                     ),
                 }
             }
         }
     }
+    client.stats()
 }

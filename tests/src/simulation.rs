@@ -817,12 +817,18 @@ fn staged(cluster: &Cluster) -> Vec<SlotRef> {
 /// many (default `default`), from `NESSIE_SIM_FIRST_SEED` (default 0).
 #[must_use]
 pub fn seeds(default: u64) -> Vec<u64> {
+    seeds_from("NESSIE_SIM_SEEDS", default)
+}
+
+/// Like [`seeds`], with the count from the variable `count_var`.
+#[must_use]
+pub fn seeds_from(count_var: &str, default: u64) -> Vec<u64> {
     let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
     if let Some(seed) = var("NESSIE_SIM_SEED") {
         return vec![seed];
     }
     let first = var("NESSIE_SIM_FIRST_SEED").unwrap_or(0);
-    let n = var("NESSIE_SIM_SEEDS").unwrap_or(default);
+    let n = var(count_var).unwrap_or(default);
     (first..first + n).collect()
 }
 

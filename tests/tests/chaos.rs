@@ -33,6 +33,11 @@ fn chaos_quick_has_no_violations() {
         report.summary()
     );
     assert!(report.fills + report.crowds >= 1, "{}", report.summary());
+    assert!(
+        report.migrations > 0 && report.reclaimed > 0,
+        "no migrate or recycle pressure: {}",
+        report.summary()
+    );
 }
 
 /// A chaos node process (run only when spawned by the test above).

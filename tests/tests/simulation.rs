@@ -2,11 +2,13 @@
 //! for linearizability and every key audited for wedges after every slot
 //! that may be reused was reused.
 //!
-//! `NESSIE_SIM_SEEDS=N` runs N seeds per scenario (CI runs the defaults
-//! below), from `NESSIE_SIM_FIRST_SEED`; `NESSIE_SIM_SEED=S` replays seed S
-//! of every scenario. Each test prints what its runs exercised.
+//! `NESSIE_SIM_SEEDS=N` runs N seeds per randomized scenario (CI runs the
+//! defaults below), from `NESSIE_SIM_FIRST_SEED`;
+//! `NESSIE_SIM_SHORT_SEEDS=N` sets how many short schedules have every crash
+//! and zombie point enumerated; `NESSIE_SIM_SEED=S` replays seed S of every
+//! test. Each test prints what its runs exercised.
 
-use tests::simulation::{enumerate_faults, run, seeds, Scenario, SimOutcome};
+use tests::simulation::{enumerate_faults, run, seeds, seeds_from, Scenario, SimOutcome};
 
 fn run_all(scenario: &Scenario, default_seeds: u64) -> SimOutcome {
     let mut total = SimOutcome::default();
@@ -98,7 +100,7 @@ fn every_crash_and_zombie_point_of_a_short_schedule() {
         ..Scenario::combined()
     };
     let mut runs = 0;
-    for seed in seeds(3) {
+    for seed in seeds_from("NESSIE_SIM_SHORT_SEEDS", 3) {
         runs += enumerate_faults(&scenario, seed).unwrap_or_else(|e| {
             panic!("{e}\nreplay: NESSIE_SIM_SEED={seed} cargo test -p tests --test simulation every_crash")
         });

@@ -71,6 +71,11 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
         "stalls": report.stalls,
         "data_table_fills": report.fills,
         "index_crowdings": report.crowds,
+        "migrations": report.migrations,
+        "recoveries": report.recoveries,
+        "slots_reclaimed": report.reclaimed,
+        "markers_resolved": report.markers_resolved,
+        "writes_waited_for_slots": report.waited_for_slots,
         "violations": report.violations,
     });
     let text = serde_json::to_string_pretty(&json).unwrap_or_default();
