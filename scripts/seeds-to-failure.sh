@@ -17,7 +17,8 @@ seeds=${SEEDS:-3000}
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5)
 read -r -a scenarios <<<"${SCENARIOS:-combined_migration_and_recycling contended_with_faults \
-crowded_with_faults recycling_with_faults combined_with_faults migrating_zombies}"
+crowded_with_faults recycling_with_faults combined_with_faults migrating_zombies \
+layout_a_races layout_f2_races}"
 work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)
 trap 'git -C "$root" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach "$work/tree" HEAD >/dev/null

@@ -135,6 +135,20 @@ pub struct Faults {
     /// Probability that a client crashes before a critical CAS (within
     /// `max_crashes`).
     pub critical_crash: f64,
+    /// After a client *reads* a MIGRATE marker, each of its next few READs
+    /// stalls with `critical_stall`: between seeing a marker and acting on
+    /// it, a helper races the zombie that installed it and the other
+    /// helpers.
+    pub watch_reads: bool,
+    /// Priority scheduling (after PCT, Burckhardt et al. 2010), chosen per
+    /// seed with this probability instead of a uniform pick: every thread
+    /// gets a random priority, the highest ready one runs, and at each
+    /// point the running thread's priority is redrawn with probability
+    /// `priority_change`. It produces long solo runs of one thread while
+    /// another waits at an arbitrary verb, the shape of most races.
+    pub priority_runs: f64,
+    /// See `priority_runs`.
+    pub priority_change: f64,
     /// Probability that a READ or WRITE of two words or more executes in
     /// pieces.
     pub tear: f64,
@@ -163,6 +177,9 @@ impl Faults {
             dead_after_us: 0,
             critical_stall: 0.0,
             critical_crash: 0.0,
+            watch_reads: false,
+            priority_runs: 0.0,
+            priority_change: 0.0,
             tear: 0.0,
             transport: 0.0,
             clock_step: 0.0,
@@ -238,6 +255,10 @@ struct State {
     counts: SimCounts,
     /// Per-step cap, so a livelock ends the run instead of hanging it.
     max_steps: u64,
+    /// Thread priorities, when this run schedules by priority.
+    priorities: Option<Vec<u32>>,
+    /// Per thread: verbs left in its window after reading critical state.
+    hot: Vec<u32>,
     /// Scripted mode: a driver thread decides who runs and until when.
     scripted: bool,
     stop: Vec<Option<StopAt>>,
@@ -302,6 +323,8 @@ impl Scheduler {
         let mut rng = StdRng::seed_from_u64(seed);
         let max = faults.clock_offset_max_us as i64;
         let offsets = (0..nodes).map(|_| rng.gen_range(-max..=max)).collect();
+        let priorities = (faults.priority_runs > 0.0 && rng.gen_bool(faults.priority_runs))
+            .then(|| (0..threads).map(|_| rng.gen()).collect());
         Arc::new(Scheduler {
             state: Mutex::new(State {
                 rng,
@@ -314,6 +337,8 @@ impl Scheduler {
                 faults,
                 counts: SimCounts::default(),
                 max_steps,
+                priorities,
+                hot: vec![0; threads],
                 scripted: false,
                 stop: (0..threads).map(|_| None).collect(),
                 crash: vec![false; threads],
@@ -465,7 +490,10 @@ impl Scheduler {
                 .filter(|&i| s.threads[i] == Run::Ready)
                 .collect();
             if !ready.is_empty() {
-                s.current = Some(ready[s.rng.gen_range(0..ready.len())]);
+                s.current = Some(match &s.priorities {
+                    Some(p) => *ready.iter().max_by_key(|&&i| p[i]).unwrap_or(&ready[0]),
+                    None => ready[s.rng.gen_range(0..ready.len())],
+                });
                 return;
             }
             let wake = s
@@ -591,8 +619,13 @@ impl Scheduler {
         let f = s.faults;
         let client = s.roles[me] == Role::Client;
         let at = s.points[me];
-        let critical = client && is_critical(&info);
-        let crash_p = if critical {
+        let hot = s.hot[me] > 0;
+        if hot {
+            s.hot[me] -= 1;
+        }
+        let critical_cas = client && is_critical(&info);
+        let critical = critical_cas || (client && hot && info.kind == Point::Read);
+        let crash_p = if critical_cas {
             f.crash.max(f.critical_crash)
         } else {
             f.crash
@@ -610,12 +643,25 @@ impl Scheduler {
             std::panic::panic_any(Crashed);
         }
         let mut stall = match f.stall_at {
+            // Before a client's CAS, within the landing bound.
+            Some((c, p, len)) if c == me && p == at && info.kind == Point::Cas && client => {
+                if f.cas_stall_max_us > 0 {
+                    len.min(f.cas_stall_max_us)
+                } else {
+                    len
+                }
+            }
             Some((c, p, len)) if c == me && p == at => len,
             _ => 0,
         };
         if stall == 0 && critical && f.critical_stall > 0.0 && s.rng.gen_bool(f.critical_stall) {
-            let zombie = f.dead_after_us.min(f.cas_stall_max_us);
-            stall = s.rng.gen_range(zombie..=f.cas_stall_max_us);
+            let max = if info.kind == Point::Cas {
+                f.cas_stall_max_us
+            } else {
+                f.stall_max_us
+            };
+            let zombie = f.dead_after_us.min(max);
+            stall = s.rng.gen_range(zombie..=max);
             s.counts.critical_stalls += 1;
         }
         if stall == 0 && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
@@ -643,6 +689,12 @@ impl Scheduler {
                 _ => s.now + stall,
             };
             s.threads[me] = Run::Waiting(until);
+        }
+        if s.priorities.is_some() && f.priority_change > 0.0 && s.rng.gen_bool(f.priority_change) {
+            let p: u32 = s.rng.gen();
+            if let Some(ps) = s.priorities.as_mut() {
+                ps[me] = p;
+            }
         }
         if f.clock_step > 0.0 && s.rng.gen_bool(f.clock_step) {
             let nodes = s.offsets.len();
@@ -690,6 +742,18 @@ impl Scheduler {
         cuts.sort_unstable();
         cuts.dedup();
         cuts
+    }
+
+    /// The calling client read critical state: its next verbs are a window
+    /// worth stalling in (see [`Faults::watch_reads`]).
+    fn saw_critical(&self) {
+        let Some(me) = SIM_ID.with(Cell::get) else {
+            return;
+        };
+        let mut s = self.lock();
+        if s.faults.watch_reads && !s.scripted && s.roles[me] == Role::Client {
+            s.hot[me] = 10;
+        }
     }
 
     /// Records a broken invariant (the run fails at its end).
@@ -848,6 +912,15 @@ impl SimFabric {
         self
     }
 
+    /// Tells the scheduler when a READ of the index returned a MIGRATE
+    /// marker.
+    fn note_critical(&self, addr: RemoteAddr, buf: &[u8]) {
+        let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        if addr.region == RegionId::INDEX && buf.chunks_exact(8).any(|w| Ite(word(w)).is_moved()) {
+            self.sched.saw_critical();
+        }
+    }
+
     /// Reports a WRITE that stages an already staged DTE.
     fn check_stage(&self, addr: RemoteAddr, data: &[u8]) {
         let Some(g) = &self.geometry else { return };
@@ -940,7 +1013,9 @@ impl Fabric for SimFabric {
         }
         let cuts = self.sched.cuts(buf.len() / 8);
         if cuts.is_empty() {
-            return self.inner.read(addr, buf);
+            self.inner.read(addr, buf)?;
+            self.note_critical(addr, buf);
+            return Ok(());
         }
         let id = {
             let mut list = self.inflight();
@@ -965,6 +1040,7 @@ impl Fabric for SimFabric {
                 .read(addr.add(from as u64), &mut buf[from..end])?;
             from = end;
         }
+        self.note_critical(addr, buf);
         Ok(())
     }
 

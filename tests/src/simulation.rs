@@ -35,6 +35,38 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How a run's index starts out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Keys with random names (and so random candidate slots).
+    Random,
+    /// Layout A of the model checks and the review, on two nodes of two
+    /// index slots: k1 with candidates (s1, s0) sits in s0, k3 in s2; k2 has
+    /// (s0, s2) and k4 (s1, s2). Client 0 starts with PUT(k2), which must
+    /// MIGRATE k1 from s0 to s1; everything after is random. The ground of
+    /// review F3–F5: zombie migrators and their helpers meet on three slots.
+    A,
+    /// The layout of review F2, on two nodes of two index slots: k1 with
+    /// candidates (s0, s1, s2) sits in s0, f3 in s3; kx has (s0, s3) and ky
+    /// (s1, s3). Client 0 starts with PUT(kx), which MIGRATEs k1 from s0 to
+    /// s1, and client 1 with PUT(ky), which moves that copy on to s2.
+    F2,
+}
+
+/// A run's keys, the writes that set its index up, and the operations its
+/// clients start with.
+struct World {
+    /// The keys clients write.
+    keys: Vec<Vec<u8>>,
+    /// Further keys, preloaded (clients read them if `read_fillers`).
+    fillers: Vec<Vec<u8>>,
+    /// Setup writes, each from node `i % nodes`; `true`: it must succeed
+    /// (a prescribed layout), `false`: a full index or table is fine.
+    setup: Vec<(Call, bool)>,
+    /// Per client, the operation it starts with, if prescribed.
+    first: Vec<Option<Call>>,
+}
+
 /// Which optimisation switches and checksum policy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Switches {
@@ -70,6 +102,10 @@ pub struct Scenario {
     /// Percentages of PUTs and DELETEs among the clients' operations (the
     /// rest are GETs).
     pub mix: (u32, u32),
+    /// How many of the clients (the last ones) only read.
+    pub readers: usize,
+    /// How the index starts out.
+    pub layout: Layout,
     /// ITEs per node.
     pub index_slots_per_node: usize,
     /// DTE slots per node of the larger size class (the smaller gets more).
@@ -111,6 +147,8 @@ impl Scenario {
             fillers: 0,
             read_fillers: false,
             mix: (40, 20),
+            readers: 0,
+            layout: Layout::Random,
             index_slots_per_node: 16,
             data_slots_per_node: 48,
             expiry_us: 20_000,
@@ -184,6 +222,8 @@ impl Scenario {
             fillers: 8,
             read_fillers: true,
             mix: (50, 30),
+            readers: 0,
+            layout: Layout::Random,
             index_slots_per_node: 4,
             data_slots_per_node: 8,
             expiry_us: 3_000,
@@ -205,6 +245,41 @@ impl Scenario {
                 ..f
             },
             ..base
+        }
+    }
+
+    /// Layout A ([`Layout::A`]) under zombie stalls and crashes
+    /// concentrated at the MIGRATE's critical CASes and after markers are
+    /// read: every run starts a MIGRATE that helpers race.
+    #[must_use]
+    pub fn layout_a_races() -> Scenario {
+        let zombies = Scenario::migrating_zombies();
+        Scenario {
+            name: "layout-a-races",
+            nodes: 2,
+            clients: 4,
+            ops_per_client: 3,
+            index_slots_per_node: 2,
+            keys: 3,
+            fillers: 1,
+            read_fillers: true,
+            mix: (40, 20),
+            layout: Layout::A,
+            ..zombies
+        }
+    }
+
+    /// The layout of review F2 ([`Layout::F2`]) under the same faults:
+    /// every run migrates k1 twice, and a crash or a passed deadline between
+    /// a copy's commit and its marker's clear leaves a marker behind.
+    #[must_use]
+    pub fn layout_f2_races() -> Scenario {
+        Scenario {
+            name: "layout-f2-races",
+            layout: Layout::F2,
+            clients: 3,
+            ops_per_client: 2,
+            ..Scenario::layout_a_races()
         }
     }
 
@@ -236,6 +311,9 @@ impl Scenario {
                 dead_after_us: dead_after_us(&config),
                 critical_stall: 0.05,
                 critical_crash: 0.01,
+                watch_reads: true,
+                priority_runs: 0.5,
+                priority_change: 0.02,
                 tear: 0.3,
                 transport: 0.002,
                 clock_step: 0.01,
@@ -410,16 +488,87 @@ fn name(prefix: char, i: usize, len: usize) -> Vec<u8> {
     k
 }
 
-/// The keys of a run: the clients' keys, then the fillers.
-fn keys(scenario: &Scenario, seed: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x6b65_7973);
-    let keys = (0..scenario.keys)
-        .map(|i| name('k', i, rng.gen_range(scenario.key_len.clone())))
-        .collect();
-    let fillers = (0..scenario.fillers)
-        .map(|i| name('f', i, rng.gen_range(scenario.key_len.clone())))
-        .collect();
-    (keys, fillers)
+/// The keys, setup and first operations of `scenario`'s run of `seed`.
+fn world(scenario: &Scenario, seed: u64) -> World {
+    let config = scenario.config(seed);
+    let hasher = KeyHasher::new(&config);
+    let per_node = config.index_slots_per_node as u64;
+    let at = |g: u64| nessie::index::Candidate {
+        node: (g / per_node) as usize,
+        slot: g % per_node,
+    };
+    // A key named `{prefix}{i}` whose candidates are exactly the global
+    // slots `exact`, or whose first candidate is `first`.
+    let find = |prefix: &str, exact: &[u64], first: Option<u64>| -> Vec<u8> {
+        let want: Vec<_> = exact.iter().map(|&g| at(g)).collect();
+        (0..1_000_000)
+            .map(|i| format!("{prefix}{i}").into_bytes())
+            .find(|k| {
+                let c = hasher.candidates(k);
+                match first {
+                    Some(f) => c[0] == at(f),
+                    None => c == want,
+                }
+            })
+            .unwrap_or_default()
+    };
+    let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
+    let mut first = vec![None; scenario.clients];
+    match scenario.layout {
+        Layout::A => {
+            let (k1, k2, k4) = (
+                find("k1-", &[1, 0], None),
+                find("k2-", &[0, 2], None),
+                find("k4-", &[1, 2], None),
+            );
+            let (k3, parker) = (find("k3-", &[], Some(2)), find("t-", &[], Some(1)));
+            first[0] = Some(Call::put(k2.clone(), b"v4".to_vec()));
+            World {
+                setup: vec![
+                    put(&parker, "parked"),
+                    put(&k1, "v1"),
+                    put(&k3, "v3"),
+                    (Call::delete(parker.clone()), true),
+                ],
+                keys: vec![k1, k2, k4],
+                fillers: vec![parker, k3],
+                first,
+            }
+        }
+        Layout::F2 => {
+            let k1 = find("k1-", &[0, 1, 2], None);
+            let (kx, ky) = (find("kx-", &[0, 3], None), find("ky-", &[1, 3], None));
+            let f3 = find("f3-", &[], Some(3));
+            first[0] = Some(Call::put(kx.clone(), b"x".to_vec()));
+            if let Some(f) = first.get_mut(1) {
+                *f = Some(Call::put(ky.clone(), b"y".to_vec()));
+            }
+            World {
+                setup: vec![put(&k1, "v1"), put(&f3, "v9")],
+                keys: vec![k1, kx, ky],
+                fillers: vec![f3],
+                first,
+            }
+        }
+        Layout::Random => {
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x6b65_7973);
+            let keys = (0..scenario.keys)
+                .map(|i| name('k', i, rng.gen_range(scenario.key_len.clone())))
+                .collect();
+            let fillers: Vec<Vec<u8>> = (0..scenario.fillers)
+                .map(|i| name('f', i, rng.gen_range(scenario.key_len.clone())))
+                .collect();
+            World {
+                setup: fillers
+                    .iter()
+                    .map(|f| (Call::put(f.clone(), b"filler".to_vec()), false))
+                    .collect(),
+                keys,
+                fillers,
+                first,
+            }
+        }
+    }
 }
 
 fn value(rng: &mut StdRng, range: &RangeInclusive<usize>, tag: &str) -> Vec<u8> {
@@ -478,19 +627,23 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
             .map_err(|e| fail(format!("building the cluster: {e}")))?,
     );
     let recorder = Arc::new(Recorder::new());
-    let (keys, fillers) = keys(scenario, seed);
-
-    // Preload fillers from every node in turn (outside the simulation: no
-    // yields, no faults).
-    for (i, f) in fillers.iter().enumerate() {
+    let World {
+        keys,
+        fillers,
+        setup,
+        first,
+    } = world(scenario, seed);
+    // Set the index up, from every node in turn (outside the simulation:
+    // no yields, no faults).
+    for (i, (call, must)) in setup.iter().enumerate() {
         let mut loader = cluster
             .client(i % scenario.nodes)
             .map_err(|e| e.to_string())?;
-        let p = recorder.invoke(u64::MAX, Call::put(f.clone(), b"filler".to_vec()));
-        match loader.put(f, b"filler") {
-            Ok(()) => recorder.returned(p, Ret::Put),
-            Err(Error::IndexFull | Error::DataTableFull) => recorder.failed(p),
-            Err(e) => return Err(fail(format!("preload: {e}"))),
+        let p = recorder.invoke(u64::MAX, call.clone());
+        match call.apply(&mut loader) {
+            Ok(ret) => recorder.returned(p, ret),
+            Err(Error::IndexFull | Error::DataTableFull) if !must => recorder.failed(p),
+            Err(e) => return Err(fail(format!("setup {call:?}: {e}"))),
         }
     }
 
@@ -511,6 +664,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
             keys.clone()
         };
         let scenario = scenario.clone();
+        let mut first = first[id].clone();
         let op_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
         handles.push(std::thread::spawn(move || {
             sched.enter(id);
@@ -518,8 +672,10 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
             let result = catch_unwind(AssertUnwindSafe(|| {
                 for n in 0..scenario.ops_per_client {
                     let k = keys[rng.gen_range(0..keys.len())].clone();
-                    let (puts, deletes) = scenario.mix;
+                    let reader = id >= scenario.clients - scenario.readers.min(scenario.clients);
+                    let (puts, deletes) = if reader { (0, 0) } else { scenario.mix };
                     let call = match rng.gen_range(0..100) {
+                        _ if first.is_some() => first.take().unwrap_or_else(|| Call::get(k)),
                         p if p < puts => Call::put(
                             k,
                             value(&mut rng, &scenario.value_len, &format!("c{id}v{n}")),
@@ -840,28 +996,31 @@ pub fn seeds_from(count_var: &str, default: u64) -> Vec<u64> {
 /// # Errors
 /// The first violation, naming the fault that caused it.
 pub fn enumerate_faults(scenario: &Scenario, seed: u64) -> Result<u64, String> {
-    let clean = Scenario {
-        faults: Faults::none(),
-        ..scenario.clone()
+    // The scenario's random faults stay, but for random crashes: one fault
+    // is placed systematically, the others land where the seed puts them.
+    let base = Faults {
+        crash: 0.0,
+        critical_crash: 0.0,
+        ..scenario.faults
     };
-    let config = clean.config(seed);
-    let dead_after = dead_after_us(&config);
-    let landing = config.landing_bound().as_micros() as u64;
-    let points = run(&clean, seed)?.points;
+    let expiry = scenario.expiry_us;
+    let points = run_with(scenario, seed, base)?.points;
     let mut runs = 0;
     for (client, &n) in points.iter().enumerate() {
         for at in 1..=n {
             let crash = Faults {
                 crash_at: Some((client, at)),
-                ..Faults::none()
+                ..base
             };
-            run_with(&clean, seed, crash)
+            run_with(scenario, seed, crash)
                 .map_err(|e| format!("crash of client {client} at point {at}: {e}"))?;
+            // Long enough to be declared dead (within the landing bound
+            // before a CAS): a zombie.
             let zombie = Faults {
-                stall_at: Some((client, at, dead_after.min(landing))),
-                ..Faults::none()
+                stall_at: Some((client, at, expiry)),
+                ..base
             };
-            run_with(&clean, seed, zombie)
+            run_with(scenario, seed, zombie)
                 .map_err(|e| format!("stall of client {client} at point {at}: {e}"))?;
             runs += 2;
         }

@@ -46,14 +46,14 @@ fn recycling() {
 
 #[test]
 fn combined_migration_and_recycling() {
-    let t = run_all(&Scenario::combined(), 300);
+    let t = run_all(&Scenario::combined(), 600);
     let s = t.stats.total();
     assert!(s.migrations > 0 && t.recycling.reclaimed > 0);
 }
 
 #[test]
 fn contended_with_faults() {
-    let t = run_all(&Scenario::faulty(Scenario::contended()), 300);
+    let t = run_all(&Scenario::faulty(Scenario::contended()), 600);
     let s = t.stats.total();
     assert!(t.sim.crashes > 0 && t.sim.stalls > 0 && t.sim.torn_reads > 0);
     assert!(
@@ -64,27 +64,42 @@ fn contended_with_faults() {
 
 #[test]
 fn crowded_with_faults() {
-    let t = run_all(&Scenario::faulty(Scenario::crowded()), 300);
+    let t = run_all(&Scenario::faulty(Scenario::crowded()), 1500);
     assert!(t.sim.crashes > 0 && t.sim.cas_stalls > 0);
 }
 
 #[test]
 fn recycling_with_faults() {
-    let t = run_all(&Scenario::faulty(Scenario::recycling()), 300);
+    let t = run_all(&Scenario::faulty(Scenario::recycling()), 600);
     assert!(t.sim.transport_errors > 0 && t.sim.clock_steps > 0);
 }
 
 #[test]
 fn combined_with_faults() {
-    let t = run_all(&Scenario::faulty(Scenario::combined()), 600);
+    let t = run_all(&Scenario::faulty(Scenario::combined()), 2000);
     let s = t.stats.total();
     assert!(s.migrations > 0 && t.recycling.reclaimed > 0);
     assert!(t.sim.crashes > 0 && t.sim.torn_reads > 0 && t.sim.transport_errors > 0);
 }
 
 #[test]
+fn layout_a_races() {
+    let t = run_all(&Scenario::layout_a_races(), 4000);
+    assert!(t.stats.total().marker_restores + t.recycling.markers_restored > 0);
+}
+
+#[test]
+fn layout_f2_races() {
+    let t = run_all(&Scenario::layout_f2_races(), 4000);
+    assert!(
+        t.recycling.markers_cleared > 0,
+        "no marker of a committed copy was left"
+    );
+}
+
+#[test]
 fn migrating_zombies() {
-    let t = run_all(&Scenario::migrating_zombies(), 600);
+    let t = run_all(&Scenario::migrating_zombies(), 2000);
     let s = t.stats.total();
     assert!(s.migrations > 0 && s.recoveries > 0 && t.sim.cas_stalls > 0);
 }
