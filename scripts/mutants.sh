@@ -12,12 +12,12 @@
 # timeout.txt, unviable.txt). Survivors judged equivalent are explained in
 # scripts/mutants-survivors.md.
 #
-# The simulation runs NESSIE_SIM_SEEDS seeds per scenario (default 60 here,
+# The simulation runs NESSIE_SIM_SEEDS seeds per scenario (default 100 here,
 # 300-600 in CI) and NESSIE_SIM_SHORT_SEEDS short schedules (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
-export NESSIE_SIM_SEEDS=${NESSIE_SIM_SEEDS:-60}
+export NESSIE_SIM_SEEDS=${NESSIE_SIM_SEEDS:-100}
 export NESSIE_SIM_SHORT_SEEDS=${NESSIE_SIM_SHORT_SEEDS:-3}
 mode=${1:-all}
 [ $# -gt 0 ] && shift
@@ -30,7 +30,7 @@ run() {
   local out=$1
   shift
   cargo mutants -p nessie --test-package nessie --test-package tests \
-    --minimum-test-timeout 120 -o "target/mutants/$out" "$@" -- "${tests[@]}"
+    --minimum-test-timeout 300 -o "target/mutants/$out" "$@" -- "${tests[@]}"
 }
 case $mode in
   list) cargo mutants -p nessie "${all_files[@]}" --list "$@" ;;
