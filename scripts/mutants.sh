@@ -29,6 +29,7 @@ all_files=(-f 'nessie/src/protocol/**' -f 'nessie/src/data/**' -f 'nessie/src/ca
 run() {
   local out=$1
   shift
+  mkdir -p "target/mutants/$out"
   cargo mutants -p nessie --test-package nessie --test-package tests \
     --minimum-test-timeout 300 -o "target/mutants/$out" "$@" -- "${tests[@]}"
 }
