@@ -123,3 +123,17 @@ fn every_crash_and_zombie_point_of_a_short_schedule() {
     eprintln!("short schedules: {runs} runs, one crash or zombie each");
     assert!(runs > 100);
 }
+
+/// The negative control of the clock assumption: with wall clocks stepping
+/// twice `expiry` away from each other (far beyond `max_clock_skew`, which
+/// the clock watch would refuse), a node reuses slots it thinks expired
+/// while others still use them, and the simulation must catch the damage.
+#[test]
+fn clock_steps_beyond_the_skew_bound_are_caught() {
+    let mut scenario = Scenario::migrating_zombies();
+    scenario.faults.clock_offset_max_us = 2 * scenario.expiry_us;
+    scenario.faults.clock_step = 0.05;
+    let caught = (0..1500).find_map(|seed| run(&scenario, seed).err());
+    let caught = caught.expect("1500 seeds of clocks 2 x expiry apart and no violation");
+    eprintln!("beyond the skew bound: {caught:.200}");
+}
