@@ -23,7 +23,7 @@
 //!   copy committed, and the copy's predecessor is staged by whoever wins
 //!   that clear; it is restored to the copy's `prev` if the copy aborted.
 //!   The slot is freed only once that CAS has a definite outcome
-//!   ([`reclaim`]). No marker can appear later: only the copy's owner
+//!   (see `reclaim.rs`). No marker can appear later: only the copy's owner
 //!   installs it, once, and it lands within `expiry` of the copy's creation.
 //! * A slot whose publishing CAS ended with a transport error (outcome
 //!   unknown) is kept until `expiry` after its creation, when that CAS can no
