@@ -32,7 +32,7 @@ pub struct Script {
     /// The scheduler the test drives.
     pub sched: Arc<Scheduler>,
     /// The cluster.
-    pub cluster: Cluster,
+    pub cluster: Arc<Cluster>,
     hasher: KeyHasher,
     config: Config,
 }
@@ -89,14 +89,16 @@ impl Script {
             .collect();
         let s2 = Arc::clone(&sched);
         let geometry = Geometry::new(&config);
-        let cluster = Cluster::builder(config.clone())
-            .clocks(clocks)
-            .wrap_fabric(move |f| {
-                Arc::new(SimFabric::new(f, s2, land_by).watching_stages(geometry))
-            })
-            .recycler(false)
-            .build()
-            .expect("valid scripted config");
+        let cluster = Arc::new(
+            Cluster::builder(config.clone())
+                .clocks(clocks)
+                .wrap_fabric(move |f| {
+                    Arc::new(SimFabric::new(f, s2, land_by).watching_stages(geometry))
+                })
+                .recycler(false)
+                .build()
+                .expect("valid scripted config"),
+        );
         Script {
             sched,
             hasher: KeyHasher::new(&config),
@@ -194,6 +196,30 @@ impl Script {
             let result = catch_unwind(AssertUnwindSafe(|| {
                 sched.enter(id);
                 work(&mut client)
+            }));
+            sched.leave();
+            match result {
+                Ok(v) => Some(v),
+                Err(p) if p.downcast_ref::<Crashed>().is_some() => None,
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        })
+    }
+
+    /// Starts scripted thread `id` running `work` on the cluster itself
+    /// (e.g. a recycling scan of one node), a client like the others for the
+    /// scheduler.
+    pub fn spawn_task<T: Send + 'static>(
+        &self,
+        id: usize,
+        work: impl FnOnce(&Cluster) -> T + Send + 'static,
+    ) -> Joined<T> {
+        let cluster = Arc::clone(&self.cluster);
+        let sched = Arc::clone(&self.sched);
+        std::thread::spawn(move || {
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                sched.enter(id);
+                work(&cluster)
             }));
             sched.leave();
             match result {

@@ -266,6 +266,8 @@ struct State {
     last_point: Option<PointInfo>,
     /// Broken invariants the fabric noticed.
     violations: Vec<String>,
+    /// Scripted mode: a transport error for a client's next verb.
+    scripted_transport: Vec<Option<Injected>>,
 }
 
 impl std::fmt::Debug for State {
@@ -344,6 +346,7 @@ impl Scheduler {
                 crash: vec![false; threads],
                 last_point: None,
                 violations: Vec::new(),
+                scripted_transport: vec![None; threads],
             }),
             turn: Condvar::new(),
         })
@@ -410,6 +413,12 @@ impl Scheduler {
     /// Scripted mode: runs client `me` to the end of its work.
     pub fn run_to_end(&self, me: usize) {
         let _ = self.run_until(me, |_| false);
+    }
+
+    /// Scripted mode: the verb client `me` stopped at fails with a transport
+    /// error, before or after it executed, when the client goes on.
+    pub fn fail_next_verb(&self, me: usize, how: Injected) {
+        self.lock().scripted_transport[me] = Some(how);
     }
 
     /// Scripted mode: crashes client `me` where it stands (before the verb
@@ -711,8 +720,12 @@ impl Scheduler {
     /// Whether the calling thread's next verb of `kind` fails with a
     /// transport error, and how.
     fn transport_fault(&self, kind: Point) -> Option<Injected> {
-        SIM_ID.with(Cell::get)?;
+        let me = SIM_ID.with(Cell::get)?;
         let mut s = self.lock();
+        if let Some(fault) = s.scripted_transport[me].take() {
+            s.counts.transport_errors += 1;
+            return Some(fault);
+        }
         let p = s.faults.transport;
         if s.scripted || p <= 0.0 || !s.rng.gen_bool(p) {
             return None;

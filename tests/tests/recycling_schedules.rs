@@ -13,6 +13,7 @@ use nessie::Error;
 use tests::scripted::{
     any_write, cas_at, cas_at_if, layout_a, nth, read_at, state_cas, tiny_config, Script,
 };
+use tests::sim::Injected;
 
 /// Runs c0 (a PUT of k2 in layout A) to the point where it passed the
 /// deadline check of its MIGRATE's source CAS and stalls there, past its
@@ -293,4 +294,120 @@ fn t1_beyond_the_landing_bound_loses_a_key_where_nothing_enforces_it() {
         matches!(c.get(&k1), Err(Error::Timeout | Error::Corrupt(_))),
         "k1 is wedged"
     );
+}
+
+/// A scan that dies while it resolves a copy's marker (its thread unwinds
+/// between taking the slot out of the in-use list and settling it) puts
+/// the slot back, so a later scan still resolves the marker first.
+#[test]
+fn a_scan_cut_short_returns_its_pending_slots() {
+    let script = Script::new(tiny_config(3, 2), 3);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let k1a = k1.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let copy = zombie_migrator_at_source_cas(&script).target().unwrap();
+    script.sched.run_to_end(1);
+    script.sched.run_to_end(0);
+    assert!(c1.join().unwrap().is_some() && c0.join().unwrap().is_some());
+    assert_eq!(script.ite(0), Ite::moved(copy), "the F3 state");
+    script.let_slots_expire();
+    // A scan of the copy's node, stopped as it reads the copy's source.
+    let scan = script.spawn_task(2, move |cluster| {
+        let data = cluster.node_data(1).unwrap();
+        data.recycle(copy.class, cluster.table_access(1))
+    });
+    script
+        .sched
+        .run_until(2, read_at(script.slot(0)))
+        .expect("the scan reads the copy's source");
+    script.sched.crash(2);
+    assert!(scan.join().unwrap().is_none());
+    let data = script.cluster.node_data(1).unwrap();
+    assert!(
+        data.in_use_slots(copy.class)
+            .iter()
+            .any(|r| r.slot == copy.slot),
+        "the copy's slot is back in use"
+    );
+    assert_eq!(script.ite(0), Ite::moved(copy));
+    script.reuse_slots();
+    assert_eq!(script.ite(0), d1, "a later scan resolved the marker");
+    assert_eq!(data.recycle_counts().markers_restored, 1);
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// The publishing CAS of a PUT fails with a transport error after it
+/// executed: the entry is linked although its owner got an error. Its slot
+/// must not be freed while linked; a helper undoes the entry, which then
+/// recycles normally.
+#[test]
+fn an_in_doubt_slot_whose_cas_landed_stays_until_it_is_unlinked() {
+    let script = Script::new(tiny_config(4, 2), 1);
+    let key = script.key_first("d-", 0);
+    let k = key.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k, b"v"));
+    script.sched.run_until(0, cas_at(script.slot(0))).unwrap();
+    script.sched.fail_next_verb(0, Injected::After);
+    script.sched.run_to_end(0);
+    assert!(matches!(c0.join().unwrap().unwrap(), Err(Error::Fabric(_))));
+    let linked = script.ite(0);
+    let (entry, h, _) = script.target(linked);
+    assert_eq!(h.state.status(), DteStatus::Invalid, "linked, uncommitted");
+    let data = script.cluster.node_data(1).unwrap();
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert!(
+        data.in_use_slots(entry.class).contains(&entry),
+        "a linked slot is not reused"
+    );
+    assert_eq!(data.recycle_counts().in_doubt_freed, 0);
+    assert_eq!(script.ite(0), linked);
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&key).unwrap(), None, "the dead PUT is undone");
+    assert!(script.ite(0).is_empty());
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert!(!data.in_use_slots(entry.class).contains(&entry));
+    c.put(&key, b"w").unwrap();
+    assert_eq!(c.get(&key).unwrap().as_deref(), Some(&b"w"[..]));
+}
+
+/// The publishing CAS fails with a transport error before it executed: the
+/// slot is kept while the CAS might still land, then freed. A second
+/// in-doubt slot settled meanwhile must not make the scan forget the first.
+#[test]
+fn an_in_doubt_slot_whose_cas_never_landed_is_freed_after_expiry() {
+    let script = Script::new(tiny_config(4, 2), 2);
+    let (ka, kb) = (script.key_first("a-", 0), script.key_first("b-", 1));
+    let data = script.cluster.node_data(1).unwrap();
+    // c0's CAS lands (After) and c1's does not (Before), half an expiry
+    // apart.
+    let c0 = script.spawn(0, move |c| c.put(&ka, b"v"));
+    script.sched.run_until(0, cas_at(script.slot(0))).unwrap();
+    script.sched.fail_next_verb(0, Injected::After);
+    script.sched.run_to_end(0);
+    assert!(c0.join().unwrap().unwrap().is_err());
+    let half = script.config().expiry / 2;
+    script.sched.advance(half.as_micros() as u64);
+    let c1 = script.spawn(1, move |c| c.put(&kb, b"v"));
+    script.sched.run_until(1, cas_at(script.slot(1))).unwrap();
+    script.sched.fail_next_verb(1, Injected::Before);
+    script.sched.run_to_end(1);
+    assert!(c1.join().unwrap().unwrap().is_err());
+    assert!(script.ite(1).is_empty(), "c1's CAS never executed");
+    assert_eq!(data.in_use(0), 2, "both slots kept while in doubt");
+    // c0's slot is due first: settled as published (it is linked).
+    let skew = script.config().max_clock_skew.as_micros() as u64;
+    script.sched.advance(half.as_micros() as u64 + 2 * skew);
+    script.reuse_slots();
+    assert_eq!(data.recycle_counts().in_doubt_freed, 0);
+    assert_eq!(data.in_use(0), 2, "c1's slot is not due yet");
+    // Then c1's: its CAS can no longer land, and never did: freed.
+    script.let_slots_expire();
+    script.reuse_slots();
+    assert_eq!(data.recycle_counts().in_doubt_freed, 1);
+    assert_eq!(data.in_use(0), 1, "only c0's linked entry holds a slot");
 }

@@ -227,12 +227,14 @@ impl NodeData {
         self.geometry.slot_bytes(class)
     }
 
-    fn table(&self, class: u8) -> std::sync::MutexGuard<'_, ClassTable> {
+    /// The table of `class` (`None` for a class that does not exist: the
+    /// public methods answer "nothing" for it rather than panic).
+    fn table(&self, class: u8) -> Option<std::sync::MutexGuard<'_, ClassTable>> {
         // A panic while holding the lock leaves the table consistent (every
         // mutation is a single push/pop), so a poisoned lock is still usable.
-        self.classes[usize::from(class)]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.classes
+            .get(usize::from(class))
+            .map(|t| t.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     fn slot_addr(&self, class: u8, slot: u32) -> RemoteAddr {
@@ -261,7 +263,9 @@ impl NodeData {
     }
 
     fn take(&self, class: u8, local: &dyn Fabric) -> Result<Option<SlotRef>, FabricError> {
-        let mut table = self.table(class);
+        let Some(mut table) = self.table(class) else {
+            return Ok(None);
+        };
         let Some(slot) = table.take() else {
             return Ok(None);
         };
@@ -286,7 +290,9 @@ impl NodeData {
     /// for immediate reuse, keeping its generation.
     pub fn release_unpublished(&self, r: SlotRef) {
         debug_assert_eq!(usize::from(r.node), self.node);
-        let mut table = self.table(r.class);
+        let Some(mut table) = self.table(r.class) else {
+            return;
+        };
         if let Some(i) = table.in_use.iter().rposition(|&s| s == r.slot) {
             table.in_use.swap_remove(i);
             table.in_doubt.retain(|d| d.slot != r.slot);
@@ -298,7 +304,9 @@ impl NodeData {
     /// `value`) ended with an unknown outcome: the slot is kept until that
     /// CAS can no longer land, then freed if it never did.
     pub fn note_in_doubt(&self, r: SlotRef, ite: RemoteAddr, value: u64) {
-        let mut table = self.table(r.class);
+        let Some(mut table) = self.table(r.class) else {
+            return;
+        };
         table.in_doubt.push(InDoubt {
             slot: r.slot,
             ite,
@@ -309,22 +317,24 @@ impl NodeData {
     /// Free (or never used) slots of `class`.
     #[must_use]
     pub fn available(&self, class: u8) -> usize {
-        self.table(class).available()
+        self.table(class).map_or(0, |t| t.available())
     }
 
     /// Allocated slots of `class` not yet reclaimed (published, staged,
     /// being resolved, or leaked).
     #[must_use]
     pub fn in_use(&self, class: u8) -> usize {
-        let t = self.table(class);
-        t.slots as usize - t.available()
+        self.table(class)
+            .map_or(0, |t| t.slots as usize - t.available())
     }
 
     /// The allocated slots of `class` not yet reclaimed, each at its current
     /// generation (for audits that look for leaks).
     #[must_use]
     pub fn in_use_slots(&self, class: u8) -> Vec<SlotRef> {
-        let t = self.table(class);
+        let Some(t) = self.table(class) else {
+            return Vec::new();
+        };
         t.in_use
             .iter()
             .map(|&slot| SlotRef {
@@ -339,7 +349,7 @@ impl NodeData {
     /// Slots of `class` in all.
     #[must_use]
     pub fn capacity(&self, class: u8) -> usize {
-        self.table(class).slots as usize
+        self.table(class).map_or(0, |t| t.slots as usize)
     }
 
     /// Number of size classes.
@@ -371,17 +381,21 @@ impl NodeData {
     /// A fabric error on the node's own memory (a failed verb to another
     /// node only keeps the slot for a later scan).
     pub fn recycle(&self, class: u8, access: TableAccess<'_>) -> Result<usize, FabricError> {
-        bump(&self.counters.scans);
         let (mut freed, pending) = {
-            let mut table = self.table(class);
+            let Some(mut table) = self.table(class) else {
+                return Ok(0);
+            };
+            bump(&self.counters.scans);
             self.scan(class, &mut table, access)?
         };
         let mut guard = PendingGuard::new(self, class, pending);
         while let Some(item) = guard.next() {
             let fate = self.resolve(class, &item, access);
-            let mut table = self.table(class);
-            if self.settle(&mut table, &item, fate) {
-                freed += 1;
+            guard.settled();
+            if let Some(mut table) = self.table(class) {
+                if self.settle(&mut table, &item, fate) {
+                    freed += 1;
+                }
             }
         }
         Ok(freed)
@@ -454,9 +468,59 @@ impl NodeData {
         Ok((freed, pending))
     }
 
-    /// The `expires_at` value for a DTE staged at wall time `now_us`.
+    /// The `expires_at` value for a DTE staged at wall time `now_us`
+    /// (saturating: validated expiries keep it far from overflow).
     #[must_use]
     pub fn expires_at(&self, now_us: u64) -> u64 {
         now_us.saturating_add(self.expiry_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::WallClock;
+    use crate::fabric::LocalFabric;
+
+    #[test]
+    fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
+        let config = Config {
+            nodes: 1,
+            index_slots_per_node: 8,
+            value_size_max: 256,
+            data_bytes_per_node: 1 << 16,
+            ..Config::default()
+        };
+        let data = NodeData::new(&config, 0);
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        let clock = WallClock::default();
+        let access = TableAccess {
+            local: &fabric,
+            cluster: &fabric,
+            clock: &clock,
+        };
+        let none = 9;
+        assert_eq!(data.classes(), 1);
+        assert_eq!(data.available(none), 0);
+        assert_eq!(data.capacity(none), 0);
+        assert_eq!(data.in_use(none), 0);
+        assert!(data.in_use_slots(none).is_empty());
+        assert_eq!(data.allocate(none, access).unwrap(), None);
+        assert_eq!(data.recycle(none, access).unwrap(), 0);
+        let stray = SlotRef {
+            node: 0,
+            class: none,
+            slot: 3,
+            generation: 1,
+        };
+        data.release_unpublished(stray);
+        data.note_in_doubt(stray, RemoteAddr::new(0, RegionId::INDEX, 0), 1);
+        // The real class works, and an unpublished release keeps the
+        // generation.
+        let r = data.allocate(0, access).unwrap().unwrap();
+        assert_eq!(data.in_use(0), 1);
+        data.release_unpublished(r);
+        assert_eq!(data.in_use(0), 0);
+        assert_eq!(data.allocate(0, access).unwrap(), Some(r));
     }
 }

@@ -67,9 +67,16 @@ impl<'a> PendingGuard<'a> {
         PendingGuard { data, class, left }
     }
 
-    /// The next slot to settle; the caller settles it before asking again.
-    pub(super) fn next(&mut self) -> Option<Pending> {
-        self.left.pop()
+    /// The next slot to settle. It stays in the guard until
+    /// [`PendingGuard::settled`], so that a thread unwinding while it
+    /// resolves the slot still puts it back.
+    pub(super) fn next(&self) -> Option<Pending> {
+        self.left.last().copied()
+    }
+
+    /// The slot [`PendingGuard::next`] returned was settled.
+    pub(super) fn settled(&mut self) {
+        self.left.pop();
     }
 }
 
@@ -78,9 +85,10 @@ impl Drop for PendingGuard<'_> {
         if self.left.is_empty() {
             return;
         }
-        let mut table = self.data.table(self.class);
-        for item in self.left.drain(..) {
-            table.in_use.push(item.slot());
+        if let Some(mut table) = self.data.table(self.class) {
+            for item in self.left.drain(..) {
+                table.in_use.push(item.slot());
+            }
         }
     }
 }
