@@ -347,3 +347,69 @@ fn z2_migrator_whose_copy_was_aborted_leaves_its_marker() {
     let mut c = script.direct_client();
     assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v5"[..]));
 }
+
+/// V2's other half: a dead migrator's copy whose source holds `MOVED(copy)`
+/// is rolled *forward* — committed, the marker cleared and the source's old
+/// entry staged — by the first helper that meets it.
+#[test]
+fn v2_dead_copy_with_its_marker_is_rolled_forward() {
+    let script = Script::new(tiny_config(3, 2), 1);
+    let (k1, k2) = layout_a(&script);
+    let d1 = script.ite(0);
+    let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("c0 stops before its commit");
+    script.sched.crash(0);
+    assert!(c0.join().unwrap().is_none());
+    let marker = script.ite(0);
+    let IteKind::Moved { copy } = marker.kind() else {
+        panic!("the source holds the marker: {marker:?}")
+    };
+    assert_eq!(script.entry(copy).0.state.status(), DteStatus::Invalid);
+    script.let_owners_die();
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        script.entry(copy).0.state.status(),
+        DteStatus::Valid,
+        "rolled forward"
+    );
+    assert_eq!(script.ite(0), marker.emptied(), "the marker was cleared");
+    assert_ne!(
+        script.target(d1).1.expires_at,
+        0,
+        "k1's old entry was staged"
+    );
+}
+
+/// Helping a dead owner's uncommitted PUT costs exactly its abort and its
+/// restore: a GET that meets it spends two CASes and no READ beyond its own
+/// passes (a copy's helper would also read the copy's source slot).
+#[test]
+fn helping_a_dead_put_aborts_and_restores_it() {
+    let script = Script::new(tiny_config(4, 2), 1);
+    let key = script.key_first("h-", 0);
+    let k = key.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k, b"v"));
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("c0 stops before its commit");
+    script.sched.crash(0);
+    assert!(c0.join().unwrap().is_none());
+    let linked = script.ite(0);
+    script.let_owners_die();
+    let mut c = script.cluster.client(1).unwrap();
+    assert_eq!(c.get(&key).unwrap(), None);
+    let s = c.stats().get;
+    assert_eq!(s.verbs.cas, 2, "abort, then restore");
+    let candidates = script.hasher().candidates(&key).len() as u64;
+    // First pass: the candidates and the entry; then a pass and its reverse
+    // pass over the candidates.
+    assert_eq!(s.verbs.reads, candidates + 1 + 2 * candidates);
+    assert_eq!(s.recoveries, 2, "the abort and the restore");
+    assert_eq!(script.ite(0), Ite(script.target(linked).1.replaced));
+}

@@ -45,6 +45,7 @@ impl Ctx<'_> {
             DteStatus::Invalid => {
                 let found = self.cas_state(view.at, view.state(), DteStatus::Aborted)?;
                 if found.status() != DteStatus::Valid {
+                    self.stats.recoveries += 1;
                     self.restore((slot, ite), view)?;
                 }
                 Ok(Helped::Acted)
