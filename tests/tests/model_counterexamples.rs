@@ -82,7 +82,7 @@ fn v2_dead_copy_without_marker_is_rolled_back() {
     let (k1a, k1b) = (k1.clone(), k1.clone());
     let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
     let c1 = script.spawn(1, move |c| c.delete(&k1a));
-    let c2 = script.spawn(2, move |c| c.get(&k1b));
+    let c2 = script.spawn(2, move |c| (c.get(&k1b), c.stats()));
     script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
     script.sched.run_until(1, state_cas()).unwrap();
     script.sched.run_until(0, any_cas()).unwrap();
@@ -98,13 +98,11 @@ fn v2_dead_copy_without_marker_is_rolled_back() {
     );
     script.let_owners_die();
     script.sched.run_to_end(2);
-    assert_eq!(
-        c2.join().unwrap().unwrap().unwrap(),
-        None,
-        "the deleted key stays deleted"
-    );
+    let (got, stats) = c2.join().unwrap().unwrap();
+    assert_eq!(got.unwrap(), None, "the deleted key stays deleted");
     assert!(c0.join().unwrap().is_none(), "c0 crashed");
     assert!(script.ite(1).is_empty(), "the copy was rolled back");
+    assert_eq!(stats.get.recoveries, 2, "the copy's abort and its restore");
 }
 
 /// V3: GET's reverse pass must see a slot that was emptied, refilled and
@@ -225,7 +223,7 @@ fn z1_late_marker_of_a_zombie_migrator_is_restored() {
         c.put(&k1a, b"v5").unwrap();
         c.get(&k1b)
     });
-    let c2 = script.spawn(2, move |c| c.get(&k1c));
+    let c2 = script.spawn(2, move |c| (c.get(&k1c), c.stats()));
     // c0 installs its copy in s1 and passes the deadline check of its
     // source CAS; then it stalls past its death.
     script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
@@ -248,15 +246,14 @@ fn z1_late_marker_of_a_zombie_migrator_is_restored() {
     assert_eq!(script.entry(copy).0.prev, d1.0);
     // Z1b: a GET now must look behind the marker and find v1.
     script.sched.run_to_end(2);
-    assert_eq!(
-        c2.join().unwrap().unwrap().unwrap().as_deref(),
-        Some(&b"v1"[..])
-    );
+    let (got, stats) = c2.join().unwrap().unwrap();
+    assert_eq!(got.unwrap().as_deref(), Some(&b"v1"[..]));
     assert_eq!(
         script.ite(0),
         d1,
         "the marker was restored to the copy's prev"
     );
+    assert_eq!(stats.get.marker_restores, 1, "by the GET");
     script.sched.run_to_end(1);
     assert_eq!(
         c1.join().unwrap().unwrap().unwrap().as_deref(),
@@ -383,6 +380,7 @@ fn v2_dead_copy_with_its_marker_is_rolled_forward() {
         0,
         "k1's old entry was staged"
     );
+    assert_eq!(c.stats().get.recoveries, 1, "one copy committed");
 }
 
 /// Helping a dead owner's uncommitted PUT costs exactly its abort and its
@@ -412,4 +410,67 @@ fn helping_a_dead_put_aborts_and_restores_it() {
     assert_eq!(s.verbs.reads, candidates + 1 + 2 * candidates);
     assert_eq!(s.recoveries, 2, "the abort and the restore");
     assert_eq!(script.ite(0), Ite(script.target(linked).1.replaced));
+}
+
+/// A dead copy met only through its marker — by a key whose candidates
+/// hold the source but not the copy — is rolled forward by that reader.
+#[test]
+fn dead_copy_met_through_its_marker_is_rolled_forward() {
+    let script = Script::new(tiny_config(3, 2), 1);
+    let (k1, k2) = layout_a(&script);
+    let k2a = k2.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k2a, b"v4"));
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("c0 stops before its commit");
+    script.sched.crash(0);
+    assert!(c0.join().unwrap().is_none());
+    let marker = script.ite(0);
+    let IteKind::Moved { copy } = marker.kind() else {
+        panic!("the source holds the marker: {marker:?}")
+    };
+    script.let_owners_die();
+    // k2's candidates are (s0, s2): it meets the marker, not the copy.
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k2).unwrap(), None);
+    assert_eq!(
+        script.entry(copy).0.state.status(),
+        DteStatus::Valid,
+        "rolled forward"
+    );
+    assert_eq!(script.ite(0), marker.emptied());
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// A live migrator's copy behind its marker is its owner's to commit: a
+/// GET that meets the marker first (k2's candidates start with the source)
+/// looks behind it, finds the copy live, and leaves it alone.
+#[test]
+fn live_copy_behind_its_marker_is_left_to_its_owner() {
+    let script = Script::new(tiny_config(3, 2), 2);
+    let (k1, k2) = layout_a(&script);
+    let k2a = k2.clone();
+    let c0 = script.spawn(0, move |c| c.put(&k2a, b"v4"));
+    let c1 = script.spawn(1, move |c| c.get(&k2));
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("c0 stops before its commit");
+    let IteKind::Moved { copy } = script.ite(0).kind() else {
+        panic!("the source holds the marker")
+    };
+    script.sched.run_to_end(1);
+    assert_eq!(c1.join().unwrap().unwrap().unwrap(), None);
+    assert_eq!(
+        script.entry(copy).0.state.status(),
+        DteStatus::Invalid,
+        "nobody but the owner commits a live copy"
+    );
+    script.sched.run_to_end(0);
+    c0.join().unwrap().unwrap().unwrap();
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
 }
