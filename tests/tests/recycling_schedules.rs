@@ -241,6 +241,88 @@ fn f5_helper_never_restores_over_another_keys_entry() {
     assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
 }
 
+/// A helper that met a dead copy through its marker must restore the
+/// copy's destination itself when the copy's aborter dies before doing so:
+/// `find_holder` must name the candidate whose ITE points at the copy (not
+/// another key's entry met first, nor the marker), and the restore must put
+/// back the destination's exact earlier value (the copy's `replaced`).
+/// Here k1's candidates are (s2, s1, s0): k3's entry in s2 comes first.
+#[test]
+fn helper_through_a_marker_restores_the_destination_its_aborter_left() {
+    let script = Script::new(tiny_config(4, 3), 4);
+    let k1 = script.key_with("k1-", &[2, 1, 0]);
+    let k2 = script.key_with("k2-", &[0, 2, 3]);
+    let k3 = script.key_first("k3-", 2);
+    let k5 = script.key_first("k5-", 3);
+    let parker = script.key_first("t-", 1);
+    let mut c = script.direct_client();
+    c.put(&parker, b"parked").unwrap();
+    c.put(&k3, b"v3").unwrap();
+    c.put(&k5, b"v5").unwrap();
+    c.put(&k1, b"v1").unwrap();
+    assert!(c.delete(&parker).unwrap());
+    let s1_before = script.ite(1);
+    assert!(
+        s1_before.is_empty() && s1_before.0 != 0,
+        "s1 holds a cleared value"
+    );
+    assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
+    let d1 = script.ite(0);
+    let (k1a, k2a, k2b, k2c) = (k1.clone(), k2.clone(), k2.clone(), k2.clone());
+    let c0 = script.spawn(0, move |c| c.put(&k2c, b"v4"));
+    let c1 = script.spawn(1, move |c| c.get(&k1a));
+    let c2 = script.spawn(2, move |c| c.get(&k2a));
+    let c3 = script.spawn(3, move |c| c.get(&k2b));
+    // 1. c0 moves k1 from s0 to s1 and is a zombie at its source CAS.
+    let copy_ite = zombie_migrator_at_source_cas(&script);
+    let copy = copy_ite.target().unwrap();
+    // 2. c1 (GET k1) finds the copy dead with D1 in the source: about to
+    //    abort it.
+    script.sched.run_until(1, state_cas()).unwrap();
+    // 3. c0's late marker lands; its commit is refused, its PUT times out.
+    script.sched.run_to_end(0);
+    assert!(matches!(c0.join().unwrap().unwrap(), Err(Error::Timeout)));
+    assert_eq!(script.ite(0), Ite::moved(copy));
+    assert_eq!(script.entry(copy).0.state.status(), DteStatus::Invalid);
+    // 4. c2 (GET k2) meets the marker with the copy dead, finds the copy's
+    //    holder among (s2, s1, s0), and stops before re-reading the source.
+    script
+        .sched
+        .run_until(2, nth(3, read_at(script.slot(0))))
+        .expect("c2 stops before it re-reads the source");
+    // 5. c1 aborts the copy and crashes before restoring s1.
+    script
+        .sched
+        .run_until(1, cas_at(script.slot(1)))
+        .expect("c1 is about to restore s1");
+    script.sched.crash(1);
+    assert!(c1.join().unwrap().is_none());
+    assert_eq!(script.entry(copy).0.state.status(), DteStatus::Aborted);
+    assert_eq!(script.ite(1), copy_ite);
+    // 6. c3 (GET k2) restores the marker to D1 (Z1) and leaves s1 alone.
+    script.sched.run_to_end(3);
+    assert_eq!(c3.join().unwrap().unwrap().unwrap(), None);
+    assert_eq!(script.ite(0), d1);
+    assert_eq!(script.ite(1), copy_ite);
+    // 7. c2 resumes: the marker is gone, the copy aborted; it restores s1
+    //    from the value it found pointing at the copy, and stages the copy.
+    script.sched.run_to_end(2);
+    assert_eq!(c2.join().unwrap().unwrap().unwrap(), None);
+    assert_eq!(
+        script.ite(1),
+        s1_before,
+        "s1 holds exactly its value before the copy"
+    );
+    assert_ne!(script.entry(copy).0.expires_at, 0, "c2 staged the copy");
+    script.let_slots_expire();
+    script.reuse_slots();
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k1).unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(c.get(&k3).unwrap().as_deref(), Some(&b"v3"[..]));
+    assert_eq!(c.get(&k5).unwrap().as_deref(), Some(&b"v5"[..]));
+    assert_eq!(c.get(&k2).unwrap(), None);
+}
+
 /// T1 of REPORT-recycling.md, beyond the landing bound: the zombie's source
 /// CAS is delayed until after its rolled-back copy's slot was reused. On a
 /// fabric that enforces land-by times (`tcp`), the target refuses the late
