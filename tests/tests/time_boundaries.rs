@@ -1,0 +1,129 @@
+//! The store's two local time thresholds, replayed at their exact
+//! boundaries on virtual clocks (scripted verbs take no virtual time): when
+//! an owner counts as dead, and when a reader must verify a checksum under
+//! `ChecksumPolicy::AfterStall`.
+
+use nessie::data::dte_addr;
+use nessie::fabric::RegionId;
+use nessie::layout::dte::{self, DteStatus};
+use nessie::{ChecksumPolicy, Config};
+use std::time::Duration;
+use tests::scripted::{backoff, state_cas, tiny_config, Script};
+use tests::sim::{Point, PointInfo};
+
+/// Stop before a READ of a DTE.
+fn dte_read() -> impl Fn(&PointInfo) -> bool + Send + 'static {
+    |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+}
+
+/// An owner is dead only once `created_at + op_timeout + 2·skew` lies
+/// strictly in the past of the helper's wall clock: at equality a writer
+/// meeting its entry backs off; a microsecond later it aborts the entry.
+#[test]
+fn an_owner_is_dead_strictly_after_its_death_time() {
+    let script = Script::new(tiny_config(2, 1), 2);
+    let k = script.key_first("k-", 0);
+    script.direct_client().put(&k, b"v1").unwrap();
+    let (ka, kb) = (k.clone(), k.clone());
+    let owner = script.spawn(0, move |c| c.put(&ka, b"v2"));
+    let writer = script.spawn(1, move |c| c.put(&kb, b"v3"));
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("the owner stops before its commit");
+    let (_, h, _) = script.target(script.ite(0));
+    assert_eq!(h.state.status(), DteStatus::Invalid);
+    let c = script.config();
+    let dead_at = h.created_at + (c.op_timeout + c.max_clock_skew * 2).as_micros() as u64;
+    // The writer starts shortly before the owner's death time (so that its
+    // own deadline is far) and stops before it reads the owner's entry.
+    script.sched.advance(dead_at - 100 - script.sched.wall(1));
+    script
+        .sched
+        .run_until(1, dte_read())
+        .expect("the writer stops before it reads the owner's entry");
+    script.sched.advance(dead_at - script.sched.wall(1));
+    let stop = script
+        .sched
+        .run_until(1, |p| backoff()(p) || state_cas()(p))
+        .expect("the writer stops");
+    assert_eq!(stop.kind, Point::Sleep, "at its death time the owner lives");
+    assert_eq!(
+        script.target(script.ite(0)).1.state.status(),
+        DteStatus::Invalid
+    );
+    script.sched.run_to_end(1);
+    writer.join().unwrap().unwrap().unwrap();
+    script.sched.crash(0);
+    assert!(owner.join().unwrap().is_none());
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k).unwrap().as_deref(), Some(&b"v3"[..]));
+}
+
+/// A committed value rotted in memory behind the store's back (not a torn
+/// read), then read by a client on the other node that stalls for `stall`
+/// between its index read and its DTE read. Returns what the GET answered
+/// and how many passes it retried as torn.
+fn read_rotted_after(
+    policy: ChecksumPolicy,
+    stall: Duration,
+) -> (Result<Option<Vec<u8>>, nessie::Error>, u64) {
+    // An operation deadline beyond half the expiry, so that the stalled
+    // reader may still retry.
+    let config = Config {
+        verify_checksums: policy,
+        op_timeout: Duration::from_millis(12),
+        ..tiny_config(2, 1)
+    };
+    let script = Script::new(config, 1);
+    let k = script.key_first("k-", 0);
+    script
+        .direct_client()
+        .put(&k, b"a value that will rot")
+        .unwrap();
+    let (at, _, _) = script.target(script.ite(0));
+    let slot = script.config().class_slot_bytes(usize::from(at.class));
+    let value_at = dte_addr(at, slot).add(dte::value_offset(k.len()) as u64);
+    let fabric = script.cluster.fabric();
+    let mut word = [0u8; 8];
+    fabric.read(value_at, &mut word).unwrap();
+    word[0] ^= 0xff;
+    fabric.write(value_at, &word).unwrap();
+    let reader = script.spawn(0, move |c| {
+        let got = c.get(&k);
+        (got, c.stats().get.retries.torn)
+    });
+    script
+        .sched
+        .run_until(0, dte_read())
+        .expect("the reader stops before its DTE read");
+    script.sched.advance(stall.as_micros() as u64);
+    script.sched.run_to_end(0);
+    let (got, torn) = reader.join().unwrap().unwrap();
+    (got, torn)
+}
+
+#[test]
+fn checksums_are_verified_from_a_wait_of_half_the_expiry() {
+    let half = tiny_config(2, 1).expiry / 2;
+    let mut rotted = b"a value that will rot".to_vec();
+    rotted[0] ^= 0xff;
+    // The wait runs from the start of the index read; the ITE and the DTE
+    // read take one 1 µs step each: a stall of `half - 2µs` makes it
+    // exactly `half`.
+    let tick = Duration::from_micros(1);
+    for stall in [Duration::ZERO, half - tick * 3] {
+        let (got, torn) = read_rotted_after(ChecksumPolicy::AfterStall, stall);
+        assert_eq!(
+            got.unwrap().as_deref(),
+            Some(&rotted[..]),
+            "a read {stall:?} after the index read is trusted unverified"
+        );
+        assert_eq!(torn, 0, "{stall:?}");
+    }
+    // A wait of half the expiry: verified, found torn, read again (fresh
+    // now, so trusted).
+    let (got, torn) = read_rotted_after(ChecksumPolicy::AfterStall, half - tick * 2);
+    assert_eq!(got.unwrap().as_deref(), Some(&rotted[..]));
+    assert_eq!(torn, 1, "the stalled read was verified");
+}
