@@ -1,19 +1,54 @@
-//! The store's two local time thresholds, replayed at their exact
-//! boundaries on virtual clocks (scripted verbs take no virtual time): when
-//! an owner counts as dead, and when a reader must verify a checksum under
-//! `ChecksumPolicy::AfterStall`.
+//! The store's local time thresholds, replayed at their exact boundaries on
+//! virtual clocks (each scripted step takes 1 µs): when an operation's
+//! deadline has passed, when an owner counts as dead, and when a reader
+//! must verify a checksum under `ChecksumPolicy::AfterStall`.
 
 use nessie::data::dte_addr;
 use nessie::fabric::RegionId;
 use nessie::layout::dte::{self, DteStatus};
 use nessie::{ChecksumPolicy, Config};
 use std::time::Duration;
-use tests::scripted::{backoff, state_cas, tiny_config, Script};
+use tests::scripted::{backoff, cas_at, read_at, state_cas, tiny_config, Script};
 use tests::sim::{Point, PointInfo};
 
 /// Stop before a READ of a DTE.
 fn dte_read() -> impl Fn(&PointInfo) -> bool + Send + 'static {
     |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+}
+
+/// A PUT of a fresh key whose commit CAS is checked against its deadline
+/// `late_us` microseconds after that deadline (0: exactly at it).
+fn put_committing_at(late_us: u64) -> Result<(), nessie::Error> {
+    let script = Script::new(tiny_config(2, 1), 1);
+    let k = script.key_first("k-", 0);
+    // The operation starts when the client first runs: now.
+    let deadline = script.sched.now() + script.config().op_timeout.as_micros() as u64;
+    let slot = script.slot(0);
+    let put = script.spawn(0, move |c| c.put(&k, b"v"));
+    // The last step before the commit is the re-read of the slot after
+    // linking the entry.
+    script
+        .sched
+        .run_until(0, cas_at(slot))
+        .expect("the PUT links");
+    script
+        .sched
+        .run_until(0, read_at(slot))
+        .expect("the PUT stops before its last step before the commit");
+    script
+        .sched
+        .advance(deadline + late_us - script.sched.now());
+    script.sched.run_to_end(0);
+    put.join().unwrap().unwrap()
+}
+
+/// The deadline is the last instant at which an operation may still issue
+/// a CAS: a commit checked exactly at it goes ahead, one a microsecond
+/// later is refused (and the PUT reports `Timeout`).
+#[test]
+fn a_cas_may_be_issued_at_the_deadline_not_after() {
+    put_committing_at(0).unwrap();
+    assert!(matches!(put_committing_at(1), Err(nessie::Error::Timeout)));
 }
 
 /// An owner is dead only once `created_at + op_timeout + 2·skew` lies

@@ -235,8 +235,15 @@ impl<'a> Ctx<'a> {
         created_at.saturating_add(self.timing.dead_after_us) < self.clock.now_us()
     }
 
+    /// Whether the operation's deadline has passed now.
     pub(crate) fn past_deadline(&self) -> bool {
-        self.clock.mono_us() > self.deadline
+        self.past_deadline_at(self.clock.mono_us())
+    }
+
+    /// Whether the deadline has passed at monotonic time `at`: the deadline
+    /// itself is the last instant at which the operation may issue a CAS.
+    fn past_deadline_at(&self, at: u64) -> bool {
+        at > self.deadline
     }
 
     /// Fails with [`Error::Timeout`] once the deadline passed.
@@ -258,7 +265,7 @@ impl<'a> Ctx<'a> {
     /// loudly.
     pub(crate) fn cas(&mut self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, Error> {
         let checked = self.clock.mono_us();
-        if checked > self.deadline {
+        if self.past_deadline_at(checked) {
             return Err(Error::Timeout);
         }
         let result = if self.ep.enforces_land_by() {
