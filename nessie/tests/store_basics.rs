@@ -177,3 +177,33 @@ fn a_corrupt_entry_is_reported_not_returned() {
     assert!(matches!(other.get(b"k"), Err(Error::Corrupt(_))));
     assert!(other.stats().get.retries.torn > 0);
 }
+
+#[test]
+fn an_index_entry_naming_a_slot_that_does_not_exist_is_corrupt_not_a_panic() {
+    use nessie::index::KeyHasher;
+    use nessie::layout::{Ite, SlotRef};
+    // A long deadline: the GET must give up on the torn count, not the clock.
+    let config = small(Config {
+        op_timeout: std::time::Duration::from_secs(5),
+        expiry: std::time::Duration::from_secs(20),
+        ..Config::default()
+    });
+    let cluster = Cluster::local(config.clone()).unwrap();
+    let hasher = KeyHasher::new(&config);
+    let nowhere = SlotRef {
+        node: 0,
+        class: 0,
+        slot: 1 << 20,
+        generation: 1,
+    };
+    let dangling = Ite::occupied(nowhere, hasher.filter(b"k"));
+    assert_eq!(dangling.target(), Some(nowhere));
+    let fabric = cluster.fabric();
+    for cand in hasher.candidates(b"k") {
+        fabric.write(cand.addr(), &dangling.0.to_le_bytes()).unwrap();
+    }
+    let mut c = cluster.client(1).unwrap();
+    assert!(matches!(c.get(b"k"), Err(Error::Corrupt(_))));
+    // 64 torn passes in a row are retried; the 65th is reported.
+    assert_eq!(c.stats().get.retries.torn, 65);
+}

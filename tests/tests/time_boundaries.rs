@@ -51,6 +51,33 @@ fn a_cas_may_be_issued_at_the_deadline_not_after() {
     assert!(matches!(put_committing_at(1), Err(nessie::Error::Timeout)));
 }
 
+/// The late CASes counted when a PUT's commit CAS returns `stall_us`
+/// microseconds after its scheduling step.
+fn late_cases_of_a_commit_stalled_for(stall_us: u64) -> u64 {
+    let script = Script::new(tiny_config(2, 1), 1);
+    let k = script.key_first("k-", 0);
+    let put = script.spawn(0, move |c| (c.put(&k, b"v"), c.stats().put.late_cas));
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("the PUT stops at its commit");
+    script.sched.advance(stall_us);
+    script.sched.run_to_end(0);
+    let (done, late) = put.join().unwrap().unwrap();
+    done.unwrap();
+    late
+}
+
+/// A CAS is late when it returns more than the landing bound after its
+/// deadline check (the check, the CAS's own step of 1 µs, then the stall).
+#[test]
+fn a_cas_is_late_only_beyond_the_landing_bound() {
+    let landing = tiny_config(2, 1).landing_bound().as_micros() as u64;
+    assert_eq!(late_cases_of_a_commit_stalled_for(0), 0);
+    assert_eq!(late_cases_of_a_commit_stalled_for(landing - 1), 0);
+    assert_eq!(late_cases_of_a_commit_stalled_for(landing), 1);
+}
+
 /// An owner is dead only once `created_at + op_timeout + 2·skew` lies
 /// strictly in the past of the helper's wall clock: at equality a writer
 /// meeting its entry backs off; a microsecond later it aborts the entry.
