@@ -200,7 +200,9 @@ fn an_index_entry_naming_a_slot_that_does_not_exist_is_corrupt_not_a_panic() {
     assert_eq!(dangling.target(), Some(nowhere));
     let fabric = cluster.fabric();
     for cand in hasher.candidates(b"k") {
-        fabric.write(cand.addr(), &dangling.0.to_le_bytes()).unwrap();
+        fabric
+            .write(cand.addr(), &dangling.0.to_le_bytes())
+            .unwrap();
     }
     let mut c = cluster.client(1).unwrap();
     assert!(matches!(c.get(b"k"), Err(Error::Corrupt(_))));

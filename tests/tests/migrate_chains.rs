@@ -36,6 +36,7 @@ fn a_chain_one_move_longer_than_the_depth_reports_index_full() {
     let (script, [ka, kb, kc, kn]) = chain_of_two(1);
     let mut c = script.direct_client();
     assert!(matches!(c.put(&kn, b"vn"), Err(Error::IndexFull)));
+    assert_eq!(c.stats().put.migrations, 0);
     assert!(script.ite(3).is_empty(), "nothing moved");
     assert_eq!(c.get(&kn).unwrap(), None);
     for (k, v) in [(&ka, b"va"), (&kb, b"vb"), (&kc, b"vc")] {
@@ -48,6 +49,9 @@ fn a_chain_as_long_as_the_depth_frees_a_slot() {
     let (script, [ka, kb, kc, kn]) = chain_of_two(2);
     let mut c = script.direct_client();
     c.put(&kn, b"vn").unwrap();
+    let put = c.stats().put;
+    assert_eq!(put.migrations, 2);
+    assert_eq!(put.retries.changed, 1, "one retry after the chain moved");
     for (slot, k) in [(0, &ka), (1, &kn), (2, &kb), (3, &kc)] {
         assert_eq!(&script.target(script.ite(slot)).2, k, "s{slot}");
     }

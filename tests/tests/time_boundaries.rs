@@ -6,7 +6,7 @@
 use nessie::data::dte_addr;
 use nessie::fabric::RegionId;
 use nessie::layout::dte::{self, DteStatus};
-use nessie::{ChecksumPolicy, Config};
+use nessie::{ChecksumPolicy, Config, RetryCounts};
 use std::time::Duration;
 use tests::scripted::{backoff, cas_at, read_at, state_cas, tiny_config, Script};
 use tests::sim::{Point, PointInfo};
@@ -87,8 +87,8 @@ fn an_owner_is_dead_strictly_after_its_death_time() {
     let k = script.key_first("k-", 0);
     script.direct_client().put(&k, b"v1").unwrap();
     let (ka, kb) = (k.clone(), k.clone());
-    let owner = script.spawn(0, move |c| c.put(&ka, b"v2"));
-    let writer = script.spawn(1, move |c| c.put(&kb, b"v3"));
+    let owner = script.spawn(0, move |c| (c.put(&ka, b"v2"), c.stats().put.retries));
+    let writer = script.spawn(1, move |c| (c.put(&kb, b"v3"), c.stats().put.retries));
     script
         .sched
         .run_until(0, state_cas())
@@ -114,10 +114,33 @@ fn an_owner_is_dead_strictly_after_its_death_time() {
         script.target(script.ite(0)).1.state.status(),
         DteStatus::Invalid
     );
+    // The writer backs off once (busy), then aborts the dead owner's entry
+    // (helped) and writes.
     script.sched.run_to_end(1);
-    writer.join().unwrap().unwrap().unwrap();
-    script.sched.crash(0);
-    assert!(owner.join().unwrap().is_none());
+    let (done, retries) = writer.join().unwrap().unwrap();
+    done.unwrap();
+    let (busy, helped) = (1, 1);
+    assert_eq!(
+        retries,
+        RetryCounts {
+            busy,
+            helped,
+            ..RetryCounts::default()
+        }
+    );
+    // The owner's commit, checked before its stall, finds its entry
+    // aborted; its deadline has passed, so it reports `Timeout`.
+    script.sched.run_to_end(0);
+    let (done, retries) = owner.join().unwrap().unwrap();
+    assert!(matches!(done, Err(nessie::Error::Timeout)), "{done:?}");
+    let aborted_by_helper = 1;
+    assert_eq!(
+        retries,
+        RetryCounts {
+            aborted_by_helper,
+            ..RetryCounts::default()
+        }
+    );
     let mut c = script.direct_client();
     assert_eq!(c.get(&k).unwrap().as_deref(), Some(&b"v3"[..]));
 }
