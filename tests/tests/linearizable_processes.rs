@@ -4,12 +4,15 @@
 //! all three is linearizable.
 
 use nessie::{Config, FabricConfig, Node};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tests::history::Call;
 use tests::proc_history::{read_logs, ProcLog};
-use tests::proc_workload::{logged_call, run_node_workers, ChildGuard, NodeWork};
+use tests::proc_workload::{client_id, logged_call, run_node_workers, ChildGuard, NodeWork};
 use tests::stress::stress_key;
 
 const NODES: usize = 3;
@@ -48,6 +51,18 @@ fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
         .expect("spawn a node process")
 }
 
+/// Whether a thread of `node` has an operation in flight: the last line of
+/// its log is an invocation.
+fn in_flight(dir: &Path, node: usize) -> bool {
+    (0..THREADS).any(|t| {
+        let log = dir.join(format!("hist-{}", client_id(node, THREADS, t)));
+        std::fs::read_to_string(log)
+            .ok()
+            .and_then(|s| s.lines().last().map(|l| l.starts_with("I ")))
+            .unwrap_or(false)
+    })
+}
+
 #[test]
 fn three_processes_one_killed_stay_linearizable() {
     let dir = tempfile::tempdir().unwrap().keep();
@@ -64,6 +79,23 @@ fn three_processes_one_killed_stay_linearizable() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
+    // Kill node 2 inside an operation: stop it, look whether one of its
+    // threads has logged an invocation without its response, and resume
+    // it briefly if not (a thread spends a good part of its time writing
+    // its log between operations).
+    let pid = Pid::from_raw(guard.children[2].id() as i32);
+    let mut caught = false;
+    for _ in 0..200 {
+        kill(pid, Signal::SIGSTOP).unwrap();
+        waitpid(pid, Some(WaitPidFlag::WUNTRACED)).unwrap();
+        if in_flight(&dir, 2) {
+            caught = true;
+            break;
+        }
+        kill(pid, Signal::SIGCONT).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(caught, "node 2 was never stopped inside an operation");
     guard.children[2].kill().unwrap();
     let _ = guard.children[2].wait();
     // Survivors meet the dead process's entries after op_timeout + 2·skew.
@@ -104,6 +136,13 @@ fn child_node() {
     cfg.cluster = std::env::var("NESSIE_PROC_CLUSTER").unwrap();
     let n = Node::start(cfg, node).unwrap();
     std::fs::write(dir.join(format!("started-{node}")), b"").unwrap();
+    // Everyone starts working together, so that node 2 is still at work
+    // when it is killed 300 ms later.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(0..NODES).all(|n| dir.join(format!("started-{n}")).exists()) {
+        assert!(Instant::now() < deadline, "the other nodes did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Node 2 is killed mid-run: it works without pauses, so the kill
     // usually catches it inside an operation.
     let pause = if node == 2 {
@@ -115,7 +154,8 @@ fn child_node() {
         node,
         nodes: NODES,
         threads: THREADS,
-        ops_per_thread: 20_000,
+        // Node 2 works until it is killed; the others until told to stop.
+        ops_per_thread: if node == 2 { 10_000_000 } else { 20_000 },
         keys: KEYS,
         max_value: 4000,
         pause,
