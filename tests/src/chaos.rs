@@ -27,7 +27,7 @@
 //! `op_timeout + 2·max_clock_skew` (no wedge).
 
 use crate::history::Call;
-use crate::proc_history::{read_logs, ProcLog};
+use crate::proc_history::{read_logs, stop_mid_operation, ProcLog};
 use crate::proc_workload::logged_call;
 use nessie::{Config, Error, FabricConfig, KvClient, Node};
 use nix::sys::signal::{kill, Signal};
@@ -161,6 +161,8 @@ pub struct ChaosReport {
     pub kills: usize,
     /// Stalls longer than `expiry`.
     pub stalls: usize,
+    /// Kills and stalls that caught a worker inside an operation.
+    pub faults_mid_operation: u64,
     /// Data-table fills that reached `DataTableFull`.
     pub fills: usize,
     /// Index crowdings that reached `IndexFull`.
@@ -190,12 +192,13 @@ impl ChaosReport {
     #[must_use]
     pub fn summary(&self) -> String {
         format!(
-            "chaos: {} operations ({} unknown), {} faults injected ({} kills, {} stalls > expiry, {} data-table fills, {} index crowdings); pressure: {} migrations, {} recoveries, {} slots reclaimed, {} markers resolved by recyclers, {} writes waited for a slot; {} violations",
+            "chaos: {} operations ({} unknown), {} faults injected ({} kills, {} stalls > expiry, {} of those inside an operation, {} data-table fills, {} index crowdings); pressure: {} migrations, {} recoveries, {} slots reclaimed, {} markers resolved by recyclers, {} writes waited for a slot; {} violations",
             self.operations,
             self.unknown,
             self.faults(),
             self.kills,
             self.stalls,
+            self.faults_mid_operation,
             self.fills,
             self.crowds,
             self.migrations,
@@ -259,17 +262,27 @@ pub fn run(plan: ChaosPlan, child: impl Fn() -> Command) -> std::io::Result<Chao
         std::thread::sleep(gap);
         let alive: Vec<usize> = (0..plan.nodes).filter(|&n| procs.0[n].is_some()).collect();
         let node = alive[rng.gen_range(0..alive.len())];
+        // Kills and stalls land inside an operation of the node's workers
+        // when they can: they spend most of their time pausing between
+        // operations, and a fault there leaves nothing for others to help.
+        let logs: Vec<PathBuf> = (0..plan.workers)
+            .map(|w| dir.join(format!("hist-{}", node * plan.workers + w)))
+            .collect();
+        let pid = Pid::from_raw(procs.0[node].as_ref().map_or(0, |c| c.id() as i32));
         match rng.gen_range(0..10) {
             0 if alive.len() > 2 && node != 0 => {
                 if let Some(mut c) = procs.0[node].take() {
+                    if stop_mid_operation(pid, &logs, 500, Duration::from_micros(200)) == Ok(true) {
+                        report.faults_mid_operation += 1;
+                    }
                     let _ = c.kill();
                     let _ = c.wait();
                     report.kills += 1;
                 }
             }
             0..=3 => {
-                let pid = Pid::from_raw(procs.0[node].as_ref().map_or(0, |c| c.id() as i32));
-                if kill(pid, Signal::SIGSTOP).is_ok() {
+                if let Ok(mid) = stop_mid_operation(pid, &logs, 500, Duration::from_micros(200)) {
+                    report.faults_mid_operation += u64::from(mid);
                     std::thread::sleep(config.expiry + Duration::from_millis(150));
                     let _ = kill(pid, Signal::SIGCONT);
                     report.stalls += 1;

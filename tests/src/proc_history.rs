@@ -157,3 +157,57 @@ pub fn read_logs(dir: &Path) -> std::io::Result<History> {
     }
     Ok(history)
 }
+
+/// Whether the log at `path` ends with an invocation: its client has an
+/// operation in flight (if its process is stopped, the log cannot change).
+#[must_use]
+pub fn ends_in_flight(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = File::open(path) else {
+        return false;
+    };
+    // The last line is short; read only the tail.
+    let len = file.metadata().map_or(0, |m| m.len());
+    if file
+        .seek(SeekFrom::Start(len.saturating_sub(4096)))
+        .is_err()
+    {
+        return false;
+    }
+    let mut tail = String::new();
+    if file.read_to_string(&mut tail).is_err() {
+        return false;
+    }
+    tail.lines().last().is_some_and(|l| l.starts_with("I "))
+}
+
+/// Stops process `pid` (SIGSTOP, and waits until it is stopped) at a moment
+/// when one of the logs `logs` ends with an invocation, so that a kill or a
+/// stall lands inside an operation: when a stop finds every client between
+/// operations, resumes the process for `resume_for` and tries again, at
+/// most `tries` times. The process is left stopped either way; returns
+/// whether an operation is in flight.
+///
+/// # Errors
+/// When the process cannot be signalled or waited for (it is gone).
+pub fn stop_mid_operation(
+    pid: nix::unistd::Pid,
+    logs: &[std::path::PathBuf],
+    tries: usize,
+    resume_for: std::time::Duration,
+) -> nix::Result<bool> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    for attempt in 0..tries.max(1) {
+        if attempt > 0 {
+            kill(pid, Signal::SIGCONT)?;
+            std::thread::sleep(resume_for);
+        }
+        kill(pid, Signal::SIGSTOP)?;
+        waitpid(pid, Some(WaitPidFlag::WUNTRACED))?;
+        if logs.iter().any(|l| ends_in_flight(l)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

@@ -4,14 +4,12 @@
 //! all three is linearizable.
 
 use nessie::{Config, FabricConfig, Node};
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tests::history::Call;
-use tests::proc_history::{read_logs, ProcLog};
+use tests::proc_history::{read_logs, stop_mid_operation, ProcLog};
 use tests::proc_workload::{client_id, logged_call, run_node_workers, ChildGuard, NodeWork};
 use tests::stress::stress_key;
 
@@ -51,18 +49,6 @@ fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
         .expect("spawn a node process")
 }
 
-/// Whether a thread of `node` has an operation in flight: the last line of
-/// its log is an invocation.
-fn in_flight(dir: &Path, node: usize) -> bool {
-    (0..THREADS).any(|t| {
-        let log = dir.join(format!("hist-{}", client_id(node, THREADS, t)));
-        std::fs::read_to_string(log)
-            .ok()
-            .and_then(|s| s.lines().last().map(|l| l.starts_with("I ")))
-            .unwrap_or(false)
-    })
-}
-
 #[test]
 fn three_processes_one_killed_stay_linearizable() {
     let dir = tempfile::tempdir().unwrap().keep();
@@ -84,17 +70,10 @@ fn three_processes_one_killed_stay_linearizable() {
     // it briefly if not (a thread spends a good part of its time writing
     // its log between operations).
     let pid = Pid::from_raw(guard.children[2].id() as i32);
-    let mut caught = false;
-    for _ in 0..200 {
-        kill(pid, Signal::SIGSTOP).unwrap();
-        waitpid(pid, Some(WaitPidFlag::WUNTRACED)).unwrap();
-        if in_flight(&dir, 2) {
-            caught = true;
-            break;
-        }
-        kill(pid, Signal::SIGCONT).unwrap();
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let logs: Vec<_> = (0..THREADS)
+        .map(|t| dir.join(format!("hist-{}", client_id(2, THREADS, t))))
+        .collect();
+    let caught = stop_mid_operation(pid, &logs, 200, Duration::from_millis(2)).unwrap();
     assert!(caught, "node 2 was never stopped inside an operation");
     guard.children[2].kill().unwrap();
     let _ = guard.children[2].wait();

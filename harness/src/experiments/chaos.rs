@@ -69,6 +69,7 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
         "faults": report.faults(),
         "kills": report.kills,
         "stalls": report.stalls,
+        "faults_mid_operation": report.faults_mid_operation,
         "data_table_fills": report.fills,
         "index_crowdings": report.crowds,
         "migrations": report.migrations,
