@@ -4,6 +4,9 @@
 //! Faults, at random times:
 //! * **kill** — SIGKILL a node process mid-operation (at most all but two);
 //! * **stall** — SIGSTOP a node for longer than `expiry`, then SIGCONT;
+//!
+//! both at a moment when one of the node's workers has an operation in
+//! flight ([`stop_mid_operation`]), counted in the report;
 //! * **fill** — a node PUTs large values under fresh keys, deleting each
 //!   right away (its slot stays staged for `expiry`), until its data table
 //!   reports [`Error::DataTableFull`];
