@@ -493,3 +493,41 @@ fn an_in_doubt_slot_whose_cas_never_landed_is_freed_after_expiry() {
     assert_eq!(data.recycle_counts().in_doubt_freed, 1);
     assert_eq!(data.in_use(0), 1, "only c0's linked entry holds a slot");
 }
+
+/// Staging is one WRITE after the operation took effect: when it fails, the
+/// operation still succeeds, the replaced entry's slot leaks (never reused
+/// while it may be read), and the failure is counted.
+#[test]
+fn a_failed_stage_write_is_counted_and_the_put_stands() {
+    let script = Script::new(tiny_config(2, 1), 1);
+    let k = script.key_first("k-", 0);
+    script.direct_client().put(&k, b"v1").unwrap();
+    let (old, _, _) = script.target(script.ite(0));
+    let ka = k.clone();
+    let put = script.spawn(0, move |c| {
+        (c.put(&ka, b"v2"), c.stats().put.stage_failures)
+    });
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("the PUT stops at its commit");
+    script
+        .sched
+        .run_until(0, any_write())
+        .expect("the PUT stages the entry it replaced");
+    script.sched.fail_next_verb(0, Injected::Before);
+    script.sched.run_to_end(0);
+    let (done, stage_failures) = put.join().unwrap().unwrap();
+    done.unwrap();
+    assert_eq!(stage_failures, 1);
+    assert_eq!(script.entry(old).0.expires_at, 0, "never staged");
+    script.let_slots_expire();
+    script.reuse_slots();
+    let data = script.cluster.node_data(usize::from(old.node)).unwrap();
+    assert!(
+        data.in_use_slots(old.class).contains(&old),
+        "the slot leaked"
+    );
+    let mut c = script.direct_client();
+    assert_eq!(c.get(&k).unwrap().as_deref(), Some(&b"v2"[..]));
+}

@@ -129,6 +129,7 @@ mod tests {
             ..Config::default()
         };
         let g = Geometry::new(&config);
+        assert_eq!(g.nodes(), 2);
         assert_eq!(g.classes(), 3);
         assert_eq!(g.class_for(300), Some(1));
         assert_eq!(g.class_for(1025), None);
