@@ -77,3 +77,25 @@ fn back_off_delays_double_while_an_owner_works() {
     assert!(owner.join().unwrap().is_none());
     assert!(writer.join().unwrap().is_none());
 }
+
+/// A GET meeting a live owner's uncommitted PUT answers at once from the
+/// entry it replaces (`prev`), without backing off.
+#[test]
+fn a_get_answers_from_the_previous_version_of_a_put_in_progress() {
+    let script = Script::new(tiny_config(2, 1), 2);
+    let k = script.key_first("k-", 0);
+    script.direct_client().put(&k, b"v1").unwrap();
+    let (ka, kb) = (k.clone(), k.clone());
+    let owner = script.spawn(0, move |c| c.put(&ka, b"v2"));
+    let reader = script.spawn(1, move |c| (c.get(&kb), c.stats().get.retries));
+    script
+        .sched
+        .run_until(0, tests::scripted::state_cas())
+        .expect("the owner stops before its commit");
+    script.sched.run_to_end(1);
+    let (got, retries) = reader.join().unwrap().unwrap();
+    assert_eq!(got.unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(retries, RetryCounts::default(), "no retry, no back-off");
+    script.sched.run_to_end(0);
+    owner.join().unwrap().unwrap().unwrap();
+}
