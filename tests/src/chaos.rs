@@ -31,7 +31,7 @@
 
 use crate::history::Call;
 use crate::proc_history::{read_logs, stop_mid_operation, ProcLog};
-use crate::proc_workload::logged_call;
+use crate::proc_workload::{logged_call, mark_started, wait_until_started};
 use nessie::{Config, Error, FabricConfig, KvClient, Node};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -247,13 +247,8 @@ pub fn run(plan: ChaosPlan, child: impl Fn() -> Command) -> std::io::Result<Chao
             .env(PLAN_ENV, plan.encode());
         procs.0.push(Some(cmd.spawn()?));
     }
-    let started = |n: usize| dir.join(format!("started-{n}")).exists();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !(0..plan.nodes).all(started) {
-        if Instant::now() > deadline {
-            return Err(std::io::Error::other("chaos nodes did not start"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !wait_until_started(&dir, plan.nodes, Duration::from_secs(120)) {
+        return Err(std::io::Error::other("chaos nodes did not start"));
     }
     let config = chaos_config(&dir, plan.nodes);
     let mut report = ChaosReport::default();
@@ -369,7 +364,7 @@ pub fn child_main() {
     if node == 0 {
         preload_fillers(&n, &dir, &plan);
     }
-    std::fs::write(dir.join(format!("started-{node}")), b"").expect("marker");
+    mark_started(&dir, node).expect("marker");
     let workers: Vec<_> = (0..plan.workers)
         .map(|w| {
             let mut client = n.client().expect("client");

@@ -39,6 +39,28 @@ pub fn client_id(node: usize, threads: usize, thread: usize) -> u64 {
     (node * threads + thread) as u64
 }
 
+/// Marks node `node` of the processes sharing `dir` as started.
+///
+/// # Errors
+/// I/O errors.
+pub fn mark_started(dir: &Path, node: usize) -> std::io::Result<()> {
+    std::fs::write(dir.join(format!("started-{node}")), b"")
+}
+
+/// Waits until nodes `0..nodes` have all marked themselves started;
+/// returns `false` if `timeout` passed first.
+#[must_use]
+pub fn wait_until_started(dir: &Path, nodes: usize, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !(0..nodes).all(|n| dir.join(format!("started-{n}")).exists()) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 /// Runs and logs one call. `Ok(true)`: it returned; `Ok(false)`: it timed
 /// out (an unknown outcome in the log). A failed call also stays unknown in
 /// the log (conservative: full tables change nothing, but the checker need

@@ -387,6 +387,11 @@ pub fn read_at(slot: RemoteAddr) -> impl Fn(&PointInfo) -> bool + Send + 'static
     move |p| p.kind == Point::Read && p.addr == Some(slot)
 }
 
+/// Stop before a READ of a DTE.
+pub fn dte_read() -> impl Fn(&PointInfo) -> bool + Send + 'static {
+    |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+}
+
 /// Stop before a CAS on a DTE state word (a commit or abort).
 pub fn state_cas() -> impl Fn(&PointInfo) -> bool + Send + 'static {
     |p| p.kind == Point::Cas && p.addr.is_some_and(|a| a.region != RegionId::INDEX)

@@ -7,10 +7,13 @@ use nessie::{Config, FabricConfig, Node};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tests::history::Call;
 use tests::proc_history::{read_logs, stop_mid_operation, ProcLog};
-use tests::proc_workload::{client_id, logged_call, run_node_workers, ChildGuard, NodeWork};
+use tests::proc_workload::{
+    client_id, logged_call, mark_started, run_node_workers, wait_until_started, ChildGuard,
+    NodeWork,
+};
 use tests::stress::stress_key;
 
 const NODES: usize = 3;
@@ -58,12 +61,10 @@ fn three_processes_one_killed_stay_linearizable() {
         guard.children.push(spawn_child(&dir, node, &cfg.cluster));
     }
     // Let everyone start and work, then kill node 2 mid-operation.
-    let started = |n: usize| dir.join(format!("started-{n}")).exists();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(0..NODES).all(started) {
-        assert!(Instant::now() < deadline, "nodes did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until_started(&dir, NODES, Duration::from_secs(60)),
+        "nodes did not start"
+    );
     std::thread::sleep(Duration::from_millis(300));
     // Kill node 2 inside an operation: stop it, look whether one of its
     // threads has logged an invocation without its response, and resume
@@ -114,14 +115,13 @@ fn child_node() {
     let mut cfg = config(&dir);
     cfg.cluster = std::env::var("NESSIE_PROC_CLUSTER").unwrap();
     let n = Node::start(cfg, node).unwrap();
-    std::fs::write(dir.join(format!("started-{node}")), b"").unwrap();
+    mark_started(&dir, node).unwrap();
     // Everyone starts working together, so that node 2 is still at work
     // when it is killed 300 ms later.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(0..NODES).all(|n| dir.join(format!("started-{n}")).exists()) {
-        assert!(Instant::now() < deadline, "the other nodes did not start");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        wait_until_started(&dir, NODES, Duration::from_secs(60)),
+        "the other nodes did not start"
+    );
     // Node 2 is killed mid-run: it works without pauses, so the kill
     // usually catches it inside an operation.
     let pause = if node == 2 {

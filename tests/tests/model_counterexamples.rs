@@ -9,7 +9,7 @@
 //! in `recycling_schedules.rs`.
 
 use nessie::layout::dte::DteStatus;
-use nessie::layout::{Ite, IteKind};
+use nessie::layout::{Ite, IteKind, SlotRef};
 use nessie::{Error, Optimizations};
 use tests::scripted::{
     any_cas, backoff, cas_at, cas_at_if, layout_a, read_at, state_cas, tiny_config, Script,
@@ -18,6 +18,22 @@ use tests::scripted::{
 /// Stop before a CAS on `slot` that expects a marker.
 fn marker_cas(script: &Script, slot: u64) -> impl Fn(&tests::sim::PointInfo) -> bool + Send {
     cas_at_if(script.slot(slot), Ite::is_moved)
+}
+
+/// Runs c0, a PUT of k2 in layout A, until its MIGRATE has linked the copy
+/// into s1 and put its marker into s0, and stops before the commit. Returns
+/// the marker and the copy.
+fn migrator_before_its_commit(script: &Script) -> (Ite, SlotRef) {
+    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("c0 stops before its commit");
+    let marker = script.ite(0);
+    let IteKind::Moved { copy } = marker.kind() else {
+        panic!("the source holds the marker: {marker:?}")
+    };
+    (marker, copy)
 }
 
 /// V1: a GET meeting a live MIGRATE copy must not follow the copy's `prev`.
@@ -354,17 +370,9 @@ fn v2_dead_copy_with_its_marker_is_rolled_forward() {
     let (k1, k2) = layout_a(&script);
     let d1 = script.ite(0);
     let c0 = script.spawn(0, move |c| c.put(&k2, b"v4"));
-    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
-    script
-        .sched
-        .run_until(0, state_cas())
-        .expect("c0 stops before its commit");
+    let (marker, copy) = migrator_before_its_commit(&script);
     script.sched.crash(0);
     assert!(c0.join().unwrap().is_none());
-    let marker = script.ite(0);
-    let IteKind::Moved { copy } = marker.kind() else {
-        panic!("the source holds the marker: {marker:?}")
-    };
     assert_eq!(script.entry(copy).0.state.status(), DteStatus::Invalid);
     script.let_owners_die();
     let mut c = script.direct_client();
@@ -420,17 +428,9 @@ fn dead_copy_met_through_its_marker_is_rolled_forward() {
     let (k1, k2) = layout_a(&script);
     let k2a = k2.clone();
     let c0 = script.spawn(0, move |c| c.put(&k2a, b"v4"));
-    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
-    script
-        .sched
-        .run_until(0, state_cas())
-        .expect("c0 stops before its commit");
+    let (marker, copy) = migrator_before_its_commit(&script);
     script.sched.crash(0);
     assert!(c0.join().unwrap().is_none());
-    let marker = script.ite(0);
-    let IteKind::Moved { copy } = marker.kind() else {
-        panic!("the source holds the marker: {marker:?}")
-    };
     script.let_owners_die();
     // k2's candidates are (s0, s2): it meets the marker, not the copy.
     let mut c = script.direct_client();
@@ -454,14 +454,7 @@ fn live_copy_behind_its_marker_is_left_to_its_owner() {
     let k2a = k2.clone();
     let c0 = script.spawn(0, move |c| c.put(&k2a, b"v4"));
     let c1 = script.spawn(1, move |c| c.get(&k2));
-    script.sched.run_until(0, cas_at(script.slot(1))).unwrap();
-    script
-        .sched
-        .run_until(0, state_cas())
-        .expect("c0 stops before its commit");
-    let IteKind::Moved { copy } = script.ite(0).kind() else {
-        panic!("the source holds the marker")
-    };
+    let (_, copy) = migrator_before_its_commit(&script);
     script.sched.run_to_end(1);
     assert_eq!(c1.join().unwrap().unwrap().unwrap(), None);
     assert_eq!(

@@ -4,17 +4,11 @@
 //! must verify a checksum under `ChecksumPolicy::AfterStall`.
 
 use nessie::data::dte_addr;
-use nessie::fabric::RegionId;
 use nessie::layout::dte::{self, DteStatus};
 use nessie::{ChecksumPolicy, Config, RetryCounts};
 use std::time::Duration;
-use tests::scripted::{backoff, cas_at, read_at, state_cas, tiny_config, Script};
-use tests::sim::{Point, PointInfo};
-
-/// Stop before a READ of a DTE.
-fn dte_read() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
-}
+use tests::scripted::{backoff, cas_at, dte_read, read_at, state_cas, tiny_config, Script};
+use tests::sim::Point;
 
 /// A PUT of a fresh key whose commit CAS is checked against its deadline
 /// `late_us` microseconds after that deadline (0: exactly at it).
