@@ -34,8 +34,8 @@ all_files=(-f 'nessie/src/protocol/**' -f 'nessie/src/data/**' -f 'nessie/src/ca
 # tests take about 15 s per mutant on 2 cores; a mutant that keeps deadlines
 # from passing loops until the 240 s timeout (counted as caught).
 baseline() {
-  echo "baseline: cargo test -p nessie -p tests ${tests[*]}"
-  cargo test -q -p nessie -p tests "${tests[@]}" >/dev/null
+  echo "baseline: cargo test -p nessie -p nessie-check ${tests[*]}"
+  cargo test -q -p nessie -p nessie-check "${tests[@]}" >/dev/null
 }
 # cargo-mutants exits 2 when mutants were missed and 3 on timeouts: results
 # to read, not failures of this script.
@@ -44,7 +44,7 @@ run() {
   shift
   mkdir -p "target/mutants/$out"
   local status=0
-  cargo mutants -p nessie --test-package nessie --test-package tests \
+  cargo mutants -p nessie --test-package nessie --test-package nessie-check \
     --baseline skip --timeout 240 --build-timeout 2400 \
     -o "target/mutants/$out" "$@" -- "${tests[@]}" || status=$?
   case $status in

@@ -10,9 +10,9 @@
 # VM, /init loads the modules, creates the Soft-RoCE device
 # (`rdma link add rxe0 type rxe netdev lo`, a dummy interface if lo is
 # refused), runs
-#   (a) tests/tests/verbs_fabric.rs: the fabric conformance suite, handshake
+#   (a) nessie-check/tests/verbs_fabric.rs: the fabric conformance suite, handshake
 #       refusals, batching, verb counts vs shm and a latency report, and
-#   (b) tests/tests/verbs_linearizable_processes.rs: three node processes on
+#   (b) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
 #       verbs, their merged history checked for linearizability,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
@@ -84,7 +84,7 @@ log "kernel $KPKG"
 # --------------------------------------------------------------- test binaries
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -s "$W/binaries" ]; then
   log "cargo build (tests, --features verbs)"
-  (cd "$ROOT" && cargo test -p tests --features verbs --no-run \
+  (cd "$ROOT" && cargo test -p nessie-check --features verbs --no-run \
       --test verbs_fabric --test verbs_linearizable_processes \
       --message-format=json) > "$W/build.json" || die "cargo build of the verbs tests"
   : > "$W/binaries"

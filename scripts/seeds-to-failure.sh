@@ -8,7 +8,7 @@
 #
 # usage: scripts/seeds-to-failure.sh [F1 F2 …]
 #   SEEDS=N        seeds per scenario at most (default 3000)
-#   SCENARIOS="…"  test names of tests/tests/simulation.rs to run (default:
+#   SCENARIOS="…"  test names of nessie-check/tests/simulation.rs to run (default:
 #                  every randomized scenario with faults, and `combined`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +30,9 @@ for name in "${names[@]}"; do
     echo "$name: the patch no longer applies to HEAD"; continue
   fi
   echo "== $name: $(head -1 "$patch" | sed 's/^# //')"
-  (cd "$work/tree" && cargo test --release -q -p tests --test simulation --no-run 2>/dev/null)
+  (cd "$work/tree" && cargo test --release -q -p nessie-check --test simulation --no-run 2>/dev/null)
   for s in "${scenarios[@]}"; do
-    out=$(cd "$work/tree" && NESSIE_SIM_SEEDS=$seeds cargo test --release -q -p tests \
+    out=$(cd "$work/tree" && NESSIE_SIM_SEEDS=$seeds cargo test --release -q -p nessie-check \
       --test simulation "$s" -- --exact 2>&1 || true)
     seed=$(grep -oE 'seed [0-9]+:' <<<"$out" | head -1 | grep -oE '[0-9]+' || true)
     if [ -n "$seed" ]; then

@@ -7,8 +7,8 @@ use nessie::data::dte_addr;
 use nessie::layout::dte::{self, DteStatus};
 use nessie::{ChecksumPolicy, Config, RetryCounts};
 use std::time::Duration;
-use tests::scripted::{backoff, cas_at, dte_read, read_at, state_cas, tiny_config, Script};
-use tests::sim::Point;
+use nessie_check::scripted::{backoff, cas_at, dte_read, read_at, state_cas, tiny_config, Script};
+use nessie_check::sim::Point;
 
 /// A PUT of a fresh key whose commit CAS is checked against its deadline
 /// `late_us` microseconds after that deadline (0: exactly at it).

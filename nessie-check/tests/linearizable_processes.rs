@@ -8,13 +8,13 @@ use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
-use tests::history::Call;
-use tests::proc_history::{read_logs, stop_mid_operation, ProcLog};
-use tests::proc_workload::{
+use nessie_check::history::Call;
+use nessie_check::proc_history::{read_logs, stop_mid_operation, ProcLog};
+use nessie_check::proc_workload::{
     client_id, logged_call, mark_started, run_node_workers, wait_until_started, ChildGuard,
     NodeWork,
 };
-use tests::stress::stress_key;
+use nessie_check::stress::stress_key;
 
 const NODES: usize = 3;
 const KEYS: usize = 12;
@@ -96,7 +96,7 @@ fn three_processes_one_killed_stay_linearizable() {
         unknown >= 1,
         "the killed process left no operation in flight"
     );
-    tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    nessie_check::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} operations, {unknown} with unknown outcome",
         history.len()

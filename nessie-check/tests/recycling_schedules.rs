@@ -10,10 +10,10 @@
 use nessie::layout::dte::DteStatus;
 use nessie::layout::{Ite, IteKind};
 use nessie::Error;
-use tests::scripted::{
+use nessie_check::scripted::{
     any_write, cas_at, cas_at_if, layout_a, nth, read_at, state_cas, tiny_config, Script,
 };
-use tests::sim::Injected;
+use nessie_check::sim::Injected;
 
 /// Runs c0 (a PUT of k2 in layout A) to the point where it passed the
 /// deadline check of its MIGRATE's source CAS and stalls there, past its

@@ -4,7 +4,7 @@
 //! insert. F2–F5 are in `recycling_schedules.rs`.
 
 use nessie::{Error, Optimizations};
-use tests::scripted::{backoff, state_cas, tiny_config, Script};
+use nessie_check::scripted::{backoff, state_cas, tiny_config, Script};
 
 /// A 40-byte key and a short key with the same first candidate and, when
 /// `same_filter`, the same filter bits.

@@ -14,8 +14,8 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tests::proc_history::read_logs;
-use tests::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
+use nessie_check::proc_history::read_logs;
+use nessie_check::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 8;
@@ -111,7 +111,7 @@ fn three_processes_on_verbs_stay_linearizable() {
         history.len()
     );
     let checked = Instant::now();
-    tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    nessie_check::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "VERBS-LINEARIZABLE {} operations from {} processes, {unknown} with unknown outcome, linearizable; workload {:.1} s, check {:.1} s",
         history.len(),

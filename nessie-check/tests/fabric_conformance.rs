@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tests::conformance::{self, ClusterSpec, Factory};
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 fn local(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {

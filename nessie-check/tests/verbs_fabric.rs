@@ -20,7 +20,7 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tests::conformance::{self, ClusterSpec, Factory};
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 const DEVICE_ENV: &str = "NESSIE_VERBS_DEVICE";
 const GID_ENV: &str = "NESSIE_VERBS_GID";

@@ -3,7 +3,7 @@
 //! deep, and reports `IndexFull` when only a longer chain would free one.
 
 use nessie::Error;
-use tests::scripted::{tiny_config, Script};
+use nessie_check::scripted::{tiny_config, Script};
 
 /// Four global slots, two candidates per key: kA in s0 (s0, s1), kB in s1
 /// (s1, s2), kC in s2 (s2, s3), s3 empty. A new key with candidates

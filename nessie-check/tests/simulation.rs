@@ -8,7 +8,7 @@
 //! and zombie point enumerated; `NESSIE_SIM_SEED=S` replays seed S of every
 //! test. Each test prints what its runs exercised.
 
-use tests::simulation::{enumerate_faults, run, seeds, seeds_from, Scenario, SimOutcome};
+use nessie_check::simulation::{enumerate_faults, run, seeds, seeds_from, Scenario, SimOutcome};
 
 fn run_all(scenario: &Scenario, default_seeds: u64) -> SimOutcome {
     let mut total = SimOutcome::default();

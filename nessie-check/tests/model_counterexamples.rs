@@ -11,12 +11,12 @@
 use nessie::layout::dte::DteStatus;
 use nessie::layout::{Ite, IteKind, SlotRef};
 use nessie::{Error, Optimizations};
-use tests::scripted::{
+use nessie_check::scripted::{
     any_cas, backoff, cas_at, cas_at_if, layout_a, read_at, state_cas, tiny_config, Script,
 };
 
 /// Stop before a CAS on `slot` that expects a marker.
-fn marker_cas(script: &Script, slot: u64) -> impl Fn(&tests::sim::PointInfo) -> bool + Send {
+fn marker_cas(script: &Script, slot: u64) -> impl Fn(&nessie_check::sim::PointInfo) -> bool + Send {
     cas_at_if(script.slot(slot), Ite::is_moved)
 }
 

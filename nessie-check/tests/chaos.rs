@@ -3,7 +3,7 @@
 //! index), zero violations.
 
 use std::process::Command;
-use tests::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
+use nessie_check::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
 
 #[test]
 fn chaos_quick_has_no_violations() {

@@ -2,7 +2,7 @@
 //! of a link CAS does, and how back-off delays grow while an owner works.
 
 use nessie::RetryCounts;
-use tests::scripted::{backoff, cas_at, tiny_config, Script};
+use nessie_check::scripted::{backoff, cas_at, tiny_config, Script};
 
 /// Two PUTs of different keys both want the empty s0. The one that links
 /// second loses its CAS, counts it, and retries into its other candidate.
@@ -51,7 +51,7 @@ fn back_off_delays_double_while_an_owner_works() {
     let writer = script.spawn(1, move |c| c.put(&kb, b"v3"));
     script
         .sched
-        .run_until(0, tests::scripted::state_cas())
+        .run_until(0, nessie_check::scripted::state_cas())
         .expect("the owner stops before its commit");
     let mut woke = Vec::new();
     for _ in 0..10 {
@@ -90,7 +90,7 @@ fn a_get_answers_from_the_previous_version_of_a_put_in_progress() {
     let reader = script.spawn(1, move |c| (c.get(&kb), c.stats().get.retries));
     script
         .sched
-        .run_until(0, tests::scripted::state_cas())
+        .run_until(0, nessie_check::scripted::state_cas())
         .expect("the owner stops before its commit");
     script.sched.run_to_end(1);
     let (got, retries) = reader.join().unwrap().unwrap();

@@ -11,8 +11,8 @@ use nessie::{Config, FabricConfig, Node};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tests::proc_history::read_logs;
-use tests::proc_workload::{finish_together, run_node_workers, NodeWork};
+use nessie_check::proc_history::read_logs;
+use nessie_check::proc_workload::{finish_together, run_node_workers, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 12;
@@ -107,7 +107,7 @@ fn three_nodes_in_network_namespaces_stay_linearizable() {
         "only {} of {expected} operations were logged",
         history.len()
     );
-    tests::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    nessie_check::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} operations from {NODES} namespaces are linearizable ({:.1} s)",
         history.len(),

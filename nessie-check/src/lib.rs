@@ -1,5 +1,6 @@
-//! Cross-crate integration tests of Nessie and its baselines, and the tools
-//! they share.
+//! The verification apparatus of Nessie and its baselines: a deterministic
+//! simulator, a linearizability checker, chaos runs, and the conformance
+//! suites every fabric backend and every store must pass.
 //!
 //! * [`history`]: [`History`] of operations with known or unknown outcomes,
 //!   and the thread-safe [`Recorder`] clients use to collect one;
