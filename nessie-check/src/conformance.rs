@@ -28,6 +28,7 @@
 use nessie::fabric::{
     Endpoint, Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, Verb, VerbCounts,
 };
+use nessie::layout::region;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -45,9 +46,9 @@ pub struct ClusterSpec {
 pub type Factory<'a> = &'a dyn Fn(&ClusterSpec) -> Vec<Arc<dyn Fabric>>;
 
 /// The index-like region of the suite's clusters.
-pub const SMALL: RegionId = RegionId::INDEX;
+pub const SMALL: RegionId = region::INDEX;
 /// The data-like region of the suite's clusters.
-pub const LARGE: RegionId = RegionId::data(0);
+pub const LARGE: RegionId = region::data(0);
 /// Bytes of [`SMALL`].
 pub const SMALL_LEN: u64 = 4096;
 /// Bytes of [`LARGE`].
@@ -121,7 +122,7 @@ pub fn check_shape(make: Factory<'_>) {
                 );
             }
             assert_eq!(
-                view.region_len(node, RegionId::data(9)),
+                view.region_len(node, region::data(9)),
                 None,
                 "view {v}: unregistered region"
             );
@@ -513,7 +514,7 @@ pub fn check_errors(make: Factory<'_>) {
             },
         );
 
-        let missing = RegionId::data(9);
+        let missing = region::data(9);
         let unknown_region = |e: &FabricError| matches!(e, FabricError::UnknownRegion { node: n, region } if *n == node && *region == missing);
         let unregistered = RemoteAddr::new(node, missing, 0);
         expect_err(

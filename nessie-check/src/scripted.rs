@@ -15,9 +15,10 @@
 
 use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
 use nessie::data::{dte_addr, Geometry};
-use nessie::fabric::{RegionId, RemoteAddr};
+use nessie::fabric::RemoteAddr;
 use nessie::index::{Candidate, KeyHasher};
 use nessie::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
+use nessie::layout::region;
 use nessie::layout::{Ite, IteKind, SlotRef};
 use nessie::{Client, Clock, Cluster, Config};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -389,12 +390,12 @@ pub fn read_at(slot: RemoteAddr) -> impl Fn(&PointInfo) -> bool + Send + 'static
 
 /// Stop before a READ of a DTE.
 pub fn dte_read() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+    |p| p.kind == Point::Read && p.addr.is_some_and(|a| a.region != region::INDEX)
 }
 
 /// Stop before a CAS on a DTE state word (a commit or abort).
 pub fn state_cas() -> impl Fn(&PointInfo) -> bool + Send + 'static {
-    |p| p.kind == Point::Cas && p.addr.is_some_and(|a| a.region != RegionId::INDEX)
+    |p| p.kind == Point::Cas && p.addr.is_some_and(|a| a.region != region::INDEX)
 }
 
 /// Stop before any CAS.

@@ -33,6 +33,7 @@
 use nessie::data::Geometry;
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
 use nessie::layout::dte::{DteState, EXPIRES_AT_OFFSET};
+use nessie::layout::region;
 use nessie::layout::Ite;
 use nessie::Clock;
 use rand::rngs::StdRng;
@@ -808,7 +809,7 @@ fn is_critical(info: &PointInfo) -> bool {
         return false;
     }
     match info.addr {
-        Some(a) if a.region == RegionId::INDEX => {
+        Some(a) if a.region == region::INDEX => {
             Ite(info.expected).is_moved() || Ite(info.new).is_moved()
         }
         Some(_) => DteState(info.expected).is_migrated(),
@@ -929,7 +930,7 @@ impl SimFabric {
     /// marker.
     fn note_critical(&self, addr: RemoteAddr, buf: &[u8]) {
         let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        if addr.region == RegionId::INDEX && buf.chunks_exact(8).any(|w| Ite(word(w)).is_moved()) {
+        if addr.region == region::INDEX && buf.chunks_exact(8).any(|w| Ite(word(w)).is_moved()) {
             self.sched.saw_critical();
         }
     }
@@ -937,7 +938,7 @@ impl SimFabric {
     /// Reports a WRITE that stages an already staged DTE.
     fn check_stage(&self, addr: RemoteAddr, data: &[u8]) {
         let Some(g) = &self.geometry else { return };
-        let Some(class) = addr.region.data_class() else {
+        let Some(class) = region::data_class(addr.region) else {
             return;
         };
         let slot_bytes = g.slot_bytes(class) as u64;

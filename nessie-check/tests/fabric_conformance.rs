@@ -4,13 +4,16 @@
 //! own node, in a fresh directory) and `tcp` (one `TcpFabric` per node,
 //! each serving on its own 127.0.0.1 port).
 
-use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
+use nessie::fabric::{
+    Fabric, LocalFabric, Membership, ShmFabric, ShmOptions, TcpFabric, TcpOptions,
+};
+use nessie::layout::FORMAT_VERSION;
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 fn local(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {
@@ -42,10 +45,13 @@ fn open_shm_cluster(dir: PathBuf, cluster_id: u64, spec: &ClusterSpec) -> Vec<Ar
             .map(|node| {
                 let options = ShmOptions {
                     dir: dir.clone(),
-                    cluster_id,
-                    node,
-                    nodes: spec.nodes,
-                    regions: spec.regions.clone(),
+                    membership: Membership {
+                        cluster_id,
+                        format_version: FORMAT_VERSION,
+                        node,
+                        nodes: spec.nodes,
+                        regions: spec.regions.clone(),
+                    },
                     attach_timeout: Duration::from_secs(10),
                 };
                 s.spawn(move || ShmFabric::open(&options))
@@ -91,10 +97,13 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
             .enumerate()
             .map(|(node, listener)| {
                 let options = TcpOptions {
-                    node,
-                    nodes: spec.nodes,
-                    cluster_id,
-                    regions: spec.regions.clone(),
+                    membership: Membership {
+                        cluster_id,
+                        format_version: FORMAT_VERSION,
+                        node,
+                        nodes: spec.nodes,
+                        regions: spec.regions.clone(),
+                    },
                     peers: peers.clone(),
                     secret: "conformance-secret-0123456789".into(),
                     threads: 2,

@@ -6,8 +6,9 @@
 //! `RegionHeader`, mode 0600, the size a real region file has unless the
 //! test is about size) and opens node 0 of a two-node cluster against it.
 
-use nessie::fabric::{FabricError, RegionId, RegionSpec, ShmFabric, ShmOptions};
-use nessie::layout::region::{RegionHeader, REGION_HEADER_BYTES, REGION_MAGIC};
+use nessie::fabric::wire::region::{RegionHeader, REGION_HEADER_BYTES, REGION_MAGIC};
+use nessie::fabric::{FabricError, Membership, RegionSpec, ShmFabric, ShmOptions};
+use nessie::layout::region;
 use nessie::layout::FORMAT_VERSION;
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -31,7 +32,7 @@ fn good_header() -> RegionHeader {
     RegionHeader {
         magic: REGION_MAGIC,
         format_version: FORMAT_VERSION,
-        region: RegionId::INDEX,
+        region: region::INDEX,
         node: PEER as u16,
         cluster_id: CLUSTER,
         len: LEN,
@@ -41,7 +42,7 @@ fn good_header() -> RegionHeader {
 
 /// Writes node 1's index region file with `header`, `file_len` bytes long.
 fn craft(dir: &Path, header: &RegionHeader, file_len: u64) -> PathBuf {
-    let path = ShmFabric::region_path(dir, PEER, RegionId::INDEX);
+    let path = ShmFabric::region_path(dir, PEER, region::INDEX);
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -72,16 +73,19 @@ fn proper_len() -> u64 {
 fn open_node0(dir: &Path, attach_timeout: Duration) -> FabricError {
     let result = ShmFabric::open(&ShmOptions {
         dir: dir.to_path_buf(),
-        cluster_id: CLUSTER,
-        node: 0,
-        nodes: 2,
-        regions: vec![RegionSpec {
-            id: RegionId::INDEX,
-            len: LEN,
-        }],
+        membership: Membership {
+            cluster_id: CLUSTER,
+            format_version: FORMAT_VERSION,
+            node: 0,
+            nodes: 2,
+            regions: vec![RegionSpec {
+                id: region::INDEX,
+                len: LEN,
+            }],
+        },
         attach_timeout,
     });
-    let own = ShmFabric::region_path(dir, 0, RegionId::INDEX);
+    let own = ShmFabric::region_path(dir, 0, region::INDEX);
     match result {
         Ok(_) => panic!("attached to a bad peer file"),
         Err(e) => {
@@ -106,13 +110,16 @@ fn a_well_formed_peer_file_attaches() {
     craft(dir.path(), &good_header(), proper_len());
     let fabric = ShmFabric::open(&ShmOptions {
         dir: dir.path().to_path_buf(),
-        cluster_id: CLUSTER,
-        node: 0,
-        nodes: 2,
-        regions: vec![RegionSpec {
-            id: RegionId::INDEX,
-            len: LEN,
-        }],
+        membership: Membership {
+            cluster_id: CLUSTER,
+            format_version: FORMAT_VERSION,
+            node: 0,
+            nodes: 2,
+            regions: vec![RegionSpec {
+                id: region::INDEX,
+                len: LEN,
+            }],
+        },
         attach_timeout: Duration::from_secs(5),
     })
     .expect("attach to a well-formed peer file");
@@ -135,7 +142,7 @@ fn wrong_magic_is_refused() {
 #[test]
 fn a_zeroed_file_has_the_wrong_magic() {
     let dir = scratch();
-    let path = ShmFabric::region_path(dir.path(), PEER, RegionId::INDEX);
+    let path = ShmFabric::region_path(dir.path(), PEER, region::INDEX);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -217,7 +224,7 @@ fn wrong_node_in_the_header_is_refused() {
     let (e, path) = open_against(&header, proper_len());
     assert!(
         matches!(&e, FabricError::WrongRegion { path: p, found_node: 0, found_region, node: PEER, region }
-            if *p == path && *found_region == RegionId::INDEX && *region == RegionId::INDEX),
+            if *p == path && *found_region == region::INDEX && *region == region::INDEX),
         "{e:?}"
     );
 }
@@ -225,13 +232,13 @@ fn wrong_node_in_the_header_is_refused() {
 #[test]
 fn wrong_region_in_the_header_is_refused() {
     let header = RegionHeader {
-        region: RegionId::data(0),
+        region: region::data(0),
         ..good_header()
     };
     let (e, path) = open_against(&header, proper_len());
     assert!(
         matches!(&e, FabricError::WrongRegion { path: p, found_node: PEER, found_region, node: PEER, region }
-            if *p == path && *found_region == RegionId::data(0) && *region == RegionId::INDEX),
+            if *p == path && *found_region == region::data(0) && *region == region::INDEX),
         "{e:?}"
     );
 }
@@ -241,7 +248,7 @@ fn a_missing_peer_is_reported_after_the_deadline() {
     let dir = scratch();
     let timeout = Duration::from_millis(100);
     let e = open_node0(dir.path(), timeout);
-    let expected_path = ShmFabric::region_path(dir.path(), PEER, RegionId::INDEX);
+    let expected_path = ShmFabric::region_path(dir.path(), PEER, region::INDEX);
     assert!(
         matches!(&e, FabricError::Missing { path, waited } if *path == expected_path && *waited == timeout),
         "{e:?}"

@@ -35,7 +35,9 @@
 //! `2 × INCREMENTS`, that each child verified blocks and found none torn,
 //! and that the children removed their region files.
 
+use nessie::fabric::Membership;
 use nessie::fabric::{Fabric, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions};
+use nessie::layout::{region, FORMAT_VERSION};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -52,8 +54,8 @@ const MIN_BLOCKS: u64 = 1000;
 /// Header of a block: sequence number, checksum.
 const HEADER: usize = 16;
 
-const INDEX: RegionId = RegionId::INDEX;
-const DATA: RegionId = RegionId::data(0);
+const INDEX: RegionId = region::INDEX;
+const DATA: RegionId = region::data(0);
 /// Index-region words: the shared counter (node 0 only), the mailbox's
 /// `published` and `writing` words, and node 1's "done" flag (node 0 only).
 const COUNTER: u64 = 0;
@@ -206,10 +208,13 @@ fn child_node() {
     let peer = 1 - node;
     let fabric = ShmFabric::open(&ShmOptions {
         dir: PathBuf::from(dir),
-        cluster_id: cluster,
-        node,
-        nodes: 2,
-        regions: regions(),
+        membership: Membership {
+            cluster_id: cluster,
+            format_version: FORMAT_VERSION,
+            node,
+            nodes: 2,
+            regions: regions(),
+        },
         attach_timeout: Duration::from_secs(20),
     })
     .expect("open the shm fabric");

@@ -11,16 +11,18 @@
 
 #![cfg(feature = "verbs")]
 
+use nessie::fabric::Membership;
 use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionId, RegionSpec, RemoteAddr, ShmFabric,
+    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionSpec, RemoteAddr, ShmFabric,
     ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions, DEFAULT_LANES,
 };
+use nessie::layout::{region, FORMAT_VERSION};
 use nessie::{store_regions, Config, Node, Stats};
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 const DEVICE_ENV: &str = "NESSIE_VERBS_DEVICE";
 const GID_ENV: &str = "NESSIE_VERBS_GID";
@@ -61,9 +63,13 @@ fn options(node: usize, peers: &[String], cluster_id: u64, regions: &[RegionSpec
         device: Some(device()),
         gid_index: gid_index(),
         peers: peers.to_vec(),
-        cluster_id,
-        node,
-        regions: regions.to_vec(),
+        membership: Membership {
+            cluster_id,
+            format_version: FORMAT_VERSION,
+            node,
+            nodes: peers.len(),
+            regions: regions.to_vec(),
+        },
         attach_timeout: Duration::from_secs(60),
         lanes: DEFAULT_LANES,
         retransmission: RcTimeouts::default(),
@@ -173,10 +179,14 @@ fn a_missing_device_is_a_typed_error() {
     let o = VerbsOptions {
         device: Some("nessie-no-such-device".into()),
         gid_index: None,
+        membership: Membership {
+            cluster_id: 1,
+            format_version: FORMAT_VERSION,
+            node: 0,
+            nodes: peers.len(),
+            regions: conformance::suite_spec().regions,
+        },
         peers,
-        cluster_id: 1,
-        node: 0,
-        regions: conformance::suite_spec().regions,
         attach_timeout: Duration::from_secs(1),
         lanes: 1,
         retransmission: RcTimeouts::default(),
@@ -188,7 +198,8 @@ fn a_missing_device_is_a_typed_error() {
         }
         other => panic!("expected NoDevice, got {other:?}"),
     }
-    let bad_node = VerbsOptions { node: 3, ..o };
+    let mut bad_node = o.clone();
+    bad_node.membership.node = 3;
     assert!(matches!(
         VerbsFabric::open_with_listener(&bad_node, &listeners[0]),
         Err(FabricError::UnknownNode { node: 3, nodes: 1 })
@@ -264,7 +275,7 @@ fn large_batches_are_split_and_large_verbs_staged() {
     let spec = ClusterSpec {
         nodes: 2,
         regions: vec![RegionSpec {
-            id: RegionId::data(0),
+            id: region::data(0),
             len: 8 << 20,
         }],
     };
@@ -272,14 +283,14 @@ fn large_batches_are_split_and_large_verbs_staged() {
     // A 6 MiB WRITE and READ: split into 1 MiB work requests, staged in two
     // chunks.
     let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i % 251) as u8).collect();
-    let at = RemoteAddr::new(1, RegionId::data(0), 8);
+    let at = RemoteAddr::new(1, region::data(0), 8);
     views[0].write(at, &big).expect("big WRITE");
     let mut back = vec![0u8; big.len()];
     views[0].read(at, &mut back).expect("big READ");
     assert!(back == big, "big READ returns the big WRITE");
     // A split READ and a CAS in one batch: the CAS result comes back too.
     let mut part = vec![0u8; 2 << 20];
-    let word = RemoteAddr::new(0, RegionId::data(0), 0);
+    let word = RemoteAddr::new(0, region::data(0), 0);
     let mut mixed = [
         Verb::Read {
             addr: at,
@@ -301,13 +312,13 @@ fn large_batches_are_split_and_large_verbs_staged() {
     let mut batch: Vec<Verb<'_>> = Vec::new();
     for (i, buf) in bufs.iter_mut().enumerate() {
         batch.push(Verb::Read {
-            addr: RemoteAddr::new(i % 2, RegionId::data(0), 8 * (1 + i as u64)),
+            addr: RemoteAddr::new(i % 2, region::data(0), 8 * (1 + i as u64)),
             buf,
         });
     }
     for i in 0..100u64 {
         batch.push(Verb::Cas {
-            addr: RemoteAddr::new((i % 2) as usize, RegionId::data(0), (8 << 20) - 8 * (1 + i)),
+            addr: RemoteAddr::new((i % 2) as usize, region::data(0), (8 << 20) - 8 * (1 + i)),
             expected: 0,
             new: i + 1,
             old: 99,
@@ -330,7 +341,7 @@ fn large_batches_are_split_and_large_verbs_staged() {
         let mut w = [0u8; 8];
         views[0]
             .read(
-                RemoteAddr::new((i % 2) as usize, RegionId::data(0), (8 << 20) - 8 * (1 + i)),
+                RemoteAddr::new((i % 2) as usize, region::data(0), (8 << 20) - 8 * (1 + i)),
                 &mut w,
             )
             .unwrap();
@@ -430,10 +441,13 @@ fn store_on_verbs_issues_the_same_verbs_as_on_shm() {
             .map(|node| {
                 let o = ShmOptions {
                     dir: dir.path().to_path_buf(),
-                    cluster_id: config.cluster_id(),
-                    node,
-                    nodes: 3,
-                    regions: regions.clone(),
+                    membership: Membership {
+                        cluster_id: config.cluster_id(),
+                        format_version: FORMAT_VERSION,
+                        node,
+                        nodes: 3,
+                        regions: regions.clone(),
+                    },
                     attach_timeout: Duration::from_secs(10),
                 };
                 s.spawn(move || ShmFabric::open(&o).unwrap())
@@ -495,11 +509,11 @@ fn latency_report() {
         nodes: 2,
         regions: vec![
             RegionSpec {
-                id: RegionId::INDEX,
+                id: region::INDEX,
                 len: 64 << 10,
             },
             RegionSpec {
-                id: RegionId::data(0),
+                id: region::data(0),
                 len: 1 << 20,
             },
         ],
@@ -507,8 +521,8 @@ fn latency_report() {
     let views = open_cluster(&spec);
     let f = &views[0];
     for (target, label) in [(1, "remote"), (0, "loopback")] {
-        let word = RemoteAddr::new(target, RegionId::INDEX, 4096);
-        let block = RemoteAddr::new(target, RegionId::data(0), 64 << 10);
+        let word = RemoteAddr::new(target, region::INDEX, 4096);
+        let block = RemoteAddr::new(target, region::data(0), 64 << 10);
         let mut b8 = [0u8; 8];
         let mut b16k = vec![0u8; 16 << 10];
         let data = vec![0x5au8; 16 << 10];

@@ -5,10 +5,11 @@ use crate::client::{Client, ClientContext, SlotPool};
 use crate::messaging::RpcClient;
 use crate::server::{Server, ServerConfig};
 use crate::table::Table;
-use nessie::data::{NodeData, Recycler};
-use nessie::fabric::{Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, VerbCounts};
+use nessie::data::NodeData;
+use nessie::fabric::{Endpoint, Fabric, NodeId, RegionSpec, VerbCounts};
 use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
-use nessie::{Clock, Config, Error, WallClock};
+use nessie::runtime::{Hosting, LocalStart};
+use nessie::{Clock, Config, Error};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -56,18 +57,13 @@ fn unknown_node(node: NodeId, nodes: usize) -> Error {
     Error::Config(format!("node id {node} is out of range for {nodes} nodes"))
 }
 
-/// How often the recycler looks for expired data slots (as in `nessie`).
-fn recycle_period(config: &Config) -> std::time::Duration {
-    (config.expiry / 10).max(std::time::Duration::from_millis(1))
-}
-
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// One node's server and client slots. Dropping it stops the server.
 #[derive(Debug)]
-struct NodeRuntime {
+struct ServerNode {
     server: Server,
     node: NodeId,
     fabric: Arc<dyn Fabric>,
@@ -76,15 +72,16 @@ struct NodeRuntime {
     running: Arc<AtomicBool>,
 }
 
-impl NodeRuntime {
+impl ServerNode {
     fn start(
-        config: &Config,
+        hosting: &Hosting,
         node: NodeId,
-        fabric: Arc<dyn Fabric>,
         table: &Arc<Table>,
         data: Arc<NodeData>,
-        clock: &Arc<dyn Clock>,
-    ) -> Result<NodeRuntime, Error> {
+    ) -> Result<ServerNode, Error> {
+        let config = hosting.config();
+        let fabric = Arc::clone(hosting.fabric());
+        let clock: &Arc<dyn Clock> = &hosting.clocks()[node];
         let geometry = geometry(config)?;
         let server = Server::start(ServerConfig {
             node,
@@ -97,7 +94,7 @@ impl NodeRuntime {
             op_timeout_us: micros(config.op_timeout),
             max_migrate_depth: config.max_migrate_depth,
         })?;
-        Ok(NodeRuntime {
+        Ok(ServerNode {
             server,
             node,
             fabric,
@@ -121,7 +118,7 @@ impl NodeRuntime {
     }
 }
 
-impl Drop for NodeRuntime {
+impl Drop for ServerNode {
     fn drop(&mut self) {
         // Clients still waiting on this node's servers give up at once.
         // (The server itself stops when its field drops, right after.)
@@ -135,10 +132,8 @@ impl Drop for NodeRuntime {
 /// own node and time out on others).
 #[derive(Debug)]
 pub struct Cluster {
-    nodes: Vec<NodeRuntime>,
-    _recycler: Recycler,
-    fabric: Arc<dyn Fabric>,
-    config: Config,
+    nodes: Vec<ServerNode>,
+    hosting: Hosting,
 }
 
 impl Cluster {
@@ -150,32 +145,16 @@ impl Cluster {
     /// thread cannot be started.
     pub fn local(config: Config) -> Result<Cluster, Error> {
         config.validate()?;
-        let g = geometry(&config)?;
-        let fabric: Arc<dyn Fabric> =
-            Arc::new(LocalFabric::new(config.nodes, &regions(&config, &g)));
-        let table = Arc::new(Table::new(&config));
-        let clock: Arc<dyn Clock> = Arc::new(WallClock::default());
-        let data: Vec<Arc<NodeData>> = (0..config.nodes)
-            .map(|n| Arc::new(NodeData::new(&config, n)))
-            .collect();
-        let recycler = Recycler::start(
-            data.clone(),
-            Arc::clone(&fabric),
-            Arc::clone(&fabric),
-            Arc::clone(&clock),
-            recycle_period(&config),
-        )?;
-        let nodes = data
-            .into_iter()
+        let regions = regions(&config, &geometry(&config)?);
+        let hosting = Hosting::local(config, &regions, LocalStart::default())?;
+        let table = Arc::new(Table::new(hosting.config()));
+        let nodes = hosting
+            .data()
+            .iter()
             .enumerate()
-            .map(|(n, d)| NodeRuntime::start(&config, n, Arc::clone(&fabric), &table, d, &clock))
+            .map(|(n, d)| ServerNode::start(&hosting, n, &table, Arc::clone(d)))
             .collect::<Result<_, _>>()?;
-        Ok(Cluster {
-            nodes,
-            _recycler: recycler,
-            fabric,
-            config,
-        })
+        Ok(Cluster { nodes, hosting })
     }
 
     /// A new client on `node`.
@@ -194,13 +173,13 @@ impl Cluster {
     /// tests).
     #[must_use]
     pub fn fabric(&self) -> Arc<dyn Fabric> {
-        Arc::clone(&self.fabric)
+        Arc::clone(self.hosting.fabric())
     }
 
     /// The configuration the cluster runs with.
     #[must_use]
     pub fn config(&self) -> &Config {
-        &self.config
+        self.hosting.config()
     }
 
     /// Verbs the server workers of every node issued: table operations on
@@ -221,9 +200,8 @@ impl Cluster {
 /// shm, removes its region files).
 #[derive(Debug)]
 pub struct Node {
-    runtime: NodeRuntime,
-    _recycler: Recycler,
-    config: Config,
+    server: ServerNode,
+    hosting: Hosting,
 }
 
 impl Node {
@@ -237,12 +215,8 @@ impl Node {
     /// be started.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         config.validate()?;
-        if node_id >= config.nodes {
-            return Err(unknown_node(node_id, config.nodes));
-        }
         let regions = regions(&config, &geometry(&config)?);
-        let fabric = nessie::open_fabric(&config, node_id, regions)?.fabric;
-        Node::with_fabric(config, node_id, fabric)
+        Node::run(Hosting::node(config, node_id, regions)?, node_id)
     }
 
     /// Runs node `node_id` on a fabric opened by the caller, which must
@@ -256,26 +230,14 @@ impl Node {
         node_id: NodeId,
         fabric: Arc<dyn Fabric>,
     ) -> Result<Node, Error> {
-        config.validate()?;
-        if node_id >= config.nodes {
-            return Err(unknown_node(node_id, config.nodes));
-        }
-        let table = Arc::new(Table::new(&config));
-        let clock: Arc<dyn Clock> = Arc::new(WallClock::default());
-        let data = Arc::new(NodeData::new(&config, node_id));
-        let recycler = Recycler::start(
-            vec![Arc::clone(&data)],
-            Arc::clone(&fabric),
-            Arc::clone(&fabric),
-            Arc::clone(&clock),
-            recycle_period(&config),
-        )?;
-        let runtime = NodeRuntime::start(&config, node_id, fabric, &table, data, &clock)?;
-        Ok(Node {
-            runtime,
-            _recycler: recycler,
-            config,
-        })
+        Node::run(Hosting::node_on(config, node_id, fabric)?, node_id)
+    }
+
+    fn run(hosting: Hosting, node_id: NodeId) -> Result<Node, Error> {
+        let table = Arc::new(Table::new(hosting.config()));
+        let data = Arc::clone(&hosting.data()[0]);
+        let server = ServerNode::start(&hosting, node_id, &table, data)?;
+        Ok(Node { server, hosting })
     }
 
     /// The regions every node of a cluster with this configuration
@@ -293,25 +255,25 @@ impl Node {
     /// # Errors
     /// [`Error::Config`] when all [`CLIENT_SLOTS`] slots are taken.
     pub fn client(&self) -> Result<Client, Error> {
-        self.runtime.client()
+        self.server.client()
     }
 
     /// This node's id.
     #[must_use]
     pub fn id(&self) -> NodeId {
-        self.runtime.node
+        self.server.node
     }
 
     /// The configuration the node runs with.
     #[must_use]
     pub fn config(&self) -> &Config {
-        &self.config
+        self.hosting.config()
     }
 
     /// Verbs this node's server workers issued (see
     /// [`Cluster::server_verbs`]).
     #[must_use]
     pub fn server_verbs(&self) -> VerbCounts {
-        self.runtime.server.verbs()
+        self.server.server.verbs()
     }
 }

@@ -37,9 +37,10 @@
 //!   absent; a change means a concurrent move or PUT, and the reader
 //!   retries.
 
-use nessie::fabric::{Endpoint, NodeId, RegionId, RegionSpec, RemoteAddr, Verb};
+use nessie::fabric::{Endpoint, NodeId, RegionSpec, RemoteAddr, Verb};
 use nessie::index::KeyHasher;
 use nessie::layout::dte::{self, DteHeader, DteStatus};
+use nessie::layout::region;
 use nessie::layout::{round_up_words, Ite, SlotRef, WORD};
 use nessie::{Clock, Config, Error, RetryCounts};
 
@@ -100,7 +101,7 @@ impl Table {
     #[must_use]
     pub fn regions(config: &Config) -> Vec<RegionSpec> {
         let mut regions = vec![RegionSpec {
-            id: RegionId::INDEX,
+            id: region::INDEX,
             len: (config.index_slots_per_node * WORD) as u64,
         }];
         regions.extend(nessie::data::data_regions(config));
@@ -136,7 +137,7 @@ impl Table {
     /// Address of index slot `slot` of `node`.
     #[must_use]
     pub fn ite_addr(&self, node: NodeId, slot: u64) -> RemoteAddr {
-        RemoteAddr::new(node, RegionId::INDEX, slot * WORD as u64)
+        RemoteAddr::new(node, region::INDEX, slot * WORD as u64)
     }
 
     /// Address of the DTE `r`, or `None` if `r` lies outside the tables.

@@ -3,24 +3,23 @@
 //! skew tests drive the store).
 
 use crate::client::Client;
-use crate::clock::{Clock, WallClock};
-use crate::data::{NodeData, Recycler, TableAccess};
-use crate::fabric::{Fabric, LocalFabric, NodeId};
+use crate::clock::Clock;
+use crate::data::{NodeData, TableAccess};
+use crate::fabric::{Fabric, NodeId};
+use crate::runtime::{Hosting, LocalStart};
 use crate::store::{store_regions, Shared};
 use crate::watch::ClockWatch;
 use crate::{Config, Error};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
-
-type FabricWrapper = Box<dyn FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric>>;
 
 /// Every node of a cluster in this process, on the `local` fabric.
 #[derive(Debug)]
 pub struct Cluster {
     shared: Arc<Shared>,
-    _recycler: Option<Recycler>,
+    // Field order is drop order: the watch stops before the recycler.
     _watch: Option<ClockWatch>,
+    _hosting: Hosting,
 }
 
 impl Cluster {
@@ -38,9 +37,7 @@ impl Cluster {
     pub fn builder(config: Config) -> ClusterBuilder {
         ClusterBuilder {
             config,
-            clocks: None,
-            wrap: None,
-            recycler: true,
+            start: LocalStart::default(),
             seed: 0x6e65_7373_6965,
         }
     }
@@ -90,9 +87,7 @@ impl Cluster {
 /// Builds a [`Cluster`].
 pub struct ClusterBuilder {
     config: Config,
-    clocks: Option<Vec<Arc<dyn Clock>>>,
-    wrap: Option<FabricWrapper>,
-    recycler: bool,
+    start: LocalStart,
     seed: u64,
 }
 
@@ -100,18 +95,18 @@ impl fmt::Debug for ClusterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterBuilder")
             .field("config", &self.config)
-            .field("recycler", &self.recycler)
+            .field("start", &self.start)
             .field("seed", &self.seed)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
 impl ClusterBuilder {
     /// One clock per node (default: the wall clock for all). Use
-    /// [`WallClock::skewed`] to emulate clock skew between nodes.
+    /// [`crate::WallClock::skewed`] to emulate clock skew between nodes.
     #[must_use]
     pub fn clocks(mut self, clocks: Vec<Arc<dyn Clock>>) -> Self {
-        self.clocks = Some(clocks);
+        self.start.clocks = Some(clocks);
         self
     }
 
@@ -121,7 +116,7 @@ impl ClusterBuilder {
         mut self,
         wrap: impl FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric> + 'static,
     ) -> Self {
-        self.wrap = Some(Box::new(wrap));
+        self.start.wrap = Some(Box::new(wrap));
         self
     }
 
@@ -131,7 +126,7 @@ impl ClusterBuilder {
     /// off.
     #[must_use]
     pub fn recycler(mut self, on: bool) -> Self {
-        self.recycler = on;
+        self.start.background = on;
         self
     }
 
@@ -148,65 +143,21 @@ impl ClusterBuilder {
     /// [`Error::Config`] if the configuration is invalid or the clocks do not
     /// match the node count; [`Error::Io`] if the recycler cannot start.
     pub fn build(self) -> Result<Cluster, Error> {
-        let config = self.config;
-        config.validate()?;
-        let clocks = match self.clocks {
-            Some(c) if c.len() == config.nodes => c,
-            Some(c) => {
-                return Err(Error::Config(format!(
-                    "{} clocks given for {} nodes",
-                    c.len(),
-                    config.nodes
-                )))
-            }
-            None => {
-                let wall: Arc<dyn Clock> = Arc::new(WallClock::default());
-                vec![wall; config.nodes]
-            }
-        };
-        let local: Arc<dyn Fabric> =
-            Arc::new(LocalFabric::new(config.nodes, &store_regions(&config)));
-        let fabric = match self.wrap {
-            Some(wrap) => wrap(Arc::clone(&local)),
-            None => Arc::clone(&local),
-        };
-        let hosted: Vec<NodeId> = (0..config.nodes).collect();
-        let hosted_nodes = hosted.clone();
-        let period = recycle_period(&config);
-        let shared = Arc::new(Shared::new(
-            config,
-            fabric,
-            Arc::clone(&local),
-            &hosted,
-            clocks,
-            self.seed,
-        ));
-        let recycler = if self.recycler {
-            Some(Recycler::start(
-                shared.hosted_data(),
-                local,
-                Arc::clone(shared.fabric()),
-                Arc::clone(shared.clock(0)),
-                period,
+        let regions = store_regions(&self.config);
+        let hosting = Hosting::local(self.config, &regions, self.start)?;
+        let shared = Arc::new(Shared::new(&hosting, self.seed));
+        let watch = if hosting.background() {
+            Some(ClockWatch::start(
+                Arc::clone(&shared),
+                hosting.hosted().to_vec(),
             )?)
-        } else {
-            None
-        };
-        let watch = if self.recycler {
-            Some(ClockWatch::start(Arc::clone(&shared), hosted_nodes)?)
         } else {
             None
         };
         Ok(Cluster {
             shared,
-            _recycler: recycler,
             _watch: watch,
+            _hosting: hosting,
         })
     }
-}
-
-/// How often the background recycler looks: a tenth of the expiry period,
-/// so expired slots return well before a free list runs dry.
-pub(crate) fn recycle_period(config: &Config) -> Duration {
-    (config.expiry / 10).max(Duration::from_millis(1))
 }

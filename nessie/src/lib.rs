@@ -27,17 +27,21 @@
 //!
 //! ## Architecture
 //!
-//! * [`fabric`] — the only way to touch another node's memory: a [`fabric::Fabric`]
-//!   executes READ, WRITE and CAS on registered regions, singly or as a batch;
-//!   an [`fabric::Endpoint`] counts what one client issues. Backends:
-//!   [`fabric::LocalFabric`] (all nodes in one process),
-//!   [`fabric::ShmFabric`] (one process per node, regions in shared files)
-//!   and [`fabric::TcpFabric`] (one process per node on any hosts: a
-//!   software NIC serving verbs over authenticated TCP connections).
-//! * [`layout`] — every byte layout in remote memory or on the wire: index
-//!   entries ([`layout::Ite`]), data entries ([`layout::DteHeader`]), region
-//!   file headers and the tcp fabric's frames ([`layout::frame`]),
-//!   little-endian, field widths checked at compile time.
+//! * [`fabric`] — the `nessie-fabric` crate, the only way to touch another
+//!   node's memory: a [`fabric::Fabric`] executes READ, WRITE and CAS on
+//!   registered regions, singly or as a batch; an [`fabric::Endpoint`] counts
+//!   what one client issues. Backends: [`fabric::LocalFabric`] (all nodes in
+//!   one process), [`fabric::ShmFabric`] (one process per node, regions in
+//!   shared files), [`fabric::TcpFabric`] (one process per node on any hosts:
+//!   a software NIC serving verbs over authenticated TCP connections) and,
+//!   with the `verbs` feature, RDMA NICs. It knows nothing of the store.
+//! * [`layout`] — every byte layout the store keeps in remote memory: index
+//!   entries ([`layout::Ite`]), data entries ([`layout::DteHeader`]) and the
+//!   ids of the store's regions ([`layout::region`]), little-endian, field
+//!   widths checked at compile time.
+//! * [`runtime`] — how a process starts the nodes it hosts, for every store
+//!   of the project: configuration checks, fabric, clocks, data tables and
+//!   the background recycler.
 //! * [`index`] — where a key may live: `H` candidate slots over all nodes'
 //!   index tables, and filter bits.
 //! * [`data`] — size classes, per-node slot allocation, expiry-gated reuse and
@@ -73,12 +77,12 @@ mod cluster;
 mod config;
 pub mod data;
 mod error;
-pub mod fabric;
 pub mod index;
 mod kv;
 pub mod layout;
 mod node;
 mod protocol;
+pub mod runtime;
 mod stats;
 mod store;
 mod watch;
@@ -92,6 +96,8 @@ pub use config::{
 };
 pub use error::Error;
 pub use kv::KvClient;
-pub use node::{open_fabric, Node, OpenFabric};
+/// One-sided verbs on other nodes' memory: the `nessie-fabric` crate.
+pub use nessie_fabric as fabric;
+pub use node::Node;
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
 pub use store::store_regions;

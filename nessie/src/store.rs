@@ -4,10 +4,12 @@
 use crate::client::Client;
 use crate::clock::{Clock, SkewVerdict};
 use crate::data::{data_regions, NodeData};
-use crate::fabric::{Fabric, NodeId, RegionId, RegionSpec};
+use crate::fabric::{Fabric, NodeId, RegionSpec};
 use crate::index::KeyHasher;
+use crate::layout::region;
 use crate::layout::WORD;
 use crate::protocol::Timing;
+use crate::runtime::Hosting;
 use crate::{Config, Error};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -20,11 +22,11 @@ use std::sync::Arc;
 pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
     let mut regions = vec![
         RegionSpec {
-            id: RegionId::INDEX,
+            id: region::INDEX,
             len: (config.index_slots_per_node * WORD) as u64,
         },
         RegionSpec {
-            id: RegionId::META,
+            id: region::META,
             len: crate::clock::META_BYTES,
         },
     ];
@@ -53,28 +55,21 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// `hosted` lists the nodes whose data tables this process allocates
-    /// from; `clocks` has one clock per node; `scan_fabric` is `fabric`
-    /// without any wrapper.
-    pub(crate) fn new(
-        config: Config,
-        fabric: Arc<dyn Fabric>,
-        scan_fabric: Arc<dyn Fabric>,
-        hosted: &[NodeId],
-        clocks: Vec<Arc<dyn Clock>>,
-        seed: u64,
-    ) -> Shared {
+    /// The state of the nodes `hosting` hosts; `seed` seeds the clients'
+    /// back-off jitter.
+    pub(crate) fn new(hosting: &Hosting, seed: u64) -> Shared {
+        let config = hosting.config().clone();
         let mut data = vec![None; config.nodes];
-        for &n in hosted {
-            data[n] = Some(Arc::new(NodeData::new(&config, n)));
+        for (&n, d) in hosting.hosted().iter().zip(hosting.data()) {
+            data[n] = Some(Arc::clone(d));
         }
         Shared {
             hasher: KeyHasher::new(&config),
             timing: Timing::new(&config),
-            fabric,
-            scan_fabric,
+            fabric: Arc::clone(hosting.fabric()),
+            scan_fabric: Arc::clone(hosting.local_fabric()),
             data,
-            clocks,
+            clocks: hosting.clocks().to_vec(),
             seed,
             clients: AtomicU64::new(0),
             skew: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
@@ -132,10 +127,6 @@ impl Shared {
     /// Node `node`'s data tables, if this process hosts them.
     pub(crate) fn data(&self, node: NodeId) -> Option<&Arc<NodeData>> {
         self.data.get(node).and_then(Option::as_ref)
-    }
-
-    pub(crate) fn hosted_data(&self) -> Vec<Arc<NodeData>> {
-        self.data.iter().flatten().cloned().collect()
     }
 
     /// A client on `node`, which this process must host.

@@ -3,7 +3,8 @@
 //! than `max_clock_skew` (see [`crate::clock::SkewVerdict`]).
 
 use crate::clock::{alarms, verdict, SkewVerdict, ALARMS_OFFSET, HEARTBEAT_OFFSET};
-use crate::fabric::{NodeId, RegionId, RemoteAddr};
+use crate::fabric::{NodeId, RemoteAddr};
+use crate::layout::region;
 use crate::store::Shared;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ impl ClockWatch {
             .name("nessie-clock-watch".into())
             .spawn(move || {
                 let fabric = Arc::clone(shared.scan_fabric());
-                let meta = |n: NodeId, off: u64| RemoteAddr::new(n, RegionId::META, off);
+                let meta = |n: NodeId, off: u64| RemoteAddr::new(n, region::META, off);
                 while !flag.load(Ordering::Relaxed) {
                     for &node in &hosted {
                         let clock = shared.clock(node);

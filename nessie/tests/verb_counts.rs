@@ -5,6 +5,7 @@
 
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, VerbCounts};
 use nessie::index::KeyHasher;
+use nessie::layout::region;
 use nessie::{Cluster, Config, Optimizations};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ impl Fabric for IndexVerbs {
         self.inner.region_len(node, region)
     }
     fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-        if addr.region == RegionId::INDEX {
+        if addr.region == region::INDEX {
             self.reads.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.read(addr, buf)
@@ -34,7 +35,7 @@ impl Fabric for IndexVerbs {
         self.inner.write(addr, data)
     }
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-        if addr.region == RegionId::INDEX {
+        if addr.region == region::INDEX {
             self.cas.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.cas(addr, expected, new)

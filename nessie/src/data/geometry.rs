@@ -1,8 +1,9 @@
 //! The shape of the tables every node registers: size classes, slot sizes
 //! and counts, and where an index slot or a DTE lives.
 
-use crate::fabric::{RegionId, RemoteAddr};
+use crate::fabric::RemoteAddr;
 use crate::index::Candidate;
+use crate::layout::region;
 use crate::layout::SlotRef;
 use crate::Config;
 
@@ -12,7 +13,7 @@ use crate::Config;
 pub fn dte_addr(r: SlotRef, slot_bytes: usize) -> RemoteAddr {
     RemoteAddr::new(
         usize::from(r.node),
-        RegionId::data(r.class),
+        region::data(r.class),
         u64::from(r.slot) * slot_bytes as u64,
     )
 }

@@ -37,9 +37,10 @@ pub use geometry::{dte_addr, Geometry};
 pub use recycler::Recycler;
 
 use crate::clock::Clock;
-use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
+use crate::fabric::{Fabric, FabricError, NodeId, RegionSpec, RemoteAddr};
 use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
 use crate::layout::ite::next_generation;
+use crate::layout::region;
 use crate::layout::SlotRef;
 use crate::Config;
 use reclaim::{Pending, PendingGuard};
@@ -52,7 +53,7 @@ use std::sync::Mutex;
 pub fn data_regions(config: &Config) -> Vec<RegionSpec> {
     (0..config.size_classes().len())
         .map(|class| RegionSpec {
-            id: RegionId::data(class as u8),
+            id: region::data(class as u8),
             len: (config.class_slots(class) * config.class_slot_bytes(class)) as u64,
         })
         .collect()
@@ -240,7 +241,7 @@ impl NodeData {
     fn slot_addr(&self, class: u8, slot: u32) -> RemoteAddr {
         RemoteAddr::new(
             self.node,
-            RegionId::data(class),
+            region::data(class),
             u64::from(slot) * self.slot_bytes(class) as u64,
         )
     }
@@ -514,7 +515,7 @@ mod tests {
             generation: 1,
         };
         data.release_unpublished(stray);
-        data.note_in_doubt(stray, RemoteAddr::new(0, RegionId::INDEX, 0), 1);
+        data.note_in_doubt(stray, RemoteAddr::new(0, region::INDEX, 0), 1);
         // The real class works, and an unpublished release keeps the
         // generation.
         let r = data.allocate(0, access).unwrap().unwrap();

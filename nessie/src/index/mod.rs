@@ -6,7 +6,8 @@
 //! from a hash with an independent seed. The ITE layout itself lives in
 //! [`crate::layout::ite`].
 
-use crate::fabric::{NodeId, RegionId, RemoteAddr};
+use crate::fabric::{NodeId, RemoteAddr};
+use crate::layout::region;
 use crate::layout::WORD;
 use crate::Config;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -46,7 +47,7 @@ impl Candidate {
     /// Address of the ITE.
     #[must_use]
     pub fn addr(self) -> RemoteAddr {
-        RemoteAddr::new(self.node, RegionId::INDEX, self.slot * WORD as u64)
+        RemoteAddr::new(self.node, region::INDEX, self.slot * WORD as u64)
     }
 }
 

@@ -15,7 +15,7 @@
 //! A DTE is written in full before any ITE points at it and never changes
 //! afterwards except `state` (by CAS) and `expires_at` (one WRITE).
 
-use super::{round_up_words, WORD};
+use super::{read_word, round_up_words, WORD};
 use xxhash_rust::xxh3::Xxh3;
 
 /// Bytes of the DTE header.
@@ -229,17 +229,6 @@ impl DteHeader {
         h.update(value);
         h.digest()
     }
-}
-
-/// Reads the little-endian word at byte `offset` of `bytes`.
-///
-/// # Panics
-/// If `bytes` holds fewer than `offset + 8` bytes.
-#[must_use]
-pub fn read_word(bytes: &[u8], offset: usize) -> u64 {
-    let mut b = [0u8; WORD];
-    b.copy_from_slice(&bytes[offset..offset + WORD]);
-    u64::from_le_bytes(b)
 }
 
 /// Offset of the value within a DTE whose key is `key_len` bytes.

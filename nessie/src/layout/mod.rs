@@ -1,30 +1,25 @@
-//! Every byte layout that lives in remote memory or crosses the network:
-//! index table entries (ITEs), data table entries (DTEs), region file
-//! headers, the baselines' ring frames and the `tcp` fabric's wire frames.
+//! Every byte layout the store keeps in remote memory: index table entries
+//! (ITEs) and data table entries (DTEs), and the ids of the regions that
+//! hold them. The fabric's own layouts (region file headers, wire frames)
+//! are in [`crate::fabric::wire`].
 //!
 //! All multi-byte fields are little-endian. Field widths are named constants,
 //! checked at compile time, so that processes of one build agree on every bit;
-//! [`FORMAT_VERSION`] is written into every region header so that processes
-//! of different builds refuse to talk to each other.
+//! [`FORMAT_VERSION`] is what every node's fabric membership carries, so that
+//! processes of different builds refuse to talk to each other.
 
 pub mod dte;
-pub mod frame;
 pub mod ite;
 pub mod region;
 pub mod ring;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
 pub use ite::{Ite, IteKind, SlotRef};
-pub use region::{RegionHeader, RegionId, REGION_HEADER_BYTES};
+pub use region::RegionId;
 
-/// Version of every layout in this module. Bump on any change of bits.
-pub const FORMAT_VERSION: u32 = 2;
+pub use nessie_fabric::wire::{read_word, round_up_words, WORD};
 
-/// Size of the machine word that verbs move and CAS operates on.
-pub const WORD: usize = 8;
-
-/// Rounds `n` up to a whole number of words.
-#[must_use]
-pub const fn round_up_words(n: usize) -> usize {
-    n.div_ceil(WORD) * WORD
-}
+/// Version of the store's layouts (this module) together with the fabric's
+/// ([`nessie_fabric::wire::VERSION`]): bump the first on any change of
+/// bits here.
+pub const FORMAT_VERSION: u32 = 2 << 16 | nessie_fabric::wire::VERSION;

@@ -1,114 +1,30 @@
-//! Region identifiers and the header at the start of every shared-memory
-//! region file.
+//! The regions the store registers on every node, and how their ids are
+//! chosen: the index table, one data table per size class, the metadata
+//! page, and ids from [`FIRST_EXTERNAL`] on for other stores sharing the
+//! fabric (the baselines' rings).
 
-use super::dte::read_word;
-use super::WORD;
+pub use nessie_fabric::RegionId;
 
-/// Names one registered region of a node: the index table, one data table
-/// per size class, or a region of another store sharing the fabric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionId(pub u16);
+/// The node's index table.
+pub const INDEX: RegionId = RegionId(0);
+/// First id free for regions of other stores.
+pub const FIRST_EXTERNAL: u16 = 64;
+/// The node's metadata page (its clock heartbeat, see
+/// [`crate::clock::SkewVerdict`]).
+pub const META: RegionId = RegionId(FIRST_EXTERNAL - 1);
 
-impl RegionId {
-    /// The node's index table.
-    pub const INDEX: RegionId = RegionId(0);
-    /// The node's metadata page (its clock heartbeat, see
-    /// [`crate::clock::SkewVerdict`]).
-    pub const META: RegionId = RegionId(Self::FIRST_EXTERNAL - 1);
-    /// First id free for regions of other stores (baselines' rings, ...).
-    pub const FIRST_EXTERNAL: u16 = 64;
-
-    /// The data table of size class `class`.
-    #[must_use]
-    pub const fn data(class: u8) -> RegionId {
-        RegionId(1 + class as u16)
-    }
-
-    /// The size class of a data table region, if this is one.
-    #[must_use]
-    pub fn data_class(self) -> Option<u8> {
-        (1..Self::META.0)
-            .contains(&self.0)
-            .then(|| (self.0 - 1) as u8)
-    }
+/// The data table of size class `class`.
+#[must_use]
+pub const fn data(class: u8) -> RegionId {
+    RegionId(1 + class as u16)
 }
 
-impl std::fmt::Display for RegionId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            0 => write!(f, "index"),
-            n if n == Self::META.0 => write!(f, "meta"),
-            n if n < Self::FIRST_EXTERNAL => write!(f, "data{}", n - 1),
-            n => write!(f, "region{n}"),
-        }
-    }
-}
-
-/// Bytes reserved for the header at the start of a region file; the region's
-/// memory starts right after it (page aligned).
-pub const REGION_HEADER_BYTES: usize = 4096;
-/// Magic bytes at the start of every region file.
-pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"NESSIERG");
-/// Bytes of the header that carry fields.
-pub const REGION_HEADER_USED: usize = 6 * WORD;
-
-/// The header of a region file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegionHeader {
-    /// [`REGION_MAGIC`].
-    pub magic: u64,
-    /// [`super::FORMAT_VERSION`] of the build that created the file.
-    pub format_version: u32,
-    /// Which region this is.
-    pub region: RegionId,
-    /// Node that owns the region.
-    pub node: u16,
-    /// Cluster the region belongs to.
-    pub cluster_id: u64,
-    /// Bytes of region memory after the header.
-    pub len: u64,
-    /// Process that created the file.
-    pub creator_pid: u32,
-}
-
-impl RegionHeader {
-    /// Encodes the header, little-endian.
-    #[must_use]
-    pub fn encode(&self) -> [u8; REGION_HEADER_USED] {
-        let mut out = [0u8; REGION_HEADER_USED];
-        let words = [
-            self.magic,
-            u64::from(self.format_version)
-                | u64::from(self.region.0) << 32
-                | u64::from(self.node) << 48,
-            self.cluster_id,
-            self.len,
-            u64::from(self.creator_pid),
-            0,
-        ];
-        for (chunk, w) in out.chunks_exact_mut(WORD).zip(words) {
-            chunk.copy_from_slice(&w.to_le_bytes());
-        }
-        out
-    }
-
-    /// Decodes a header from the first [`REGION_HEADER_USED`] bytes.
-    ///
-    /// # Panics
-    /// If `bytes` is shorter than [`REGION_HEADER_USED`].
-    #[must_use]
-    pub fn decode(bytes: &[u8]) -> RegionHeader {
-        let w1 = read_word(bytes, WORD);
-        RegionHeader {
-            magic: read_word(bytes, 0),
-            format_version: w1 as u32,
-            region: RegionId((w1 >> 32) as u16),
-            node: (w1 >> 48) as u16,
-            cluster_id: read_word(bytes, 2 * WORD),
-            len: read_word(bytes, 3 * WORD),
-            creator_pid: read_word(bytes, 4 * WORD) as u32,
-        }
-    }
+/// The size class whose data table `region` is, if it is one.
+#[must_use]
+pub fn data_class(region: RegionId) -> Option<u8> {
+    (1..META.0)
+        .contains(&region.0)
+        .then(|| (region.0 - 1) as u8)
 }
 
 #[cfg(test)]
@@ -116,26 +32,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_round_trips() {
-        let h = RegionHeader {
-            magic: REGION_MAGIC,
-            format_version: 7,
-            region: RegionId::data(3),
-            node: 513,
-            cluster_id: 0xdead_beef_0123,
-            len: 1 << 33,
-            creator_pid: 4242,
-        };
-        assert_eq!(RegionHeader::decode(&h.encode()), h);
-    }
-
-    #[test]
     fn data_regions_name_their_class() {
-        assert_eq!(RegionId::data(5).data_class(), Some(5));
-        assert_eq!(RegionId::INDEX.data_class(), None);
-        assert_eq!(RegionId(RegionId::FIRST_EXTERNAL).data_class(), None);
-        assert_eq!(RegionId::META.data_class(), None);
-        assert!(usize::from(RegionId::META.0) > crate::layout::ite::MAX_CLASSES);
-        assert_eq!(RegionId::data(2).to_string(), "data2");
+        assert_eq!(data_class(data(5)), Some(5));
+        assert_eq!(data_class(INDEX), None);
+        assert_eq!(data_class(RegionId(FIRST_EXTERNAL)), None);
+        assert_eq!(data_class(META), None);
+        assert!(usize::from(META.0) > crate::layout::ite::MAX_CLASSES);
     }
 }

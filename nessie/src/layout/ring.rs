@@ -50,14 +50,15 @@
 //! head of the request ring they consume).
 
 use super::{round_up_words, RegionId, WORD};
+use crate::layout::region;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The request rings of a node: one per (client node, client slot).
-pub const REQUEST_RINGS: RegionId = RegionId(RegionId::FIRST_EXTERNAL);
+pub const REQUEST_RINGS: RegionId = RegionId(region::FIRST_EXTERNAL);
 /// The response rings of a node: one per local client slot.
-pub const RESPONSE_RINGS: RegionId = RegionId(RegionId::FIRST_EXTERNAL + 1);
+pub const RESPONSE_RINGS: RegionId = RegionId(region::FIRST_EXTERNAL + 1);
 /// The head mirrors of a node: one word per (local client slot, server node).
-pub const HEAD_MIRRORS: RegionId = RegionId(RegionId::FIRST_EXTERNAL + 2);
+pub const HEAD_MIRRORS: RegionId = RegionId(region::FIRST_EXTERNAL + 2);
 
 /// High half of every frame header: tells a frame from stray non-zero bytes.
 pub const FRAME_MAGIC: u64 = 0x4e52_4e47; // "GNRN" little-endian
@@ -258,7 +259,7 @@ impl RequestHeader {
         if payload.len() < REQUEST_HEADER_BYTES {
             return None;
         }
-        let w = |i: usize| super::dte::read_word(payload, i * WORD);
+        let w = |i: usize| super::read_word(payload, i * WORD);
         Some(RequestHeader {
             op: w(0) as u8,
             key_len: (w(0) >> 8) as u16,
@@ -350,7 +351,7 @@ impl ReplyHeader {
         if payload.len() < REPLY_HEADER_BYTES {
             return None;
         }
-        let w = |i: usize| super::dte::read_word(payload, i * WORD);
+        let w = |i: usize| super::read_word(payload, i * WORD);
         let notes = w(3);
         Some(ReplyHeader {
             status: w(0) as u8,
@@ -481,10 +482,10 @@ mod tests {
         let n = finish_frame(&mut buf);
         assert_eq!(n, frame_bytes(5));
         assert_eq!(n, 24);
-        let header = super::super::dte::read_word(&buf, 0);
+        let header = super::super::read_word(&buf, 0);
         assert_eq!(decode_frame_header(header), Some(5));
         assert_eq!(
-            super::super::dte::read_word(&buf, n - WORD),
+            super::super::read_word(&buf, n - WORD),
             frame_trailer(header, &buf[WORD..n - WORD])
         );
         assert_eq!(&buf[WORD..WORD + 5], b"hello");

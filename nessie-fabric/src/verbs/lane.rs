@@ -18,7 +18,7 @@
 
 use super::device::{Device, SEND_DEPTH};
 use super::{call, Target};
-use crate::fabric::{FabricError, NodeId, Verb, VerbsFailure};
+use crate::{FabricError, NodeId, Verb, VerbsFailure};
 use memmap2::{MmapMut, MmapRaw};
 use sideway::ibverbs::completion::{
     ExtendedCompletionQueue, PollCompletionQueueError, WorkCompletionStatus,

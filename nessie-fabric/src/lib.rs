@@ -5,7 +5,7 @@
 //! [`RemoteAddr`] `(node, region, offset)`. A [`Fabric`] executes READ, WRITE
 //! and 64-bit CAS on them, one at a time or as a batch posted at once
 //! ([`Fabric::post`]). Verbs move whole 8-byte words: offsets and lengths are
-//! multiples of 8, which every layout of [`crate::layout`] respects.
+//! multiples of 8 ([`wire::WORD`]).
 //!
 //! **Atomicity rule.** A CAS is atomic only against other CAS (as on a real
 //! NIC). A word that is ever CAS'd is therefore modified only through
@@ -21,22 +21,36 @@
 //! With the cargo feature `verbs`, `VerbsFabric` runs the verbs on RDMA
 //! NICs (one process per node, RC queue pairs, regions registered with the
 //! NIC; local CAS through a loopback queue pair).
+//!
+//! Every backend opened for a node of a multi-process cluster takes the
+//! node's [`Membership`] (cluster, format version, node, regions) and makes
+//! the same check of each peer before any verb reaches it. The crate's own
+//! byte layouts are in [`wire`]; [`clock`] is the time source the `tcp`
+//! backend judges late CASes by, and that stores build on. This crate knows
+//! nothing of any store: what the regions hold is the caller's business.
+//! All of the project's `unsafe` code lives here (region memory and verbs).
 
+#![deny(missing_docs)]
+
+pub mod clock;
 mod endpoint;
 mod error;
 mod local;
+mod membership;
 mod memory;
 mod rc_budget;
 mod shm;
 mod tcp;
 #[cfg(feature = "verbs")]
 mod verbs;
+pub mod wire;
 
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
 pub use error::{FabricError, HandshakeFailure, VerbsFailure};
 pub use local::LocalFabric;
+pub use membership::Membership;
 pub use rc_budget::{RcTimeouts, MAX_ACK_TIMEOUT, MIN_ACK_TIMEOUT, RC_RETRY_COUNT};
 pub use shm::{ShmFabric, ShmOptions};
 #[doc(hidden)]
@@ -45,7 +59,16 @@ pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 #[cfg(feature = "verbs")]
 pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};
 
-pub use crate::layout::RegionId;
+/// Names one registered region of a node. Which ids mean what is the
+/// business of the store that registers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u16);
+
+impl fmt::Display for RegionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "region {}", self.0)
+    }
+}
 
 /// Index of a node in the cluster (0-based).
 pub type NodeId = usize;

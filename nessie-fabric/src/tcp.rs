@@ -6,7 +6,7 @@
 //! handshake ([`handshake`]: HMAC-SHA256 challenge–response in both
 //! directions over the cluster secret, plus format version, cluster id, node
 //! ids and region sizes, each mismatch its own [`HandshakeFailure`]), then
-//! send request frames ([`crate::layout::frame`]) that the worker executes
+//! send request frames ([`crate::wire::frame`]) that the worker executes
 //! in order and answers with one response frame each.
 //!
 //! * **Verbs.** A single verb is one frame. A batch ([`Fabric::post`]) sends
@@ -47,14 +47,12 @@ use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
 };
 use crate::clock::{Clock, WallClock};
-use crate::config::FabricConfig;
-use crate::layout::frame::{DEFAULT_FRAME_LIMIT, FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
-use crate::layout::round_up_words;
-use crate::{Config, Error};
+use crate::wire::frame::{FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
+use crate::Membership;
 use handshake::Identity;
 use peer::{Link, Peer, BACKOFF_MAX, BACKOFF_MIN};
 use serde::{Deserialize, Serialize};
-use service::{Counters, Service, ServiceConfig};
+use service::{Counters, Service, ServiceSetup};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -63,15 +61,9 @@ use std::time::{Duration, Instant};
 /// How to open a node's view of a TCP cluster.
 #[derive(Clone)]
 pub struct TcpOptions {
-    /// This node.
-    pub node: NodeId,
-    /// Number of nodes.
-    pub nodes: usize,
-    /// Cluster identity, checked in the handshake.
-    pub cluster_id: u64,
-    /// Regions every node registers (the same list on every node; the
-    /// handshake checks it).
-    pub regions: Vec<RegionSpec>,
+    /// This node, its cluster and the regions every node registers (the
+    /// handshake checks them).
+    pub membership: Membership,
     /// `host:port` of every node, indexed by node id; this node listens on
     /// its own entry.
     pub peers: Vec<String>,
@@ -94,10 +86,7 @@ pub struct TcpOptions {
 impl fmt::Debug for TcpOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpOptions")
-            .field("node", &self.node)
-            .field("nodes", &self.nodes)
-            .field("cluster_id", &self.cluster_id)
-            .field("regions", &self.regions)
+            .field("membership", &self.membership)
             .field("peers", &self.peers)
             .field("secret", &"<redacted>")
             .field("threads", &self.threads)
@@ -106,55 +95,6 @@ impl fmt::Debug for TcpOptions {
             .field("io_timeout", &self.io_timeout)
             .field("frame_limit", &self.frame_limit)
             .finish()
-    }
-}
-
-impl TcpOptions {
-    /// Options for node `node` of a cluster configured with
-    /// `fabric = tcp`, registering `regions` (e.g. [`crate::store_regions`]).
-    /// The frame limit fits the largest DTE slot; the I/O timeout is
-    /// `attach_timeout`, at least 5 s.
-    ///
-    /// # Errors
-    /// [`Error::Config`] if the configuration is invalid or not `tcp`.
-    pub fn from_config(
-        config: &Config,
-        node: NodeId,
-        regions: Vec<RegionSpec>,
-    ) -> Result<TcpOptions, Error> {
-        config.validate()?;
-        let FabricConfig::Tcp {
-            peers,
-            secret,
-            threads,
-        } = &config.fabric
-        else {
-            return Err(Error::Config("fabric is not tcp".into()));
-        };
-        if node >= config.nodes {
-            return Err(Error::Config(format!(
-                "node id {node} is out of range for {} nodes",
-                config.nodes
-            )));
-        }
-        let largest_slot = config.class_slot_bytes(config.size_classes().len().saturating_sub(1));
-        let frame_limit =
-            (DEFAULT_FRAME_LIMIT).max(round_up_words(largest_slot + (64 << 10)) as u64);
-        Ok(TcpOptions {
-            node,
-            nodes: config.nodes,
-            cluster_id: config.cluster_id(),
-            regions,
-            peers: peers.clone(),
-            secret: secret.clone(),
-            threads: *threads,
-            attach_timeout: config.attach_timeout,
-            handshake_timeout: config
-                .attach_timeout
-                .clamp(Duration::from_secs(1), Duration::from_secs(10)),
-            io_timeout: config.attach_timeout.max(Duration::from_secs(5)),
-            frame_limit,
-        })
     }
 }
 
@@ -239,7 +179,7 @@ impl TcpFabric {
     pub fn open(options: &TcpOptions) -> Result<TcpFabric, FabricError> {
         let addr = options
             .peers
-            .get(options.node)
+            .get(options.membership.node)
             .ok_or(bad_options("peers has no entry for this node"))?;
         let listener = TcpListener::bind(addr.as_str()).map_err(|source| FabricError::Bind {
             addr: addr.clone(),
@@ -264,36 +204,22 @@ impl TcpFabric {
 
     /// Starts serving, without connecting to anyone yet.
     fn serve(options: &TcpOptions, listener: TcpListener) -> Result<TcpFabric, FabricError> {
-        if options.node >= options.nodes {
-            return Err(FabricError::UnknownNode {
-                node: options.node,
-                nodes: options.nodes,
-            });
-        }
-        if options.peers.len() != options.nodes {
+        let me = &options.membership;
+        me.validate()?;
+        if options.peers.len() != me.nodes {
             return Err(bad_options("peers must list one address per node"));
         }
         if options.threads == 0 {
             return Err(bad_options("threads must be at least 1"));
         }
-        if options.regions.iter().any(|r| r.len % 8 != 0) {
-            return Err(bad_options("region lengths must be whole words"));
-        }
         let bind = |source| FabricError::Bind {
-            addr: options.peers[options.node].clone(),
+            addr: options.peers[me.node].clone(),
             source,
         };
         let local_addr = listener.local_addr().map_err(bind)?;
-        let memory = Arc::new(HeapRegions::new(
-            options.nodes,
-            &[options.node],
-            &options.regions,
-        ));
+        let memory = Arc::new(HeapRegions::new(me.nodes, &[me.node], &me.regions));
         let identity = Arc::new(Identity {
-            cluster_id: options.cluster_id,
-            node: options.node,
-            nodes: options.nodes,
-            regions: options.regions.clone(),
+            membership: me.clone(),
             frame_limit: options
                 .frame_limit
                 .max(FRAME_HEADER_BYTES as u64 + VERB_HEADER_BYTES as u64 + 64),
@@ -302,11 +228,11 @@ impl TcpFabric {
         let counters = Arc::new(Counters::default());
         let service = Service::start(
             listener,
-            ServiceConfig {
+            ServiceSetup {
                 identity: Arc::clone(&identity),
                 memory: Arc::clone(&memory),
                 counters: Arc::clone(&counters),
-                max_connections: 2 * options.threads * options.nodes + 16,
+                max_connections: 2 * options.threads * me.nodes + 16,
                 handshake_timeout: options.handshake_timeout,
                 io_timeout: options.io_timeout,
             },
@@ -314,12 +240,12 @@ impl TcpFabric {
         .map_err(bind)?;
         Ok(TcpFabric {
             _service: service,
-            node: options.node,
-            nodes: options.nodes,
-            regions: options.regions.clone(),
+            node: me.node,
+            nodes: me.nodes,
+            regions: me.regions.clone(),
             memory,
-            peers: (0..options.nodes)
-                .map(|n| (n != options.node).then(|| Peer::new(n, options.peers[n].clone())))
+            peers: (0..me.nodes)
+                .map(|n| (n != me.node).then(|| Peer::new(n, options.peers[n].clone())))
                 .collect(),
             link: Link {
                 identity,
@@ -538,7 +464,7 @@ impl TcpFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::frame::{
+    use crate::wire::frame::{
         put_word, FrameHeader, VerbHeader, OP_READ, REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_OK,
         STATUS_RESPONSE_TOO_LARGE,
     };
@@ -551,14 +477,18 @@ mod tests {
     fn server() -> (TcpFabric, Arc<Identity>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let regions = vec![RegionSpec {
-            id: RegionId::INDEX,
+            id: RegionId(0),
             len: 1024,
         }];
-        let options = TcpOptions {
+        let membership = Membership {
+            cluster_id: 9,
+            format_version: 1,
             node: 0,
             nodes: 2,
-            cluster_id: 9,
-            regions: regions.clone(),
+            regions,
+        };
+        let options = TcpOptions {
+            membership: membership.clone(),
             peers: vec![
                 listener.local_addr().unwrap().to_string(),
                 "127.0.0.1:1".into(),
@@ -572,10 +502,10 @@ mod tests {
         };
         let fabric = TcpFabric::serve(&options, listener).unwrap();
         let me = Arc::new(Identity {
-            cluster_id: 9,
-            node: 1,
-            nodes: 2,
-            regions,
+            membership: Membership {
+                node: 1,
+                ..membership
+            },
             frame_limit: LIMIT,
             secret: b"unit-test-secret".to_vec(),
         });
@@ -651,7 +581,7 @@ mod tests {
         s.shutdown(std::net::Shutdown::Write).unwrap();
         assert!(closed(s));
         // Malformed: an unknown op, then a WRITE longer than the frame.
-        for op in [77u16, crate::layout::frame::OP_WRITE] {
+        for op in [77u16, crate::wire::frame::OP_WRITE] {
             let mut s = connect(&fabric, &me);
             let mut req = FrameHeader {
                 magic: REQUEST_MAGIC,
@@ -701,7 +631,7 @@ mod tests {
             let mut at = 0;
             let mut out = Vec::new();
             for _ in 0..5 {
-                let st = crate::layout::frame::word(&body[at..], 0).unwrap();
+                let st = crate::wire::frame::word(&body[at..], 0).unwrap();
                 out.push(st);
                 at += 8 + if st == STATUS_OK { 1024 } else { 8 };
             }

@@ -8,16 +8,16 @@
 //! the whole run near a minute.
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use nessie::fabric::{
-    Fabric, LocalFabric, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions, Verb,
+use nessie_fabric::{
+    Fabric, LocalFabric, Membership, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions, Verb,
 };
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
 const BLOCK: usize = 16 * 1024;
-const INDEX: RegionId = RegionId::INDEX;
-const DATA: RegionId = RegionId::data(0);
+const INDEX: RegionId = RegionId(0);
+const DATA: RegionId = RegionId(1);
 
 fn regions() -> Vec<RegionSpec> {
     vec![
@@ -121,10 +121,13 @@ fn shm(c: &mut Criterion) {
             .map(|node| {
                 let options = ShmOptions {
                     dir: scratch.path().to_path_buf(),
-                    cluster_id: 0xbe_4c_u64,
-                    node,
-                    nodes: 2,
-                    regions: regions(),
+                    membership: Membership {
+                        cluster_id: 0xbe_4c_u64,
+                        format_version: 1,
+                        node,
+                        nodes: 2,
+                        regions: regions(),
+                    },
                     attach_timeout: Duration::from_secs(10),
                 };
                 s.spawn(move || Arc::new(ShmFabric::open(&options).expect("open shm node")))

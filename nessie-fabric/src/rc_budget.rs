@@ -87,21 +87,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_defaults_fit_and_the_old_settings_did_not() {
-        let config = crate::Config::default();
-        let t = RcTimeouts::within(config.landing_bound()).unwrap();
-        assert_eq!(t, RcTimeouts::default());
-        assert!(t.worst_case() <= config.landing_bound());
-        assert!(t.worst_case() + config.op_timeout + config.max_clock_skew < config.expiry);
-        let old = RcTimeouts {
-            ack_timeout: 16,
-            retry_count: 7,
-        };
-        assert!(old.ack_timeout() > Duration::from_millis(268));
-        assert!(old.worst_case() > config.expiry - config.op_timeout);
-    }
-
-    #[test]
     fn the_longest_setting_that_fits_is_chosen() {
         for ms in [19u64, 20, 100, 392, 1000, 60_000] {
             let bound = Duration::from_millis(ms);

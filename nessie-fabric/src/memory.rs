@@ -11,7 +11,7 @@
 //! accesses would be data races.
 
 use super::{FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
-use crate::layout::WORD;
+use crate::wire::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// A span of memory registered as one region: word aligned, valid for the
@@ -278,41 +278,37 @@ impl Drop for HeapRegions {
 /// returns a [`MemoryMap`] holding every node's memory in this address space.
 macro_rules! impl_fabric_for_memory_map {
     ($backend:ty) => {
-        impl $crate::fabric::Fabric for $backend {
+        impl $crate::Fabric for $backend {
             fn nodes(&self) -> usize {
                 self.memory_map().node_count()
             }
 
-            fn region_len(
-                &self,
-                node: $crate::fabric::NodeId,
-                region: $crate::fabric::RegionId,
-            ) -> Option<u64> {
+            fn region_len(&self, node: $crate::NodeId, region: $crate::RegionId) -> Option<u64> {
                 self.memory_map().region_len(node, region)
             }
 
             fn read(
                 &self,
-                addr: $crate::fabric::RemoteAddr,
+                addr: $crate::RemoteAddr,
                 buf: &mut [u8],
-            ) -> Result<(), $crate::fabric::FabricError> {
+            ) -> Result<(), $crate::FabricError> {
                 self.memory_map().read(addr, buf)
             }
 
             fn write(
                 &self,
-                addr: $crate::fabric::RemoteAddr,
+                addr: $crate::RemoteAddr,
                 data: &[u8],
-            ) -> Result<(), $crate::fabric::FabricError> {
+            ) -> Result<(), $crate::FabricError> {
                 self.memory_map().write(addr, data)
             }
 
             fn cas(
                 &self,
-                addr: $crate::fabric::RemoteAddr,
+                addr: $crate::RemoteAddr,
                 expected: u64,
                 new: u64,
-            ) -> Result<u64, $crate::fabric::FabricError> {
+            ) -> Result<u64, $crate::FabricError> {
                 self.memory_map().cas(addr, expected, new)
             }
         }

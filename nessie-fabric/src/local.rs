@@ -35,18 +35,18 @@ impl_fabric_for_memory_map!(LocalFabric);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::{Fabric, FabricError, RegionId, RemoteAddr, Verb};
+    use crate::{Fabric, FabricError, RegionId, RemoteAddr, Verb};
 
     fn fabric() -> LocalFabric {
         LocalFabric::new(
             2,
             &[
                 RegionSpec {
-                    id: RegionId::INDEX,
+                    id: RegionId(0),
                     len: 64,
                 },
                 RegionSpec {
-                    id: RegionId::data(0),
+                    id: RegionId(1),
                     len: 4096,
                 },
             ],
@@ -56,13 +56,13 @@ mod tests {
     #[test]
     fn read_write_cas_round_trip() {
         let f = fabric();
-        let a = RemoteAddr::new(1, RegionId::data(0), 64);
+        let a = RemoteAddr::new(1, RegionId(1), 64);
         let data: Vec<u8> = (0..128u8).collect();
         f.write(a, &data).unwrap();
         let mut back = vec![0u8; 128];
         f.read(a, &mut back).unwrap();
         assert_eq!(back, data);
-        let w = RemoteAddr::new(0, RegionId::INDEX, 8);
+        let w = RemoteAddr::new(0, RegionId(0), 8);
         assert_eq!(f.cas(w, 0, 5).unwrap(), 0);
         assert_eq!(
             f.cas(w, 0, 6).unwrap(),
@@ -79,23 +79,23 @@ mod tests {
         let f = fabric();
         let mut buf = [0u8; 16];
         assert!(matches!(
-            f.read(RemoteAddr::new(0, RegionId::INDEX, 56), &mut buf),
+            f.read(RemoteAddr::new(0, RegionId(0), 56), &mut buf),
             Err(FabricError::OutOfBounds { .. })
         ));
         assert!(matches!(
-            f.read(RemoteAddr::new(0, RegionId::INDEX, 4), &mut buf),
+            f.read(RemoteAddr::new(0, RegionId(0), 4), &mut buf),
             Err(FabricError::Misaligned { .. })
         ));
         assert!(matches!(
-            f.cas(RemoteAddr::new(2, RegionId::INDEX, 0), 0, 1),
+            f.cas(RemoteAddr::new(2, RegionId(0), 0), 0, 1),
             Err(FabricError::UnknownNode { .. })
         ));
         assert!(matches!(
-            f.write(RemoteAddr::new(0, RegionId::data(9), 0), &buf),
+            f.write(RemoteAddr::new(0, RegionId(10), 0), &buf),
             Err(FabricError::UnknownRegion { .. })
         ));
         assert!(matches!(
-            f.read(RemoteAddr::new(0, RegionId::INDEX, u64::MAX - 7), &mut buf),
+            f.read(RemoteAddr::new(0, RegionId(0), u64::MAX - 7), &mut buf),
             Err(FabricError::OutOfBounds { .. })
         ));
     }
@@ -107,11 +107,11 @@ mod tests {
         let mut buf = [0u8; 16];
         let mut batch = [
             Verb::Write {
-                addr: RemoteAddr::new(0, RegionId::data(0), 0),
+                addr: RemoteAddr::new(0, RegionId(1), 0),
                 data: &data,
             },
             Verb::Cas {
-                addr: RemoteAddr::new(1, RegionId::INDEX, 0),
+                addr: RemoteAddr::new(1, RegionId(0), 0),
                 expected: 0,
                 new: 9,
                 old: 1,
@@ -119,7 +119,7 @@ mod tests {
         ];
         f.post(&mut batch).unwrap();
         assert!(matches!(batch[1], Verb::Cas { old: 0, .. }));
-        f.read(RemoteAddr::new(0, RegionId::data(0), 0), &mut buf)
+        f.read(RemoteAddr::new(0, RegionId(1), 0), &mut buf)
             .unwrap();
         assert_eq!(buf, data);
     }

@@ -15,12 +15,14 @@
 //! node or sizes) and then closes, so both sides find the same mismatch and
 //! report it as the same [`HandshakeFailure`].
 
-use super::super::{HandshakeFailure, NodeId, RegionSpec};
-use crate::layout::frame::{
+use crate::membership::PeerClaim;
+use crate::wire::frame::{
     word, Hello, HelloError, CLIENT_LABEL, MAC_BYTES, NONCE_BYTES, SERVER_LABEL, VERDICT_ACCEPT,
     VERDICT_BAD_PROOF,
 };
-use crate::layout::{RegionId, FORMAT_VERSION, WORD};
+use crate::wire::WORD;
+use crate::RegionId;
+use crate::{HandshakeFailure, Membership, NodeId};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
@@ -31,10 +33,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// What this node says about itself, and the secret it proves.
 pub(super) struct Identity {
-    pub(super) cluster_id: u64,
-    pub(super) node: NodeId,
-    pub(super) nodes: usize,
-    pub(super) regions: Vec<RegionSpec>,
+    pub(super) membership: Membership,
     pub(super) frame_limit: u64,
     pub(super) secret: Vec<u8>,
 }
@@ -42,10 +41,7 @@ pub(super) struct Identity {
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Identity")
-            .field("cluster_id", &self.cluster_id)
-            .field("node", &self.node)
-            .field("nodes", &self.nodes)
-            .field("regions", &self.regions)
+            .field("membership", &self.membership)
             .field("frame_limit", &self.frame_limit)
             .finish_non_exhaustive()
     }
@@ -59,67 +55,35 @@ impl Identity {
     fn hello(&self, to: u32) -> Hello {
         let mut nonce = [0u8; NONCE_BYTES];
         rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let me = &self.membership;
         Hello {
-            format_version: FORMAT_VERSION,
-            cluster_id: self.cluster_id,
-            from: self.node as u32,
+            format_version: me.format_version,
+            cluster_id: me.cluster_id,
+            from: me.node as u32,
             to,
-            nodes: self.nodes as u32,
+            nodes: me.nodes as u32,
             frame_limit: self.frame_limit,
             nonce,
-            regions: self.regions.iter().map(|r| (r.id.0, r.len)).collect(),
+            regions: me.regions.iter().map(|r| (r.id.0, r.len)).collect(),
         }
     }
 
     /// Checks a peer's hello; `from` is the node the peer must be, if known.
     fn check(&self, peer: &Hello, from: Option<u32>) -> Result<(), HandshakeFailure> {
-        if peer.cluster_id != self.cluster_id {
-            return Err(HandshakeFailure::Cluster {
-                found: peer.cluster_id,
-                expected: self.cluster_id,
-            });
-        }
-        if peer.nodes != self.nodes as u32 {
-            return Err(HandshakeFailure::Nodes {
-                found: peer.nodes,
-                expected: self.nodes as u32,
-            });
-        }
-        if peer.to != self.node as u32 {
-            return Err(HandshakeFailure::Node {
-                found: peer.to,
-                expected: self.node as u32,
-            });
-        }
-        match from {
-            Some(f) if peer.from != f => {
-                return Err(HandshakeFailure::Node {
-                    found: peer.from,
-                    expected: f,
-                })
-            }
-            None if peer.from as usize >= self.nodes || peer.from as usize == self.node => {
-                return Err(HandshakeFailure::Malformed)
-            }
-            _ => {}
-        }
-        let mine: Vec<(u16, u64)> = self.regions.iter().map(|r| (r.id.0, r.len)).collect();
-        if peer.regions != mine {
-            let size = |list: &[(u16, u64)], id: u16| {
-                list.iter().find(|(r, _)| *r == id).map(|&(_, len)| len)
-            };
-            let region = mine
-                .iter()
-                .chain(&peer.regions)
-                .map(|&(id, _)| id)
-                .find(|&id| size(&mine, id) != size(&peer.regions, id))
-                .unwrap_or_else(|| mine.first().map_or(0, |r| r.0));
-            return Err(HandshakeFailure::RegionSize {
-                region: RegionId(region),
-                found: size(&peer.regions, region),
-                expected: size(&mine, region),
-            });
-        }
+        let regions: Vec<(RegionId, u64)> = peer
+            .regions
+            .iter()
+            .map(|&(id, len)| (RegionId(id), len))
+            .collect();
+        let claim = PeerClaim {
+            format_version: peer.format_version,
+            cluster_id: peer.cluster_id,
+            from: u64::from(peer.from),
+            to_of: Some((u64::from(peer.to), u64::from(peer.nodes))),
+            regions: &regions,
+        };
+        let me = &self.membership;
+        me.check(&claim, from.map(|f| f as NodeId), &me.regions)?;
         if peer.frame_limit < WORD as u64 {
             return Err(HandshakeFailure::Malformed);
         }
@@ -139,14 +103,14 @@ impl Identity {
 }
 
 /// Reads a hello: its raw bytes (the proofs cover them) and the decoded form.
-fn read_hello(stream: &mut impl Read) -> Result<(Vec<u8>, Hello), HandshakeFailure> {
+fn read_hello(stream: &mut impl Read, version: u32) -> Result<(Vec<u8>, Hello), HandshakeFailure> {
     let mut prefix = [0u8; 2 * WORD];
     stream.read_exact(&mut prefix).map_err(io)?;
-    let len = Hello::total_len(&prefix, FORMAT_VERSION).map_err(|e| match e {
+    let len = Hello::total_len(&prefix, version).map_err(|e| match e {
         HelloError::BadMagic => HandshakeFailure::BadMagic,
         HelloError::Version(found) => HandshakeFailure::Version {
             found,
-            expected: FORMAT_VERSION,
+            expected: version,
         },
         HelloError::Malformed => HandshakeFailure::Malformed,
     })?;
@@ -165,7 +129,7 @@ pub(super) fn client<S: Read + Write>(
 ) -> Result<u64, HandshakeFailure> {
     let hello_c = me.hello(peer as u32).encode();
     stream.write_all(&hello_c).map_err(io)?;
-    let (hello_s, server) = read_hello(stream)?;
+    let (hello_s, server) = read_hello(stream, me.membership.format_version)?;
     me.check(&server, Some(peer as u32))?;
     let mut mac_s = [0u8; MAC_BYTES];
     stream.read_exact(&mut mac_s).map_err(io)?;
@@ -190,7 +154,7 @@ pub(super) fn server<S: Read + Write>(
     stream: &mut S,
     me: &Identity,
 ) -> Result<(NodeId, u64), HandshakeFailure> {
-    let (hello_c, client) = match read_hello(stream) {
+    let (hello_c, client) = match read_hello(stream, me.membership.format_version) {
         Ok(h) => h,
         Err(e @ HandshakeFailure::Version { .. }) => {
             // Tell the peer which version we speak, then give up.
@@ -229,15 +193,20 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
+    const FORMAT_VERSION: u32 = 5;
+
     fn identity(node: NodeId, secret: &str) -> Identity {
         Identity {
-            cluster_id: 7,
-            node,
-            nodes: 3,
-            regions: vec![RegionSpec {
-                id: RegionId::INDEX,
-                len: 4096,
-            }],
+            membership: Membership {
+                cluster_id: 7,
+                format_version: FORMAT_VERSION,
+                node,
+                nodes: 3,
+                regions: vec![crate::RegionSpec {
+                    id: RegionId(0),
+                    len: 4096,
+                }],
+            },
             frame_limit: 1 << 20,
             secret: secret.as_bytes().to_vec(),
         }
@@ -292,7 +261,7 @@ mod tests {
             "{c:?}"
         );
         let mut big = identity(1, "k");
-        big.regions[0].len = 8192;
+        big.membership.regions[0].len = 8192;
         let (c, s) = run(&identity(0, "k"), &big, 1);
         assert!(
             matches!(
@@ -380,7 +349,7 @@ mod tests {
         let result = std::thread::scope(|s| {
             let srv = s.spawn(|| server(&mut b, &server_id));
             a.write_all(hello_c).unwrap();
-            let (_, _) = read_hello(&mut a).unwrap();
+            let (_, _) = read_hello(&mut a, FORMAT_VERSION).unwrap();
             let mut mac_s = [0u8; MAC_BYTES];
             a.read_exact(&mut mac_s).unwrap();
             a.write_all(mac_c).unwrap();
@@ -413,7 +382,7 @@ mod tests {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let result = std::thread::scope(|s| {
             s.spawn(move || {
-                let _ = read_hello(&mut b);
+                let _ = read_hello(&mut b, FORMAT_VERSION);
                 let _ = b.write_all(answer);
                 let _ = b.write_all(&VERDICT_ACCEPT.to_le_bytes());
             });

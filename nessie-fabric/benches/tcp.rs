@@ -4,14 +4,16 @@
 //! `cargo bench -p nessie --bench tcp`; short windows keep it near 30 s.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use nessie::fabric::{Fabric, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions, Verb};
+use nessie_fabric::{
+    Fabric, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions, Verb,
+};
 use std::hint::black_box;
 use std::net::TcpListener;
 use std::time::Duration;
 
 const BLOCK: usize = 16 * 1024;
-const INDEX: RegionId = RegionId::INDEX;
-const DATA: RegionId = RegionId::data(0);
+const INDEX: RegionId = RegionId(0);
+const DATA: RegionId = RegionId(1);
 
 fn cluster(nodes: usize) -> Vec<TcpFabric> {
     let ls: Vec<_> = (0..nodes)
@@ -26,10 +28,11 @@ fn cluster(nodes: usize) -> Vec<TcpFabric> {
             .into_iter()
             .enumerate()
             .map(|(node, l)| {
-                let options = TcpOptions {
+                let membership = Membership {
+                    cluster_id: 1,
+                    format_version: 1,
                     node,
                     nodes,
-                    cluster_id: 1,
                     regions: vec![
                         RegionSpec {
                             id: INDEX,
@@ -40,6 +43,9 @@ fn cluster(nodes: usize) -> Vec<TcpFabric> {
                             len: 1024 * 1024,
                         },
                     ],
+                };
+                let options = TcpOptions {
+                    membership,
                     peers: peers.clone(),
                     secret: "bench-secret-0123456789".into(),
                     threads: 1,

@@ -27,9 +27,9 @@
 //!
 //! **Connection setup.** Queue-pair numbers, port addresses and the
 //! address, length and rkey of every region are exchanged over TCP with
-//! each peer (see the `handshake` module); the handshake carries the cluster id and
-//! [`crate::layout::FORMAT_VERSION`], and a mismatch (or different region
-//! sizes) fails with [`FabricError::Handshake`] on both sides. A node
+//! each peer (see the `handshake` module); the handshake carries the
+//! [`Membership`] of each side, and a mismatch (cluster, format version,
+//! nodes or region sizes) fails with [`FabricError::Handshake`] on both sides. A node
 //! listens on its own entry of `peers` and connects to every other entry;
 //! nodes may start in any order within `attach_timeout`.
 //!
@@ -50,13 +50,14 @@ mod handshake;
 mod lane;
 
 use self::device::{Device, QpInfo};
-use self::handshake::{Expect, Hello};
+use self::handshake::Hello;
 use self::lane::{verb_len, Lane, CHUNK};
 use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec, RemoteAddr,
     Verb, VerbsFailure,
 };
-use crate::layout::{FORMAT_VERSION, WORD};
+use crate::wire::WORD;
+use crate::Membership;
 use memmap2::{MmapMut, MmapRaw};
 use sideway::ibverbs::completion::ExtendedCompletionQueue;
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -80,15 +81,11 @@ pub struct VerbsOptions {
     /// GID index of port 1 to use (`None`: a RoCE v2 IPv4 entry if there
     /// is one; see the device module).
     pub gid_index: Option<u32>,
-    /// `host:port` of every node's handshake listener, indexed by node id;
-    /// the cluster has `peers.len()` nodes.
+    /// `host:port` of every node's handshake listener, indexed by node id.
     pub peers: Vec<String>,
-    /// Cluster identity; peers of another cluster are refused.
-    pub cluster_id: u64,
-    /// This node.
-    pub node: NodeId,
-    /// Regions every node registers (the same list on every node).
-    pub regions: Vec<RegionSpec>,
+    /// This node, its cluster and the regions every node registers (the
+    /// handshake checks them).
+    pub membership: Membership,
     /// How long to wait for every peer's handshake.
     pub attach_timeout: Duration,
     /// Lanes to open (clamped to `1..=`[`MAX_LANES`]).
@@ -123,6 +120,91 @@ struct OwnRegion {
     // Field order is drop order: deregister before unmapping.
     _mr: Arc<MemoryRegion>,
     _map: MmapRaw,
+}
+
+/// Where each of a node's regions lives for the NIC, by id.
+type RegionTable = Vec<(RegionId, RemoteRegion)>;
+
+/// Allocates and registers this node's regions with the NIC.
+fn register_regions(
+    device: &Device,
+    membership: &Membership,
+) -> Result<(Vec<OwnRegion>, RegionTable), FabricError> {
+    let me = membership.node;
+    let mut own = Vec::new();
+    let mut own_table = Vec::new();
+    for spec in &membership.regions {
+        let bytes = usize::try_from(spec.len)
+            .ok()
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(FabricError::OutOfBounds {
+                node: me,
+                region: spec.id,
+                offset: 0,
+                len: spec.len,
+                region_len: isize::MAX as u64,
+            })?
+            .max(WORD);
+        let map: MmapRaw = MmapMut::map_anon(bytes)
+            .map_err(call(me, "allocate a region"))?
+            .into();
+        // SAFETY: `map` is a live anonymous mapping of `bytes` bytes
+        // that the fabric owns (in `own`) and unmaps only after the
+        // registration is dropped and every queue pair that could reach
+        // it is destroyed (`VerbsFabric`'s field order).
+        let mr = unsafe { device.register(map.as_mut_ptr(), bytes, "register a region") }?;
+        own_table.push((spec.id, Device::remote(&mr, spec.len)));
+        own.push(OwnRegion { _mr: mr, _map: map });
+    }
+    Ok((own, own_table))
+}
+
+/// A node's lanes before its peers are connected.
+struct OpenLanes {
+    lanes: Vec<Mutex<Lane>>,
+    /// Each lane's queue pair info, one per node.
+    infos: Vec<Vec<QpInfo>>,
+    /// The loopback responders (and later the peers' responders).
+    responders: Vec<ExtendedQueuePair>,
+    idle_cq: Arc<ExtendedCompletionQueue>,
+}
+
+/// Opens `lanes` lanes (clamped to `1..=`[`MAX_LANES`]), each with one
+/// queue pair per node, and connects each lane's own queue pair to a
+/// loopback responder.
+fn open_lanes(
+    device: &Device,
+    me: NodeId,
+    nodes: usize,
+    lanes: usize,
+) -> Result<OpenLanes, FabricError> {
+    let lanes = lanes.clamp(1, MAX_LANES);
+    let idle_cq = device.cq(1)?;
+    let mut lane_list = Vec::with_capacity(lanes);
+    let mut infos: Vec<Vec<QpInfo>> = Vec::with_capacity(lanes);
+    let mut responders = Vec::new();
+    for _ in 0..lanes {
+        let cq = device.cq(4 * CHUNK as u32)?;
+        let mut qps = Vec::with_capacity(nodes);
+        let mut lane_infos = Vec::with_capacity(nodes);
+        for _ in 0..nodes {
+            let (qp, info) = device.qp(&cq, CHUNK as u32)?;
+            qps.push(qp);
+            lane_infos.push(info);
+        }
+        let (mut responder, back) = device.qp(&idle_cq, 1)?;
+        device.connect(&mut qps[me], lane_infos[me], back, &device.address, me)?;
+        device.connect(&mut responder, back, lane_infos[me], &device.address, me)?;
+        responders.push(responder);
+        lane_list.push(Mutex::new(Lane::new(cq, qps)));
+        infos.push(lane_infos);
+    }
+    Ok(OpenLanes {
+        lanes: lane_list,
+        infos,
+        responders,
+        idle_cq,
+    })
 }
 
 /// Maps a libibverbs error to [`FabricError::Verbs`].
@@ -196,13 +278,11 @@ impl VerbsFabric {
     /// As [`VerbsFabric::open_with_listener`], and [`FabricError::Bind`] if
     /// the address cannot be bound.
     pub fn open(options: &VerbsOptions) -> Result<VerbsFabric, FabricError> {
-        let addr = options
-            .peers
-            .get(options.node)
-            .ok_or(FabricError::UnknownNode {
-                node: options.node,
-                nodes: options.peers.len(),
-            })?;
+        let me = &options.membership;
+        let addr = options.peers.get(me.node).ok_or(FabricError::UnknownNode {
+            node: me.node,
+            nodes: options.peers.len(),
+        })?;
         let listener = TcpListener::bind(addr).map_err(|source| FabricError::Bind {
             addr: addr.clone(),
             source,
@@ -215,29 +295,25 @@ impl VerbsFabric {
     /// known). The listener is used only while opening.
     ///
     /// # Errors
-    /// [`FabricError::UnknownNode`] if `node` has no entry in `peers`;
-    /// [`FabricError::Misaligned`] for a region whose length is not whole
-    /// words; [`FabricError::NoDevice`] without a (matching) RDMA device;
-    /// [`FabricError::Verbs`] if the device cannot be set up (or returns
-    /// atomic results in another byte order); [`FabricError::Unreachable`]
-    /// for a peer that does not listen within `attach_timeout`;
-    /// [`FabricError::Handshake`] for a peer of another cluster, version or
-    /// configuration, or that did not connect to this node in time.
+    /// [`FabricError::UnknownNode`] if `node` is not one of the cluster's;
+    /// [`FabricError::Options`] for a region whose length is not whole
+    /// words, or `peers` not one address per node; [`FabricError::NoDevice`]
+    /// without a (matching) RDMA device; [`FabricError::Verbs`] if the
+    /// device cannot be set up (or returns atomic results in another byte
+    /// order); [`FabricError::Unreachable`] for a peer that does not listen
+    /// within `attach_timeout`; [`FabricError::Handshake`] for a peer of
+    /// another cluster, version or configuration, or that did not connect
+    /// to this node in time.
     pub fn open_with_listener(
         options: &VerbsOptions,
         listener: &TcpListener,
     ) -> Result<VerbsFabric, FabricError> {
-        let me = options.node;
-        let nodes = options.peers.len();
-        if me >= nodes {
-            return Err(FabricError::UnknownNode { node: me, nodes });
-        }
-        if let Some(bad) = options.regions.iter().find(|r| r.len % WORD as u64 != 0) {
-            return Err(FabricError::Misaligned {
-                node: me,
-                region: bad.id,
-                offset: 0,
-                len: bad.len,
+        let membership = &options.membership;
+        membership.validate()?;
+        let (me, nodes) = (membership.node, membership.nodes);
+        if options.peers.len() != nodes {
+            return Err(FabricError::Options {
+                reason: "peers must list one address per node",
             });
         }
         let deadline = Instant::now() + options.attach_timeout;
@@ -247,96 +323,55 @@ impl VerbsFabric {
             me,
             options.retransmission,
         )?;
-
-        // This node's regions.
-        let mut own = Vec::new();
-        let mut own_table = Vec::new();
-        for spec in &options.regions {
-            let bytes = usize::try_from(spec.len)
-                .ok()
-                .filter(|&b| b <= isize::MAX as usize)
-                .ok_or(FabricError::OutOfBounds {
-                    node: me,
-                    region: spec.id,
-                    offset: 0,
-                    len: spec.len,
-                    region_len: isize::MAX as u64,
-                })?
-                .max(WORD);
-            let map: MmapRaw = MmapMut::map_anon(bytes)
-                .map_err(call(me, "allocate a region"))?
-                .into();
-            // SAFETY: `map` is a live anonymous mapping of `bytes` bytes
-            // that the fabric owns (in `own`) and unmaps only after the
-            // registration is dropped and every queue pair that could reach
-            // it is destroyed (`VerbsFabric`'s field order).
-            let mr = unsafe { device.register(map.as_mut_ptr(), bytes, "register a region") }?;
-            own_table.push((spec.id, Device::remote(&mr, spec.len)));
-            own.push(OwnRegion { _mr: mr, _map: map });
-        }
-
-        // Lanes, and their loopback connections.
-        let lanes = options.lanes.clamp(1, MAX_LANES);
-        let idle_cq = device.cq(1)?;
-        let mut lane_list = Vec::with_capacity(lanes);
-        let mut infos: Vec<Vec<QpInfo>> = Vec::with_capacity(lanes);
-        let mut responders = Vec::new();
-        for _ in 0..lanes {
-            let cq = device.cq(4 * CHUNK as u32)?;
-            let mut qps = Vec::with_capacity(nodes);
-            let mut lane_infos = Vec::with_capacity(nodes);
-            for _ in 0..nodes {
-                let (qp, info) = device.qp(&cq, CHUNK as u32)?;
-                qps.push(qp);
-                lane_infos.push(info);
-            }
-            let (mut responder, back) = device.qp(&idle_cq, 1)?;
-            device.connect(&mut qps[me], lane_infos[me], back, &device.address, me)?;
-            device.connect(&mut responder, back, lane_infos[me], &device.address, me)?;
-            responders.push(responder);
-            lane_list.push(Mutex::new(Lane::new(cq, qps)));
-            infos.push(lane_infos);
-        }
+        let (own, own_table) = register_regions(&device, membership)?;
+        let lanes = open_lanes(&device, me, nodes, options.lanes)?;
         let mut table: Vec<Vec<Option<RemoteRegion>>> = vec![Vec::new(); nodes];
         table[me] = region_table(&own_table);
         let mut fabric = VerbsFabric {
-            lanes: lane_list,
-            responders,
-            idle_cq,
+            lanes: lanes.lanes,
+            responders: lanes.responders,
+            idle_cq: lanes.idle_cq,
             table,
             _own: own,
             device,
             node: me,
         };
-        fabric.self_test(&options.regions)?;
+        fabric.self_test(&membership.regions)?;
+        fabric.shake_hands(options, listener, deadline, &own_table, &lanes.infos)?;
+        Ok(fabric)
+    }
 
-        // Handshakes: serve peers' hellos while sending ours.
-        let expect = Expect {
-            me,
-            nodes,
-            cluster_id: options.cluster_id,
-            format_version: FORMAT_VERSION,
-            regions: &options.regions,
-        };
+    /// Exchanges hellos with every peer (serving theirs while sending
+    /// ours), then connects each lane's queue pair to the peer's.
+    fn shake_hands(
+        &mut self,
+        options: &VerbsOptions,
+        listener: &TcpListener,
+        deadline: Instant,
+        own_table: &[(RegionId, RemoteRegion)],
+        infos: &[Vec<QpInfo>],
+    ) -> Result<(), FabricError> {
+        let membership = &options.membership;
+        let (me, nodes) = (membership.node, membership.nodes);
         let hello = |to: NodeId, qps: Vec<QpInfo>| Hello {
-            format_version: FORMAT_VERSION,
-            cluster_id: options.cluster_id,
+            format_version: membership.format_version,
+            cluster_id: membership.cluster_id,
             nodes: nodes as u64,
             from: me as u64,
             to: to as u64,
-            address: fabric.device.address,
+            address: self.device.address,
             qps,
-            regions: own_table.clone(),
+            regions: own_table.to_vec(),
         };
         let stop = AtomicBool::new(false);
         let refused = Mutex::new((0..nodes).map(|_| None).collect::<Vec<_>>());
         let (served, replies) = std::thread::scope(|s| {
-            let device = &fabric.device;
-            let idle_cq = &fabric.idle_cq;
+            let device = &self.device;
+            let idle_cq = &self.idle_cq;
             let server = s.spawn(|| {
                 handshake::serve(
                     listener,
-                    &expect,
+                    membership,
                     &options.peers,
                     deadline,
                     &stop,
@@ -363,7 +398,7 @@ impl VerbsFabric {
                     &options.peers[peer],
                     peer,
                     &hello(peer, qps),
-                    &expect,
+                    membership,
                     deadline,
                     &stop,
                 ) {
@@ -388,12 +423,12 @@ impl VerbsFabric {
             }
         })?;
         for (_, qps) in served {
-            fabric.responders.extend(qps);
+            self.responders.extend(qps);
         }
         for (peer, reply) in replies {
-            for (l, (lane, remote)) in fabric.lanes.iter_mut().zip(&reply.qps).enumerate() {
+            for (l, (lane, remote)) in self.lanes.iter_mut().zip(&reply.qps).enumerate() {
                 let lane = lane.get_mut().unwrap_or_else(PoisonError::into_inner);
-                fabric.device.connect(
+                self.device.connect(
                     lane.qp_mut(peer),
                     infos[l][peer],
                     *remote,
@@ -401,9 +436,9 @@ impl VerbsFabric {
                     peer,
                 )?;
             }
-            fabric.table[peer] = region_table(&reply.regions);
+            self.table[peer] = region_table(&reply.regions);
         }
-        Ok(fabric)
+        Ok(())
     }
 
     /// CASes the first word of this node's first region there and back

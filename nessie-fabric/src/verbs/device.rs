@@ -5,7 +5,7 @@
 //! device is used.
 
 use super::{call, RemoteRegion};
-use crate::fabric::{FabricError, NodeId, RcTimeouts, VerbsFailure};
+use crate::{FabricError, NodeId, RcTimeouts, VerbsFailure};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidEntry, GidType};
 use sideway::ibverbs::completion::ExtendedCompletionQueue;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};

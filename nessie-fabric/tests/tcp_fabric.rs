@@ -2,16 +2,16 @@
 //! semantics, batches, refusals and their counters, concurrent CAS,
 //! handshake failures, unreachable peers and reconnection.
 
-use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RegionId, RegionSpec, RemoteAddr, TcpFabric, TcpOptions,
-    Verb,
+use nessie_fabric::{
+    Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric,
+    TcpOptions, Verb,
 };
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const SMALL: RegionId = RegionId::INDEX;
-const LARGE: RegionId = RegionId::data(0);
+const SMALL: RegionId = RegionId(0);
+const LARGE: RegionId = RegionId(1);
 
 fn regions() -> Vec<RegionSpec> {
     vec![
@@ -28,10 +28,13 @@ fn regions() -> Vec<RegionSpec> {
 
 fn options(node: usize, peers: &[String]) -> TcpOptions {
     TcpOptions {
-        node,
-        nodes: peers.len(),
-        cluster_id: 0x7c9,
-        regions: regions(),
+        membership: Membership {
+            cluster_id: 0x7c9,
+            format_version: 1,
+            node,
+            nodes: peers.len(),
+            regions: regions(),
+        },
         peers: peers.to_vec(),
         secret: "tcp-fabric-test-secret".into(),
         threads: 2,
@@ -102,7 +105,7 @@ fn reads_writes_and_cas_reach_every_node() {
         assert_eq!(fab.nodes(), 3);
         assert_eq!(fab.region_len(i, LARGE), Some(256 << 10));
         assert_eq!(fab.region_len(3, LARGE), None);
-        assert_eq!(fab.region_len(1, RegionId::data(5)), None);
+        assert_eq!(fab.region_len(1, RegionId(6)), None);
     }
     // Fresh memory is zero; a WRITE through one node is read through all.
     let a = RemoteAddr::new(1, LARGE, 8192);
@@ -256,7 +259,7 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
         .unwrap_err();
     assert!(matches!(e, FabricError::Misaligned { len: 12, .. }), "{e}");
     let e = f[0]
-        .read(RemoteAddr::new(1, RegionId::data(9), 0), &mut buf)
+        .read(RemoteAddr::new(1, RegionId(10), 0), &mut buf)
         .unwrap_err();
     assert!(
         matches!(e, FabricError::UnknownRegion { node: 1, .. }),
@@ -371,7 +374,7 @@ fn wrong_secret_is_a_handshake_error_on_both_sides() {
 
 #[test]
 fn other_cluster_or_sizes_are_typed_handshake_errors() {
-    let (e, _) = impostor_error(|o| o.cluster_id = 0xbad);
+    let (e, _) = impostor_error(|o| o.membership.cluster_id = 0xbad);
     assert!(
         matches!(
             e,
@@ -385,7 +388,7 @@ fn other_cluster_or_sizes_are_typed_handshake_errors() {
         ),
         "{e}"
     );
-    let (e, _) = impostor_error(|o| o.regions[1].len *= 2);
+    let (e, _) = impostor_error(|o| o.membership.regions[1].len *= 2);
     assert!(
         matches!(
             e,
@@ -401,7 +404,7 @@ fn other_cluster_or_sizes_are_typed_handshake_errors() {
         "{e}"
     );
     let (e, node1) = impostor_error(|o| {
-        o.nodes = 3;
+        o.membership.nodes = 3;
         o.peers.push("127.0.0.1:1".into());
     });
     assert!(
@@ -483,11 +486,11 @@ fn verbs_reconnect_after_the_serving_node_restarts() {
 /// so, and counts it. A timely CAS executes.
 #[test]
 fn late_cas_is_refused_by_its_target_and_not_executed() {
-    use nessie::Clock;
+    use nessie_fabric::clock::Clock;
     let nodes = cluster(2);
     assert!(nodes[0].enforces_land_by());
     let word = RemoteAddr::new(1, SMALL, 64);
-    let now = nessie::WallClock::default().now_us();
+    let now = nessie_fabric::clock::WallClock::default().now_us();
     let late = nodes[0].cas_by(word, 0, 7, now - 1_000);
     assert!(
         matches!(late, Err(FabricError::LateCas { node: 1, late_us }) if late_us >= 1_000),

@@ -15,13 +15,13 @@ use super::super::{FabricError, RegionId, RegionSpec, RemoteAddr};
 use super::handshake::{self, Identity};
 use super::TcpStats;
 use crate::clock::{Clock, WallClock};
-use crate::layout::frame::{
+use crate::wire::frame::{
     put_word, word, FrameHeader, VerbHeader, CAS_OPERANDS, FRAME_HEADER_BYTES, OP_CAS, OP_READ,
     OP_WRITE, REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_LATE, STATUS_MISALIGNED,
     STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION,
     VERB_HEADER_BYTES,
 };
-use crate::layout::WORD;
+use crate::wire::WORD;
 use std::collections::HashMap;
 use std::io::{self, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -87,7 +87,7 @@ impl Counters {
 
 /// What the service needs from its fabric.
 #[derive(Debug)]
-pub(super) struct ServiceConfig {
+pub(super) struct ServiceSetup {
     pub(super) identity: Arc<Identity>,
     pub(super) memory: Arc<HeapRegions>,
     pub(super) counters: Arc<Counters>,
@@ -98,7 +98,7 @@ pub(super) struct ServiceConfig {
 
 #[derive(Debug)]
 struct Shared {
-    config: ServiceConfig,
+    config: ServiceSetup,
     stop: AtomicBool,
     /// Live connections (a clone of each stream), so shutdown can wake
     /// their workers.
@@ -115,7 +115,7 @@ pub(super) struct Service {
 }
 
 impl Service {
-    pub(super) fn start(listener: TcpListener, config: ServiceConfig) -> io::Result<Service> {
+    pub(super) fn start(listener: TcpListener, config: ServiceSetup) -> io::Result<Service> {
         // The accept loop blocks; a caller's listener may be non-blocking.
         listener.set_nonblocking(false)?;
         let mut wake_addr = listener.local_addr()?;
@@ -125,7 +125,7 @@ impl Service {
                 SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
             });
         }
-        let node = config.identity.node;
+        let node = config.identity.membership.node;
         let shared = Arc::new(Shared {
             config,
             stop: AtomicBool::new(false),
@@ -177,7 +177,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
-    let node = shared.config.identity.node;
+    let node = shared.config.identity.membership.node;
     let mut next_id = 0u64;
     for incoming in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
@@ -248,7 +248,7 @@ enum End {
 
 fn serve(shared: &Shared, mut stream: TcpStream) {
     let cfg = &shared.config;
-    let me = cfg.identity.node;
+    let me = cfg.identity.membership.node;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(cfg.handshake_timeout));
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
@@ -309,7 +309,7 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<(), End> {
 /// Generic over the stream so that tests and the fuzz target can feed it
 /// arbitrary bytes without a socket.
 fn serve_frame<S: Read + Write>(
-    cfg: &ServiceConfig,
+    cfg: &ServiceSetup,
     reader: &mut BufReader<S>,
     payload: &mut Vec<u8>,
     response: &mut Vec<u8>,
@@ -364,7 +364,7 @@ pub fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
             Ok(())
         }
     }
-    let cfg = testing_config();
+    let cfg = testing_setup();
     let mut reader = BufReader::new(Duplex {
         input,
         output: Vec::new(),
@@ -378,23 +378,26 @@ pub fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
 }
 
 /// A one-node service configuration with two small regions, for tests.
-fn testing_config() -> ServiceConfig {
+fn testing_setup() -> ServiceSetup {
     let regions = vec![
         RegionSpec {
-            id: RegionId::INDEX,
+            id: RegionId(0),
             len: 256,
         },
         RegionSpec {
-            id: RegionId::data(0),
+            id: RegionId(1),
             len: 4096,
         },
     ];
-    ServiceConfig {
+    ServiceSetup {
         identity: Arc::new(Identity {
-            cluster_id: 1,
-            node: 0,
-            nodes: 1,
-            regions: regions.clone(),
+            membership: crate::Membership {
+                cluster_id: 1,
+                format_version: 1,
+                node: 0,
+                nodes: 1,
+                regions: regions.clone(),
+            },
             frame_limit: 1 << 16,
             secret: b"testing".to_vec(),
         }),
@@ -407,9 +410,9 @@ fn testing_config() -> ServiceConfig {
 }
 
 /// Executes the verbs of one request payload, building the response frame.
-fn execute(cfg: &ServiceConfig, verbs: u32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), End> {
+fn execute(cfg: &ServiceSetup, verbs: u32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), End> {
     let map = cfg.memory.memory_map();
-    let node = cfg.identity.node;
+    let node = cfg.identity.membership.node;
     out.clear();
     out.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
     let mut pos = 0usize;

@@ -13,9 +13,11 @@
 //! reports each mismatch as its own [`FabricError`] variant.
 
 use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
-use super::{FabricError, NodeId, RegionSpec};
-use crate::layout::region::{RegionHeader, REGION_HEADER_BYTES, REGION_HEADER_USED, REGION_MAGIC};
-use crate::layout::{RegionId, FORMAT_VERSION, WORD};
+use super::{FabricError, HandshakeFailure, NodeId, RegionSpec};
+use crate::membership::{Membership, PeerClaim};
+use crate::wire::region::{RegionHeader, REGION_HEADER_BYTES, REGION_HEADER_USED, REGION_MAGIC};
+use crate::wire::WORD;
+use crate::RegionId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read};
@@ -28,14 +30,9 @@ use std::time::{Duration, Instant};
 pub struct ShmOptions {
     /// Directory holding every node's region files.
     pub dir: PathBuf,
-    /// Cluster identity written into and checked in every header.
-    pub cluster_id: u64,
-    /// This node.
-    pub node: NodeId,
-    /// Number of nodes in the cluster.
-    pub nodes: usize,
-    /// Regions every node registers (the same list on every node).
-    pub regions: Vec<RegionSpec>,
+    /// This node, its cluster and the regions every node registers: written
+    /// into this node's headers and checked in every peer's.
+    pub membership: Membership,
     /// How long to wait for peers' regions to appear.
     pub attach_timeout: Duration,
 }
@@ -63,6 +60,8 @@ impl ShmFabric {
     /// [`FabricError::Missing`] if it did not appear within
     /// `attach_timeout`.
     pub fn open(options: &ShmOptions) -> Result<ShmFabric, FabricError> {
+        let me = &options.membership;
+        me.validate()?;
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| FabricError::Io { path, source }
@@ -73,22 +72,22 @@ impl ShmFabric {
             .create(&options.dir)
             .map_err(io(&options.dir))?;
         let mut fabric = ShmFabric {
-            map: MemoryMap::new(options.nodes),
+            map: MemoryMap::new(me.nodes),
             mappings: Vec::new(),
             own_files: Vec::new(),
         };
         let mut uid = None;
-        for spec in &options.regions {
-            let path = Self::region_path(&options.dir, options.node, spec.id);
+        for spec in &me.regions {
+            let path = Self::region_path(&options.dir, me.node, spec.id);
             let file = create_region(&path, options, *spec)?;
             uid = Some(file.metadata().map_err(io(&path))?.uid());
             fabric.own_files.push(path.clone());
-            fabric.map_file(&file, &path, options.node, *spec)?;
+            fabric.map_file(&file, &path, me.node, *spec)?;
         }
         let uid = uid.unwrap_or(u32::MAX);
         let deadline = Instant::now() + options.attach_timeout;
-        for node in (0..options.nodes).filter(|&n| n != options.node) {
-            for spec in &options.regions {
+        for node in (0..me.nodes).filter(|&n| n != me.node) {
+            for spec in &me.regions {
                 let path = Self::region_path(&options.dir, node, spec.id);
                 let file = wait_for(&path, deadline, options.attach_timeout)?;
                 check_region(&file, &path, options, node, *spec, uid)?;
@@ -169,10 +168,10 @@ fn create_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<
         .map_err(io(&tmp))?;
     let header = RegionHeader {
         magic: REGION_MAGIC,
-        format_version: FORMAT_VERSION,
+        format_version: options.membership.format_version,
         region: spec.id,
-        node: options.node as u16,
-        cluster_id: options.cluster_id,
+        node: options.membership.node as u16,
+        cluster_id: options.membership.cluster_id,
         len: spec.len,
         creator_pid: std::process::id(),
     };
@@ -237,35 +236,49 @@ fn check_region(
     if header.magic != REGION_MAGIC {
         return Err(FabricError::WrongMagic { path: path_buf() });
     }
-    if header.format_version != FORMAT_VERSION {
-        return Err(FabricError::WrongVersion {
-            path: path_buf(),
-            found: header.format_version,
-            expected: FORMAT_VERSION,
-        });
-    }
-    if header.cluster_id != options.cluster_id {
-        return Err(FabricError::WrongCluster {
-            path: path_buf(),
-            found: header.cluster_id,
-            expected: options.cluster_id,
-        });
-    }
-    if usize::from(header.node) != node || header.region != spec.id {
-        return Err(FabricError::WrongRegion {
-            path: path_buf(),
-            found_node: usize::from(header.node),
-            found_region: header.region,
-            node,
-            region: spec.id,
-        });
-    }
-    if header.len != spec.len {
-        return Err(FabricError::WrongSize {
-            path: path_buf(),
-            found: header.len,
-            expected: spec.len,
-        });
+    let claim = PeerClaim {
+        format_version: header.format_version,
+        cluster_id: header.cluster_id,
+        from: u64::from(header.node),
+        to_of: None,
+        regions: &[(header.region, header.len)],
+    };
+    let wrong_region = || FabricError::WrongRegion {
+        path: path_buf(),
+        found_node: usize::from(header.node),
+        found_region: header.region,
+        node,
+        region: spec.id,
+    };
+    match options.membership.check(&claim, Some(node), &[spec]) {
+        Ok(()) => {}
+        Err(HandshakeFailure::Version { found, expected }) => {
+            return Err(FabricError::WrongVersion {
+                path: path_buf(),
+                found,
+                expected,
+            })
+        }
+        Err(HandshakeFailure::Cluster { found, expected }) => {
+            return Err(FabricError::WrongCluster {
+                path: path_buf(),
+                found,
+                expected,
+            })
+        }
+        Err(HandshakeFailure::RegionSize {
+            found: Some(found),
+            expected: Some(expected),
+            ..
+        }) => {
+            return Err(FabricError::WrongSize {
+                path: path_buf(),
+                found,
+                expected,
+            })
+        }
+        // Another node's file, or another region's, under this name.
+        Err(_) => return Err(wrong_region()),
     }
     if meta.len() != REGION_HEADER_BYTES as u64 + spec.len {
         // The header agrees but the file does not: report the file's length.

@@ -22,7 +22,8 @@
 
 use super::device::{PortAddress, QpInfo};
 use super::RemoteRegion;
-use crate::fabric::{FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec};
+use crate::membership::PeerClaim;
+use crate::{FabricError, HandshakeFailure, Membership, NodeId, RegionId};
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,16 +61,6 @@ pub(super) enum Message {
     Hello(Hello),
     Accept(Hello),
     Refuse(HandshakeFailure),
-}
-
-/// What this node expects of a peer.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Expect<'a> {
-    pub(super) me: NodeId,
-    pub(super) nodes: usize,
-    pub(super) cluster_id: u64,
-    pub(super) format_version: u32,
-    pub(super) regions: &'a [RegionSpec],
 }
 
 struct Writer(Vec<u8>);
@@ -307,80 +298,20 @@ impl Message {
     }
 }
 
-/// A node id or count as the error reports it (saturating).
-fn narrow(v: u64) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
-}
-
-/// Checks a peer's hello (or accept) against this node's expectations;
+/// Checks a peer's hello (or accept) against this node's membership;
 /// `peer` is the node it must come from (`None`: any other node).
-pub(super) fn check(
-    hello: &Hello,
-    expect: &Expect<'_>,
-    peer: Option<NodeId>,
-) -> Result<(), HandshakeFailure> {
-    use HandshakeFailure as F;
-    if hello.format_version != expect.format_version {
-        return Err(F::Version {
-            found: hello.format_version,
-            expected: expect.format_version,
-        });
-    }
-    if hello.cluster_id != expect.cluster_id {
-        return Err(F::Cluster {
-            found: hello.cluster_id,
-            expected: expect.cluster_id,
-        });
-    }
-    if hello.nodes != expect.nodes as u64 {
-        return Err(F::Nodes {
-            found: narrow(hello.nodes),
-            expected: narrow(expect.nodes as u64),
-        });
-    }
-    if hello.to != expect.me as u64 {
-        return Err(F::Node {
-            found: narrow(hello.to),
-            expected: narrow(expect.me as u64),
-        });
-    }
-    let from_ok = match peer {
-        Some(p) => hello.from == p as u64,
-        None => hello.from < expect.nodes as u64 && hello.from != expect.me as u64,
+fn check(hello: &Hello, me: &Membership, peer: Option<NodeId>) -> Result<(), HandshakeFailure> {
+    let regions: Vec<(RegionId, u64)> = hello.regions.iter().map(|(id, r)| (*id, r.len)).collect();
+    let claim = PeerClaim {
+        format_version: hello.format_version,
+        cluster_id: hello.cluster_id,
+        from: hello.from,
+        to_of: Some((hello.to, hello.nodes)),
+        regions: &regions,
     };
-    if !from_ok {
-        return Err(F::Node {
-            found: narrow(hello.from),
-            expected: narrow(peer.unwrap_or(expect.me) as u64),
-        });
-    }
-    for spec in expect.regions {
-        let found = hello
-            .regions
-            .iter()
-            .find(|(id, _)| *id == spec.id)
-            .map(|(_, r)| r.len);
-        if found != Some(spec.len) {
-            return Err(F::RegionSize {
-                region: spec.id,
-                found,
-                expected: Some(spec.len),
-            });
-        }
-    }
-    if let Some((id, r)) = hello
-        .regions
-        .iter()
-        .find(|(id, _)| !expect.regions.iter().any(|s| s.id == *id))
-    {
-        return Err(F::RegionSize {
-            region: *id,
-            found: Some(r.len),
-            expected: None,
-        });
-    }
+    me.check(&claim, peer, &me.regions)?;
     if hello.qps.is_empty() {
-        return Err(F::Malformed);
+        return Err(HandshakeFailure::Malformed);
     }
     Ok(())
 }
@@ -409,7 +340,7 @@ pub(super) fn exchange(
     addr: &str,
     peer: NodeId,
     hello: &Hello,
-    expect: &Expect<'_>,
+    expect: &Membership,
     deadline: Instant,
     stop: &AtomicBool,
 ) -> Result<Hello, FabricError> {
@@ -467,7 +398,7 @@ pub(super) fn exchange(
 /// `accept` ends serving at once.
 pub(super) fn serve<T>(
     listener: &TcpListener,
-    expect: &Expect<'_>,
+    expect: &Membership,
     peers: &[String],
     deadline: Instant,
     stop: &AtomicBool,
@@ -479,19 +410,19 @@ pub(super) fn serve<T>(
     let mut served: Vec<(NodeId, T)> = Vec::new();
     let done = |served: &Vec<(NodeId, T)>| {
         (0..nodes)
-            .filter(|&n| n != expect.me)
+            .filter(|&n| n != expect.node)
             .all(|n| served.iter().any(|(s, _)| *s == n))
     };
     let fail_listen = |source| FabricError::Bind {
-        addr: peers.get(expect.me).cloned().unwrap_or_default(),
+        addr: peers.get(expect.node).cloned().unwrap_or_default(),
         source,
     };
     listener.set_nonblocking(true).map_err(fail_listen)?;
     while !done(&served) {
         if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
             let missing = (0..nodes)
-                .find(|&n| n != expect.me && !served.iter().any(|(s, _)| *s == n))
-                .unwrap_or(expect.me);
+                .find(|&n| n != expect.node && !served.iter().any(|(s, _)| *s == n))
+                .unwrap_or(expect.node);
             // A copy: the connecting side may want the same reason.
             let reason = lock(refused)
                 .get(missing)
@@ -564,6 +495,7 @@ impl HandshakeFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RegionSpec;
 
     fn hello() -> Hello {
         Hello {
@@ -588,7 +520,7 @@ mod tests {
             ],
             regions: vec![
                 (
-                    RegionId::INDEX,
+                    RegionId(0),
                     RemoteRegion {
                         len: 4096,
                         addr: 0x7f00_0000_0000,
@@ -596,7 +528,7 @@ mod tests {
                     },
                 ),
                 (
-                    RegionId::data(0),
+                    RegionId(1),
                     RemoteRegion {
                         len: 65536,
                         addr: 0x7f00_1000_0000,
@@ -610,23 +542,23 @@ mod tests {
     fn specs() -> Vec<RegionSpec> {
         vec![
             RegionSpec {
-                id: RegionId::INDEX,
+                id: RegionId(0),
                 len: 4096,
             },
             RegionSpec {
-                id: RegionId::data(0),
+                id: RegionId(1),
                 len: 65536,
             },
         ]
     }
 
-    fn expect(regions: &[RegionSpec]) -> Expect<'_> {
-        Expect {
-            me: 0,
+    fn expect(regions: &[RegionSpec]) -> Membership {
+        Membership {
+            node: 0,
             nodes: 3,
             cluster_id: 0xc1,
             format_version: 1,
-            regions,
+            regions: regions.to_vec(),
         }
     }
 
@@ -663,7 +595,7 @@ mod tests {
                 expected: 0,
             },
             F::RegionSize {
-                region: RegionId::data(3),
+                region: RegionId(4),
                 found: None,
                 expected: Some(8),
             },
@@ -768,7 +700,7 @@ mod tests {
             F::RegionSize { found: None, .. }
         ));
         assert!(matches!(
-            with(&|h| h.regions.push((RegionId::data(5), h.regions[0].1))),
+            with(&|h| h.regions.push((RegionId(6), h.regions[0].1))),
             F::RegionSize { expected: None, .. }
         ));
         assert!(matches!(with(&|h| h.qps.clear()), F::Malformed));

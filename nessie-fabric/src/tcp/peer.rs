@@ -15,12 +15,12 @@
 use super::super::{FabricError, HandshakeFailure, NodeId, RegionId, RemoteAddr, Verb};
 use super::handshake::{self, Identity};
 use super::service::Counters;
-use crate::layout::frame::{
+use crate::wire::frame::{
     put_word, word, FrameHeader, VerbHeader, FRAME_HEADER_BYTES, OP_CAS, OP_READ, OP_WRITE,
     REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_BYTES, STATUS_LATE, STATUS_MISALIGNED,
     STATUS_OK, STATUS_OUT_OF_BOUNDS, STATUS_RESPONSE_TOO_LARGE, STATUS_UNKNOWN_REGION,
 };
-use crate::layout::WORD;
+use crate::wire::WORD;
 use std::io::{self, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
