@@ -1,17 +1,20 @@
 //! Cost of single verbs and batches on the backends that run without
 //! hardware, next to a plain memcpy.
 //!
-//! Both backends get two nodes; every verb is issued through node 0's view
+//! Every backend gets two nodes; every verb is issued through node 0's view
 //! and targets node 1 (the batch also reads node 0), so the `shm` numbers
-//! are what one process pays to reach another process's mapping. Run with
-//! `cargo bench -p nessie --bench fabric`; short measurement windows keep
-//! the whole run near a minute.
+//! are what one process pays to reach another process's mapping and the
+//! `tcp` numbers what a round trip over loopback costs. Run with
+//! `cargo bench -p nessie-fabric --bench fabric`; short measurement windows
+//! keep the whole run near a minute.
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use nessie_fabric::{
-    Fabric, LocalFabric, Membership, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions, Verb,
+    Fabric, LocalFabric, Membership, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions,
+    TcpFabric, TcpOptions, Verb,
 };
 use std::hint::black_box;
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,13 +124,7 @@ fn shm(c: &mut Criterion) {
             .map(|node| {
                 let options = ShmOptions {
                     dir: scratch.path().to_path_buf(),
-                    membership: Membership {
-                        cluster_id: 0xbe_4c_u64,
-                        format_version: 1,
-                        node,
-                        nodes: 2,
-                        regions: regions(),
-                    },
+                    membership: membership(node),
                     attach_timeout: Duration::from_secs(10),
                 };
                 s.spawn(move || Arc::new(ShmFabric::open(&options).expect("open shm node")))
@@ -143,6 +140,54 @@ fn shm(c: &mut Criterion) {
     group.finish();
     drop(views);
     scratch.close().expect("remove the scratch directory");
+}
+
+/// Node `node` of a two-node cluster.
+fn membership(node: usize) -> Membership {
+    Membership {
+        cluster_id: 0xbe_4c_u64,
+        format_version: 1,
+        node,
+        nodes: 2,
+        regions: regions(),
+    }
+}
+
+fn tcp(c: &mut Criterion) {
+    let listeners: Vec<_> = (0..2)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let peers: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").to_string())
+        .collect();
+    // Both nodes open concurrently: each connects to the other.
+    let views: Vec<TcpFabric> = std::thread::scope(|s| {
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(node, listener)| {
+                let options = TcpOptions {
+                    membership: membership(node),
+                    peers: peers.clone(),
+                    secret: "bench-secret-0123456789".into(),
+                    threads: 1,
+                    attach_timeout: Duration::from_secs(10),
+                    handshake_timeout: Duration::from_secs(5),
+                    io_timeout: Duration::from_secs(10),
+                    frame_limit: 1 << 20,
+                };
+                s.spawn(move || TcpFabric::with_listener(&options, listener).expect("open"))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("opening thread"))
+            .collect()
+    });
+    let mut group = c.benchmark_group("tcp");
+    verbs(&mut group, &views[0]);
+    group.finish();
 }
 
 fn memcpy(c: &mut Criterion) {
@@ -169,6 +214,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = memcpy, local, shm
+    targets = memcpy, local, shm, tcp
 }
 criterion_main!(benches);

@@ -222,19 +222,7 @@ impl Endpoint {
         self.count_trip(remote);
         if let [single] = batch {
             // One verb: use the single-verb path (cheaper on every backend).
-            return match single {
-                Verb::Read { addr, buf } => self.fabric.read(*addr, buf),
-                Verb::Write { addr, data } => self.fabric.write(*addr, data),
-                Verb::Cas {
-                    addr,
-                    expected,
-                    new,
-                    old,
-                } => {
-                    *old = self.fabric.cas(*addr, *expected, *new)?;
-                    Ok(())
-                }
-            };
+            return single.execute_on(&*self.fabric);
         }
         self.fabric.post(batch)
     }

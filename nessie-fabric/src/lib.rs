@@ -152,6 +152,28 @@ pub enum Verb<'a> {
 }
 
 impl Verb<'_> {
+    /// Executes the verb alone on `fabric`, writing its result back into
+    /// it.
+    ///
+    /// # Errors
+    /// As the fabric's [`Fabric::read`], [`Fabric::write`] or
+    /// [`Fabric::cas`].
+    pub fn execute_on<F: Fabric + ?Sized>(&mut self, fabric: &F) -> Result<(), FabricError> {
+        match self {
+            Verb::Read { addr, buf } => fabric.read(*addr, buf),
+            Verb::Write { addr, data } => fabric.write(*addr, data),
+            Verb::Cas {
+                addr,
+                expected,
+                new,
+                old,
+            } => {
+                *old = fabric.cas(*addr, *expected, *new)?;
+                Ok(())
+            }
+        }
+    }
+
     /// Where the verb goes.
     #[must_use]
     pub fn addr(&self) -> RemoteAddr {
@@ -159,6 +181,38 @@ impl Verb<'_> {
             Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => *addr,
         }
     }
+}
+
+/// Checks a verb of `len` bytes at `addr` against a region of `region_len`
+/// bytes: offset and length whole words, and the whole range inside the
+/// region. Every backend checks each verb this way before executing it (a
+/// NIC would otherwise break the connection on a bad access).
+///
+/// # Errors
+/// [`FabricError::Misaligned`] or [`FabricError::OutOfBounds`].
+pub(crate) fn check_bounds(addr: RemoteAddr, len: u64, region_len: u64) -> Result<(), FabricError> {
+    if addr.offset % wire::WORD as u64 != 0 || len % wire::WORD as u64 != 0 {
+        return Err(FabricError::Misaligned {
+            node: addr.node,
+            region: addr.region,
+            offset: addr.offset,
+            len,
+        });
+    }
+    if addr
+        .offset
+        .checked_add(len)
+        .is_none_or(|end| end > region_len)
+    {
+        return Err(FabricError::OutOfBounds {
+            node: addr.node,
+            region: addr.region,
+            offset: addr.offset,
+            len,
+            region_len,
+        });
+    }
+    Ok(())
 }
 
 /// One-sided verbs on the memory of every node of a cluster.
@@ -225,18 +279,6 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     /// # Errors
     /// The first verb that failed; the others may or may not have executed.
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-        for verb in batch.iter_mut() {
-            match verb {
-                Verb::Read { addr, buf } => self.read(*addr, buf)?,
-                Verb::Write { addr, data } => self.write(*addr, data)?,
-                Verb::Cas {
-                    addr,
-                    expected,
-                    new,
-                    old,
-                } => *old = self.cas(*addr, *expected, *new)?,
-            }
-        }
-        Ok(())
+        batch.iter_mut().try_for_each(|verb| verb.execute_on(self))
     }
 }

@@ -10,7 +10,7 @@
 //! words at any time, even from other processes, so plain (non-atomic)
 //! accesses would be data races.
 
-use super::{FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
+use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
 use crate::wire::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -149,56 +149,25 @@ impl MemoryMap {
 
     /// Checks a verb of `len` bytes at `addr`; returns the region and the
     /// index of its first word.
-    fn resolve(&self, addr: RemoteAddr, len: usize) -> Result<(&RegionMemory, usize), FabricError> {
+    fn resolve(&self, addr: RemoteAddr, len: u64) -> Result<(&RegionMemory, usize), FabricError> {
         let mem = self.region(addr.node, addr.region)?;
-        let len = len as u64;
-        if addr.offset % WORD as u64 != 0 || len % WORD as u64 != 0 {
-            return Err(FabricError::Misaligned {
-                node: addr.node,
-                region: addr.region,
-                offset: addr.offset,
-                len,
-            });
-        }
-        if addr
-            .offset
-            .checked_add(len)
-            .is_none_or(|end| end > mem.len())
-        {
-            return Err(FabricError::OutOfBounds {
-                node: addr.node,
-                region: addr.region,
-                offset: addr.offset,
-                len,
-                region_len: mem.len(),
-            });
-        }
+        check_bounds(addr, len, mem.len())?;
         Ok((mem, (addr.offset / WORD as u64) as usize))
     }
 
     /// Checks a verb of `len` bytes at `addr` without executing it.
     pub(crate) fn check(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
-        let Ok(len) = usize::try_from(len) else {
-            let mem = self.region(addr.node, addr.region)?;
-            return Err(FabricError::OutOfBounds {
-                node: addr.node,
-                region: addr.region,
-                offset: addr.offset,
-                len,
-                region_len: mem.len(),
-            });
-        };
         self.resolve(addr, len).map(|_| ())
     }
 
     pub(crate) fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-        let (mem, word) = self.resolve(addr, buf.len())?;
+        let (mem, word) = self.resolve(addr, buf.len() as u64)?;
         mem.read(word, buf);
         Ok(())
     }
 
     pub(crate) fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
-        let (mem, word) = self.resolve(addr, data.len())?;
+        let (mem, word) = self.resolve(addr, data.len() as u64)?;
         mem.write(word, data);
         Ok(())
     }
@@ -209,7 +178,7 @@ impl MemoryMap {
         expected: u64,
         new: u64,
     ) -> Result<u64, FabricError> {
-        let (mem, word) = self.resolve(addr, WORD)?;
+        let (mem, word) = self.resolve(addr, WORD as u64)?;
         Ok(mem.cas(word, expected, new))
     }
 }
@@ -315,3 +284,13 @@ macro_rules! impl_fabric_for_memory_map {
     };
 }
 pub(crate) use impl_fabric_for_memory_map;
+
+impl MemoryMap {
+    fn memory_map(&self) -> &MemoryMap {
+        self
+    }
+}
+
+// A node's own memory is a fabric of its own: the `tcp` backend executes
+// verbs on it without the network.
+impl_fabric_for_memory_map!(MemoryMap);

@@ -317,19 +317,7 @@ impl TcpFabric {
     }
 
     fn execute_local(&self, verb: &mut Verb<'_>) -> Result<(), FabricError> {
-        match verb {
-            Verb::Read { addr, buf } => self.map().read(*addr, buf),
-            Verb::Write { addr, data } => self.map().write(*addr, data),
-            Verb::Cas {
-                addr,
-                expected,
-                new,
-                old,
-            } => {
-                *old = self.map().cas(*addr, *expected, *new)?;
-                Ok(())
-            }
-        }
+        verb.execute_on(self.map())
     }
 
     fn check_node(&self, node: NodeId) -> Result<(), FabricError> {

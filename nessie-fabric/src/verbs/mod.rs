@@ -53,8 +53,8 @@ use self::device::{Device, QpInfo};
 use self::handshake::Hello;
 use self::lane::{verb_len, Lane, CHUNK};
 use super::{
-    Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec, RemoteAddr,
-    Verb, VerbsFailure,
+    check_bounds, Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec,
+    RemoteAddr, Verb, VerbsFailure,
 };
 use crate::wire::WORD;
 use crate::Membership;
@@ -513,28 +513,7 @@ impl VerbsFabric {
                 node: addr.node,
                 region: addr.region,
             })?;
-        let len = len as u64;
-        if addr.offset % WORD as u64 != 0 || len % WORD as u64 != 0 {
-            return Err(FabricError::Misaligned {
-                node: addr.node,
-                region: addr.region,
-                offset: addr.offset,
-                len,
-            });
-        }
-        if addr
-            .offset
-            .checked_add(len)
-            .is_none_or(|end| end > region.len)
-        {
-            return Err(FabricError::OutOfBounds {
-                node: addr.node,
-                region: addr.region,
-                offset: addr.offset,
-                len,
-                region_len: region.len,
-            });
-        }
+        check_bounds(addr, len as u64, region.len)?;
         Ok(Target {
             node: addr.node,
             addr: region.addr + addr.offset,
