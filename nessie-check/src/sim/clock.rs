@@ -6,7 +6,6 @@ use nessie::Clock;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 /// A node's clocks in the simulation: virtual time plus the node's current
 /// wall-clock offset, and virtual time itself as the monotonic clock.
 #[derive(Debug)]

@@ -306,7 +306,6 @@ impl Scheduler {
     }
 }
 
-
 /// Whether a point is a CAS the recycling rules hinge on: one whose
 /// expected or new value is a MIGRATE marker, or a state CAS of a MIGRATE
 /// copy.

@@ -111,7 +111,6 @@ pub enum Role {
     Background,
 }
 
-
 /// What a run's scheduler and fabric did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SimCounts {

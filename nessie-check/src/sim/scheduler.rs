@@ -292,7 +292,11 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn wait_turn<'a>(&'a self, mut s: MutexGuard<'a, State>, me: usize) -> MutexGuard<'a, State> {
+    pub(super) fn wait_turn<'a>(
+        &'a self,
+        mut s: MutexGuard<'a, State>,
+        me: usize,
+    ) -> MutexGuard<'a, State> {
         while s.current != Some(me) {
             s = self
                 .turn
