@@ -12,6 +12,42 @@ use nessie::fabric::{Endpoint, RemoteAddr, Verb, VerbCounts};
 pub fn check_endpoint_counts(make: Factory<'_>) {
     let views = cluster(make);
     let mut ep = Endpoint::new(views[0].clone(), 0);
+    let after_singles = count_singles(&mut ep);
+    let after_batch = count_batch(&mut ep, after_singles);
+    count_batches_of_one(&mut ep, after_batch);
+
+    // Endpoints count independently; another node's endpoint sees node 0 as
+    // remote.
+    let mut other = Endpoint::new(views[1].clone(), 1);
+    other
+        .read(RemoteAddr::new(0, LARGE, 0), &mut [0u8; 16])
+        .expect("READ");
+    other
+        .write(RemoteAddr::new(1, LARGE, 0), &[0u8; 8])
+        .expect("WRITE");
+    assert_eq!(
+        other.counts(),
+        VerbCounts {
+            reads: 1,
+            writes: 1,
+            read_bytes: 16,
+            write_bytes: 8,
+            round_trips: 1,
+            local: 1,
+            remote: 1,
+            remote_bytes: 16,
+            ..VerbCounts::default()
+        }
+    );
+    assert_eq!(
+        ep.counts().verbs(),
+        10,
+        "other endpoints do not count into this one"
+    );
+}
+
+/// Single verbs of a fresh endpoint of node 0; returns its counts after.
+fn count_singles(ep: &mut Endpoint) -> VerbCounts {
     assert_eq!(ep.node(), 0);
     assert_eq!(ep.counts(), VerbCounts::default());
     let mut buf = [0u8; 16];
@@ -37,7 +73,11 @@ pub fn check_endpoint_counts(make: Factory<'_>) {
         remote_bytes: 32,
     };
     assert_eq!(ep.counts(), after_singles);
+    after_singles
+}
 
+/// A batch of four verbs, then an empty one; returns the counts after.
+fn count_batch(ep: &mut Endpoint, after_singles: VerbCounts) -> VerbCounts {
     let (mut a, mut b) = ([0u8; 8], [0u8; 16]);
     let mut batch = [
         Verb::Read {
@@ -79,7 +119,11 @@ pub fn check_endpoint_counts(make: Factory<'_>) {
 
     ep.post(&mut []).expect("empty batch");
     assert_eq!(ep.counts(), after_batch, "an empty batch costs nothing");
+    after_batch
+}
 
+/// Batches of one verb.
+fn count_batches_of_one(ep: &mut Endpoint, after_batch: VerbCounts) {
     // Batches of one verb take the single-verb path and still write back.
     let mut single = [Verb::Cas {
         addr: RemoteAddr::new(0, SMALL, 8),
@@ -111,33 +155,4 @@ pub fn check_endpoint_counts(make: Factory<'_>) {
     );
     assert_eq!(ep.counts().verbs(), 10);
     assert_eq!(ep.counts().bytes(), 24 + 24 + 24 + 8 + 8);
-
-    // Endpoints count independently; another node's endpoint sees node 0 as
-    // remote.
-    let mut other = Endpoint::new(views[1].clone(), 1);
-    other
-        .read(RemoteAddr::new(0, LARGE, 0), &mut buf)
-        .expect("READ");
-    other
-        .write(RemoteAddr::new(1, LARGE, 0), &[0u8; 8])
-        .expect("WRITE");
-    assert_eq!(
-        other.counts(),
-        VerbCounts {
-            reads: 1,
-            writes: 1,
-            read_bytes: 16,
-            write_bytes: 8,
-            round_trips: 1,
-            local: 1,
-            remote: 1,
-            remote_bytes: 16,
-            ..VerbCounts::default()
-        }
-    );
-    assert_eq!(
-        ep.counts().verbs(),
-        10,
-        "other endpoints do not count into this one"
-    );
 }
