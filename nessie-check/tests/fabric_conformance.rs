@@ -5,7 +5,7 @@
 //! each serving on its own 127.0.0.1 port).
 
 use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
-use nessie_check::conformance::{self, ClusterSpec, Factory};
+use nessie_check::conformance::{ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,59 +129,17 @@ fn tcp(check: impl FnOnce(Factory<'_>)) {
     check(&make);
 }
 
-macro_rules! suite {
-    ($backend:ident) => {
-        mod $backend {
-            use super::*;
-
-            #[test]
-            fn every_view_reports_the_cluster_shape() {
-                $backend(conformance::check_shape);
-            }
-
-            #[test]
-            fn writes_are_read_back_through_every_view() {
-                $backend(conformance::check_read_write);
-            }
-
-            #[test]
-            fn cas_swaps_only_on_a_match_and_returns_the_old_value() {
-                $backend(conformance::check_cas);
-            }
-
-            #[test]
-            fn batches_execute_every_verb_and_write_results_back() {
-                $backend(conformance::check_batches);
-            }
-
-            #[test]
-            fn bad_verbs_fail_with_their_own_error_and_change_nothing() {
-                $backend(conformance::check_errors);
-            }
-
-            #[test]
-            fn concurrent_cas_increments_lose_nothing() {
-                $backend(|make| conformance::check_concurrent_cas(make, 4, 5_000));
-            }
-
-            #[test]
-            fn concurrent_writes_never_tear_a_word() {
-                $backend(|make| conformance::check_word_atomicity(make, 5_000));
-            }
-
-            #[test]
-            fn endpoints_count_verbs_bytes_and_round_trips() {
-                $backend(conformance::check_endpoint_counts);
-            }
-
-            #[test]
-            fn whole_suite_passes_on_one_factory() {
-                $backend(conformance::run_all);
-            }
-        }
-    };
+mod local {
+    use super::local;
+    nessie_check::fabric_conformance_tests!(local, threads: 4, per_thread: 5_000, rounds: 5_000);
 }
 
-suite!(local);
-suite!(shm);
-suite!(tcp);
+mod shm {
+    use super::shm;
+    nessie_check::fabric_conformance_tests!(shm, threads: 4, per_thread: 5_000, rounds: 5_000);
+}
+
+mod tcp {
+    use super::tcp;
+    nessie_check::fabric_conformance_tests!(tcp, threads: 4, per_thread: 5_000, rounds: 5_000);
+}

@@ -418,3 +418,37 @@ pub fn run_all(make: Factory<'_>) {
 
 #[cfg(test)]
 mod tests;
+
+/// Defines one `#[test]` per check of the fabric suite, each running the
+/// check through `$backend`, a `fn(impl FnOnce(Factory<'_>))` that builds
+/// the backend's clusters. The concurrent checks use `$threads` threads of
+/// `$per_thread` CAS increments and `$rounds` rounds of writes; further
+/// attributes (such as `#[ignore = "..."]`) go on every test.
+#[macro_export]
+macro_rules! fabric_conformance_tests {
+    ($backend:ident, threads: $threads:expr, per_thread: $per_thread:expr, rounds: $rounds:expr $(, #[$attr:meta])*) => {
+        $crate::fabric_conformance_tests!(@each $backend [$(#[$attr])*]
+            every_view_reports_the_cluster_shape: $crate::conformance::check_shape;
+            writes_are_read_back_through_every_view: $crate::conformance::check_read_write;
+            cas_swaps_only_on_a_match_and_returns_the_old_value: $crate::conformance::check_cas;
+            batches_execute_every_verb_and_write_results_back: $crate::conformance::check_batches;
+            bad_verbs_fail_with_their_own_error_and_change_nothing: $crate::conformance::check_errors;
+            concurrent_cas_increments_lose_nothing:
+                |make| $crate::conformance::check_concurrent_cas(make, $threads, $per_thread);
+            concurrent_writes_never_tear_a_word:
+                |make| $crate::conformance::check_word_atomicity(make, $rounds);
+            endpoints_count_verbs_bytes_and_round_trips: $crate::conformance::check_endpoint_counts;
+            whole_suite_passes_on_one_factory: $crate::conformance::run_all;
+        );
+    };
+    (@each $backend:ident $attrs:tt $($name:ident: $check:expr;)*) => {
+        $($crate::fabric_conformance_tests!(@one $backend $attrs $name $check);)*
+    };
+    (@one $backend:ident [$(#[$attr:meta])*] $name:ident $check:expr) => {
+        #[test]
+        $(#[$attr])*
+        fn $name() {
+            $backend($check);
+        }
+    };
+}
