@@ -170,6 +170,24 @@ impl Script {
         self.cluster.client(0).expect("node 0")
     }
 
+    /// Writes `entries`, in order, from a direct client while `parker`
+    /// holds its first candidate (written first, deleted last), so that an
+    /// entry whose first candidate that is lands in a later one and the
+    /// slot is left empty with a cleared value. Returns the client.
+    ///
+    /// # Panics
+    /// If a write fails (a test bug).
+    #[must_use]
+    pub fn put_around_parked(&self, parker: &[u8], entries: &[(&[u8], &[u8])]) -> Client {
+        let mut c = self.direct_client();
+        c.put(parker, b"parked").unwrap();
+        for (k, v) in entries {
+            c.put(k, v).unwrap();
+        }
+        assert!(c.delete(parker).unwrap());
+        c
+    }
+
     /// Starts scripted client `id` on node 1 running `work`; it waits for
     /// the script.
     pub fn spawn<T: Send + 'static>(
@@ -320,11 +338,7 @@ pub fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
     let k2 = script.key_with("k2-", &[0, 2]);
     let k3 = script.key_first("k3-", 2);
     let parker = script.key_first("t-", 1);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    c.put(&k3, b"v3").unwrap();
-    assert!(c.delete(&parker).unwrap());
+    let _c = script.put_around_parked(&parker, &[(&k1, b"v1"), (&k3, b"v3")]);
     assert!(script.ite(1).is_empty());
     assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
     assert_eq!(script.target(script.ite(2)).2, k3, "k3 sits in s2");
