@@ -325,6 +325,31 @@ impl Script {
     }
 }
 
+/// The race of the write tests: a script of two clients on two nodes of
+/// one index slot whose key holds `v1`; client 0 runs `owner` (which PUTs
+/// the key), client 1 runs `rival`, and the owner is stopped before its
+/// commit CAS. Returns the script, the key and both clients.
+///
+/// # Panics
+/// If the owner never reaches a commit.
+#[allow(clippy::type_complexity)]
+pub fn owner_stopped_before_commit<T: Send + 'static, U: Send + 'static>(
+    owner: impl FnOnce(&mut Client, &[u8]) -> T + Send + 'static,
+    rival: impl FnOnce(&mut Client, &[u8]) -> U + Send + 'static,
+) -> (Script, Vec<u8>, Joined<T>, Joined<U>) {
+    let script = Script::new(tiny_config(2, 1), 2);
+    let k = script.key_first("k-", 0);
+    script.direct_client().put(&k, b"v1").unwrap();
+    let (ka, kb) = (k.clone(), k.clone());
+    let owner = script.spawn(0, move |c| owner(c, &ka));
+    let rival = script.spawn(1, move |c| rival(c, &kb));
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("the owner stops before its commit");
+    (script, k, owner, rival)
+}
+
 /// Layout A of the model checks and the review: k1 has candidates (s1, s0)
 /// and sits in s0 with `v1`; k2 has (s0, s2); k3 sits in s2 with `v3`; s1
 /// is empty (with a cleared value, not 0). Written by node 0. Returns

@@ -4,12 +4,15 @@
 //! own node, in a fresh directory) and `tcp` (one `TcpFabric` per node,
 //! each serving on its own 127.0.0.1 port).
 
-use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
+use nessie::fabric::{
+    Fabric, FabricError, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions,
+};
 use nessie_check::conformance::{ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
 fn local(check: impl FnOnce(Factory<'_>)) {
@@ -51,18 +54,25 @@ fn open_shm_cluster(dir: PathBuf, cluster_id: u64, spec: &ClusterSpec) -> Vec<Ar
                 s.spawn(move || ShmFabric::open(&options))
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(node, h)| {
-                let fabric = h
-                    .join()
-                    .expect("opening thread")
-                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
-                Arc::new(fabric) as Arc<dyn Fabric>
-            })
-            .collect()
+        join_views(handles)
     })
+}
+
+/// The fabrics the opening threads return, one view per node in order.
+fn join_views<F: Fabric + 'static>(
+    handles: Vec<ScopedJoinHandle<'_, Result<F, FabricError>>>,
+) -> Vec<Arc<dyn Fabric>> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(node, h)| {
+            let fabric = h
+                .join()
+                .expect("opening thread")
+                .unwrap_or_else(|e| panic!("node {node}: {e}"));
+            Arc::new(fabric) as Arc<dyn Fabric>
+        })
+        .collect()
 }
 
 fn shm(check: impl FnOnce(Factory<'_>)) {
@@ -106,17 +116,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
                 s.spawn(move || TcpFabric::with_listener(&options, listener))
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(node, h)| {
-                let fabric = h
-                    .join()
-                    .expect("opening thread")
-                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
-                Arc::new(fabric) as Arc<dyn Fabric>
-            })
-            .collect()
+        join_views(handles)
     })
 }
 
