@@ -171,6 +171,24 @@ impl Script {
         self.cluster.client(0).expect("node 0")
     }
 
+    /// Writes `entries`, in order, from a direct client while `parker`
+    /// holds its first candidate (written first, deleted last), so that an
+    /// entry whose first candidate that is lands in a later one and the
+    /// slot is left empty with a cleared value. Returns the client.
+    ///
+    /// # Panics
+    /// If a write fails (a test bug).
+    #[must_use]
+    pub fn put_around_parked(&self, parker: &[u8], entries: &[(&[u8], &[u8])]) -> Client {
+        let mut c = self.direct_client();
+        c.put(parker, b"parked").unwrap();
+        for (k, v) in entries {
+            c.put(k, v).unwrap();
+        }
+        assert!(c.delete(parker).unwrap());
+        c
+    }
+
     /// Starts scripted client `id` on node 1 running `work`; it waits for
     /// the script.
     pub fn spawn<T: Send + 'static>(
@@ -308,6 +326,31 @@ impl Script {
     }
 }
 
+/// The race of the write tests: a script of two clients on two nodes of
+/// one index slot whose key holds `v1`; client 0 runs `owner` (which PUTs
+/// the key), client 1 runs `rival`, and the owner is stopped before its
+/// commit CAS. Returns the script, the key and both clients.
+///
+/// # Panics
+/// If the owner never reaches a commit.
+#[allow(clippy::type_complexity)]
+pub fn owner_stopped_before_commit<T: Send + 'static, U: Send + 'static>(
+    owner: impl FnOnce(&mut Client, &[u8]) -> T + Send + 'static,
+    rival: impl FnOnce(&mut Client, &[u8]) -> U + Send + 'static,
+) -> (Script, Vec<u8>, Joined<T>, Joined<U>) {
+    let script = Script::new(tiny_config(2, 1), 2);
+    let k = script.key_first("k-", 0);
+    script.direct_client().put(&k, b"v1").unwrap();
+    let (ka, kb) = (k.clone(), k.clone());
+    let owner = script.spawn(0, move |c| owner(c, &ka));
+    let rival = script.spawn(1, move |c| rival(c, &kb));
+    script
+        .sched
+        .run_until(0, state_cas())
+        .expect("the owner stops before its commit");
+    (script, k, owner, rival)
+}
+
 /// Layout A of the model checks and the review: k1 has candidates (s1, s0)
 /// and sits in s0 with `v1`; k2 has (s0, s2); k3 sits in s2 with `v3`; s1
 /// is empty (with a cleared value, not 0). Written by node 0. Returns
@@ -321,11 +364,7 @@ pub fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
     let k2 = script.key_with("k2-", &[0, 2]);
     let k3 = script.key_first("k3-", 2);
     let parker = script.key_first("t-", 1);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    c.put(&k3, b"v3").unwrap();
-    assert!(c.delete(&parker).unwrap());
+    let _c = script.put_around_parked(&parker, &[(&k1, b"v1"), (&k3, b"v3")]);
     assert!(script.ite(1).is_empty());
     assert_eq!(script.target(script.ite(0)).2, k1, "k1 sits in s0");
     assert_eq!(script.target(script.ite(2)).2, k3, "k3 sits in s2");

@@ -5,14 +5,15 @@
 //! each serving on its own 127.0.0.1 port).
 
 use nessie::fabric::{
-    Fabric, LocalFabric, Membership, ShmFabric, ShmOptions, TcpFabric, TcpOptions,
+    Fabric, FabricError, LocalFabric, Membership, ShmFabric, ShmOptions, TcpFabric, TcpOptions,
 };
 use nessie::layout::FORMAT_VERSION;
-use nessie_check::conformance::{self, ClusterSpec, Factory};
+use nessie_check::conformance::{ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
 fn local(check: impl FnOnce(Factory<'_>)) {
@@ -57,18 +58,25 @@ fn open_shm_cluster(dir: PathBuf, cluster_id: u64, spec: &ClusterSpec) -> Vec<Ar
                 s.spawn(move || ShmFabric::open(&options))
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(node, h)| {
-                let fabric = h
-                    .join()
-                    .expect("opening thread")
-                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
-                Arc::new(fabric) as Arc<dyn Fabric>
-            })
-            .collect()
+        join_views(handles)
     })
+}
+
+/// The fabrics the opening threads return, one view per node in order.
+fn join_views<F: Fabric + 'static>(
+    handles: Vec<ScopedJoinHandle<'_, Result<F, FabricError>>>,
+) -> Vec<Arc<dyn Fabric>> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(node, h)| {
+            let fabric = h
+                .join()
+                .expect("opening thread")
+                .unwrap_or_else(|e| panic!("node {node}: {e}"));
+            Arc::new(fabric) as Arc<dyn Fabric>
+        })
+        .collect()
 }
 
 fn shm(check: impl FnOnce(Factory<'_>)) {
@@ -115,17 +123,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
                 s.spawn(move || TcpFabric::with_listener(&options, listener))
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(node, h)| {
-                let fabric = h
-                    .join()
-                    .expect("opening thread")
-                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
-                Arc::new(fabric) as Arc<dyn Fabric>
-            })
-            .collect()
+        join_views(handles)
     })
 }
 
@@ -138,59 +136,17 @@ fn tcp(check: impl FnOnce(Factory<'_>)) {
     check(&make);
 }
 
-macro_rules! suite {
-    ($backend:ident) => {
-        mod $backend {
-            use super::*;
-
-            #[test]
-            fn every_view_reports_the_cluster_shape() {
-                $backend(conformance::check_shape);
-            }
-
-            #[test]
-            fn writes_are_read_back_through_every_view() {
-                $backend(conformance::check_read_write);
-            }
-
-            #[test]
-            fn cas_swaps_only_on_a_match_and_returns_the_old_value() {
-                $backend(conformance::check_cas);
-            }
-
-            #[test]
-            fn batches_execute_every_verb_and_write_results_back() {
-                $backend(conformance::check_batches);
-            }
-
-            #[test]
-            fn bad_verbs_fail_with_their_own_error_and_change_nothing() {
-                $backend(conformance::check_errors);
-            }
-
-            #[test]
-            fn concurrent_cas_increments_lose_nothing() {
-                $backend(|make| conformance::check_concurrent_cas(make, 4, 5_000));
-            }
-
-            #[test]
-            fn concurrent_writes_never_tear_a_word() {
-                $backend(|make| conformance::check_word_atomicity(make, 5_000));
-            }
-
-            #[test]
-            fn endpoints_count_verbs_bytes_and_round_trips() {
-                $backend(conformance::check_endpoint_counts);
-            }
-
-            #[test]
-            fn whole_suite_passes_on_one_factory() {
-                $backend(conformance::run_all);
-            }
-        }
-    };
+mod local {
+    use super::local;
+    nessie_check::fabric_conformance_tests!(local, threads: 4, per_thread: 5_000, rounds: 5_000);
 }
 
-suite!(local);
-suite!(shm);
-suite!(tcp);
+mod shm {
+    use super::shm;
+    nessie_check::fabric_conformance_tests!(shm, threads: 4, per_thread: 5_000, rounds: 5_000);
+}
+
+mod tcp {
+    use super::tcp;
+    nessie_check::fabric_conformance_tests!(tcp, threads: 4, per_thread: 5_000, rounds: 5_000);
+}

@@ -136,11 +136,7 @@ fn v3_reverse_pass_sees_a_repeated_empty_slot() {
     let k3 = script.key_with("k3-", &[0, 2]);
     let filler = script.key_first("f-", 2);
     let parker = script.key_first("t-", 0);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    c.put(&filler, b"f").unwrap();
-    assert!(c.delete(&parker).unwrap());
+    let _c = script.put_around_parked(&parker, &[(&k1, b"v1"), (&filler, b"f")]);
     let e0 = script.ite(0);
     assert!(e0.is_empty());
     assert_eq!(script.target(script.ite(1)).2, k1, "k1 sits in s1");
@@ -191,10 +187,7 @@ fn v4_anyone_restores_an_aborted_entry() {
     let k1 = script.key_with("k1-", &[0, 1]);
     let k2 = script.key_with("k2-", &[0, 1]);
     let parker = script.key_with("t-", &[0, 1]);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    assert!(c.delete(&parker).unwrap());
+    let _c = script.put_around_parked(&parker, &[(&k1, b"v1")]);
     assert_eq!(script.target(script.ite(1)).2, k1, "k1 sits in s1");
     let (k1a, k1b, k2a, k2b) = (k1.clone(), k1.clone(), k2.clone(), k2.clone());
     let c0 = script.spawn(0, move |c| c.put(&k1a, b"v2"));

@@ -255,12 +255,7 @@ fn helper_through_a_marker_restores_the_destination_its_aborter_left() {
     let k3 = script.key_first("k3-", 2);
     let k5 = script.key_first("k5-", 3);
     let parker = script.key_first("t-", 1);
-    let mut c = script.direct_client();
-    c.put(&parker, b"parked").unwrap();
-    c.put(&k3, b"v3").unwrap();
-    c.put(&k5, b"v5").unwrap();
-    c.put(&k1, b"v1").unwrap();
-    assert!(c.delete(&parker).unwrap());
+    let _c = script.put_around_parked(&parker, &[(&k3, b"v3"), (&k5, b"v5"), (&k1, b"v1")]);
     let s1_before = script.ite(1);
     assert!(
         s1_before.is_empty() && s1_before.0 != 0,

@@ -6,7 +6,9 @@
 use nessie::data::dte_addr;
 use nessie::layout::dte::{self, DteStatus};
 use nessie::{ChecksumPolicy, Config, RetryCounts};
-use nessie_check::scripted::{backoff, cas_at, dte_read, read_at, state_cas, tiny_config, Script};
+use nessie_check::scripted::{
+    backoff, cas_at, dte_read, owner_stopped_before_commit, read_at, state_cas, tiny_config, Script,
+};
 use nessie_check::sim::Point;
 use std::time::Duration;
 
@@ -77,16 +79,10 @@ fn a_cas_is_late_only_beyond_the_landing_bound() {
 /// meeting its entry backs off; a microsecond later it aborts the entry.
 #[test]
 fn an_owner_is_dead_strictly_after_its_death_time() {
-    let script = Script::new(tiny_config(2, 1), 2);
-    let k = script.key_first("k-", 0);
-    script.direct_client().put(&k, b"v1").unwrap();
-    let (ka, kb) = (k.clone(), k.clone());
-    let owner = script.spawn(0, move |c| (c.put(&ka, b"v2"), c.stats().put.retries));
-    let writer = script.spawn(1, move |c| (c.put(&kb, b"v3"), c.stats().put.retries));
-    script
-        .sched
-        .run_until(0, state_cas())
-        .expect("the owner stops before its commit");
+    let (script, k, owner, writer) = owner_stopped_before_commit(
+        |c, k| (c.put(k, b"v2"), c.stats().put.retries),
+        |c, k| (c.put(k, b"v3"), c.stats().put.retries),
+    );
     let (_, h, _) = script.target(script.ite(0));
     assert_eq!(h.state.status(), DteStatus::Invalid);
     let c = script.config();

@@ -118,60 +118,14 @@ fn verbs(check: impl FnOnce(Factory<'_>)) {
     check(&make);
 }
 
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn every_view_reports_the_cluster_shape() {
-    verbs(conformance::check_shape);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn writes_are_read_back_through_every_view() {
-    verbs(conformance::check_read_write);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn cas_swaps_only_on_a_match_and_returns_the_old_value() {
-    verbs(conformance::check_cas);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn batches_execute_every_verb_and_write_results_back() {
-    verbs(conformance::check_batches);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn bad_verbs_fail_with_their_own_error_and_change_nothing() {
-    verbs(conformance::check_errors);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn concurrent_cas_increments_lose_nothing() {
-    // More threads than lanes: some threads share queue pairs.
-    verbs(|make| conformance::check_concurrent_cas(make, 6, 300));
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn concurrent_writes_never_tear_a_word() {
-    verbs(|make| conformance::check_word_atomicity(make, 300));
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn endpoints_count_verbs_bytes_and_round_trips() {
-    verbs(conformance::check_endpoint_counts);
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn whole_suite_passes_on_one_factory() {
-    verbs(conformance::run_all);
-}
+// More threads than lanes: some threads share queue pairs.
+nessie_check::fabric_conformance_tests!(
+    verbs,
+    threads: 6,
+    per_thread: 300,
+    rounds: 300,
+    #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+);
 
 #[test]
 fn a_missing_device_is_a_typed_error() {

@@ -2,7 +2,7 @@
 //! of a link CAS does, and how back-off delays grow while an owner works.
 
 use nessie::RetryCounts;
-use nessie_check::scripted::{backoff, cas_at, tiny_config, Script};
+use nessie_check::scripted::{backoff, cas_at, owner_stopped_before_commit, tiny_config, Script};
 
 /// Two PUTs of different keys both want the empty s0. The one that links
 /// second loses its CAS, counts it, and retries into its other candidate.
@@ -43,16 +43,8 @@ fn the_loser_of_a_link_race_retries_into_another_candidate() {
 /// to 2 ms. Virtual time between its back-offs shows the growth.
 #[test]
 fn back_off_delays_double_while_an_owner_works() {
-    let script = Script::new(tiny_config(2, 1), 2);
-    let k = script.key_first("k-", 0);
-    script.direct_client().put(&k, b"v1").unwrap();
-    let (ka, kb) = (k.clone(), k.clone());
-    let owner = script.spawn(0, move |c| c.put(&ka, b"v2"));
-    let writer = script.spawn(1, move |c| c.put(&kb, b"v3"));
-    script
-        .sched
-        .run_until(0, nessie_check::scripted::state_cas())
-        .expect("the owner stops before its commit");
+    let (script, _, owner, writer) =
+        owner_stopped_before_commit(|c, k| c.put(k, b"v2"), |c, k| c.put(k, b"v3"));
     let mut woke = Vec::new();
     for _ in 0..10 {
         script
@@ -82,16 +74,10 @@ fn back_off_delays_double_while_an_owner_works() {
 /// entry it replaces (`prev`), without backing off.
 #[test]
 fn a_get_answers_from_the_previous_version_of_a_put_in_progress() {
-    let script = Script::new(tiny_config(2, 1), 2);
-    let k = script.key_first("k-", 0);
-    script.direct_client().put(&k, b"v1").unwrap();
-    let (ka, kb) = (k.clone(), k.clone());
-    let owner = script.spawn(0, move |c| c.put(&ka, b"v2"));
-    let reader = script.spawn(1, move |c| (c.get(&kb), c.stats().get.retries));
-    script
-        .sched
-        .run_until(0, nessie_check::scripted::state_cas())
-        .expect("the owner stops before its commit");
+    let (script, _, owner, reader) = owner_stopped_before_commit(
+        |c, k| c.put(k, b"v2"),
+        |c, k| (c.get(k), c.stats().get.retries),
+    );
     script.sched.run_to_end(1);
     let (got, retries) = reader.join().unwrap().unwrap();
     assert_eq!(got.unwrap().as_deref(), Some(&b"v1"[..]));

@@ -127,26 +127,38 @@ fn baselines(c: &mut Criterion) {
         drop((reader, writer, nodes));
         let _ = std::fs::remove_dir_all(config.shm_dir());
     }
-    {
-        let config = config("sd");
-        let nodes = start_all(&config, nessie_sd::Node::start);
-        let mut client = nodes[0].client().unwrap();
-        let keys = remote_keys(client.table());
-        bench_store(c, "sd", &mut client, None, &keys);
-        drop(client);
-        drop(nodes);
-        let _ = std::fs::remove_dir_all(config.shm_dir());
-    }
-    {
-        let config = config("hy");
-        let nodes = start_all(&config, nessie_hy::Node::start);
-        let mut client = nodes[0].client().unwrap();
-        let keys = remote_keys(client.table());
-        bench_store(c, "hy", &mut client, None, &keys);
-        drop(client);
-        drop(nodes);
-        let _ = std::fs::remove_dir_all(config.shm_dir());
-    }
+    bench_baseline(
+        c,
+        "sd",
+        nessie_sd::Node::start,
+        |n| n.client(),
+        |c| remote_keys(c.table()),
+    );
+    bench_baseline(
+        c,
+        "hy",
+        nessie_hy::Node::start,
+        |n| n.client(),
+        |c| remote_keys(c.table()),
+    );
+}
+
+/// Benchmarks a baseline from a client on node 0, on keys homed on node 1.
+fn bench_baseline<N: Send, C: KvClient>(
+    c: &mut Criterion,
+    name: &str,
+    start: fn(Config, usize) -> Result<N, nessie::Error>,
+    client: impl Fn(&N) -> Result<C, nessie::Error>,
+    keys: impl Fn(&C) -> Vec<String>,
+) {
+    let config = config(name);
+    let nodes = start_all(&config, start);
+    let mut client = client(&nodes[0]).unwrap();
+    let keys = keys(&client);
+    bench_store(c, name, &mut client, None, &keys);
+    drop(client);
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(config.shm_dir());
 }
 
 criterion_group! {

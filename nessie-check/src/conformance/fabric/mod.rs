@@ -1,0 +1,455 @@
+//! A conformance suite for [`Fabric`] backends.
+//!
+//! Every check takes a [`Factory`]: a function that builds a fresh cluster
+//! of the requested shape and returns one view of it per node (for an
+//! in-process backend the same fabric for every node; for a multi-process
+//! backend each view is opened as its own node). A view `v` is used as node
+//! `v`: data written through one view must be visible through every other.
+//! Checks panic with a message on the first deviation, like the assertions
+//! of a test; [`run_all`] runs every one of them.
+//!
+//! What the suite holds a backend to:
+//!
+//! * fresh regions read as zeros; READ returns what the latest WRITE or CAS
+//!   stored, through any view, at any word-aligned offset and length;
+//! * CAS swaps only when the word holds `expected`, returns the old value
+//!   either way, and sees the word as the little-endian `u64` that READ and
+//!   WRITE move;
+//! * [`Fabric::post`] executes every verb of a batch, writing READ results
+//!   into their buffers and CAS results into `old`;
+//! * out-of-bounds, misaligned, unknown-node and unknown-region verbs fail
+//!   with the matching [`FabricError`] variant, carrying the verb's
+//!   coordinates, and change nothing;
+//! * concurrent CAS increments from several threads (and views) lose none;
+//! * concurrent WRITEs and READs never tear an 8-byte word;
+//! * an [`Endpoint`](nessie::fabric::Endpoint) counts verbs, bytes, round trips and local/remote
+//!   targets exactly.
+
+use nessie::fabric::{Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, Verb};
+use nessie::layout::region;
+use std::sync::Arc;
+
+mod concurrency;
+mod counts;
+mod errors;
+
+pub use concurrency::{check_concurrent_cas, check_word_atomicity};
+pub use counts::check_endpoint_counts;
+pub use errors::check_errors;
+
+/// The shape of a cluster a check asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Regions every node registers.
+    pub regions: Vec<RegionSpec>,
+}
+
+/// Builds a fresh cluster of the given shape (zeroed memory, no state shared
+/// with earlier clusters) and returns one view per node, in node order.
+pub type Factory<'a> = &'a dyn Fn(&ClusterSpec) -> Vec<Arc<dyn Fabric>>;
+
+/// The index-like region of the suite's clusters.
+pub const SMALL: RegionId = region::INDEX;
+/// The data-like region of the suite's clusters.
+pub const LARGE: RegionId = region::data(0);
+/// Bytes of [`SMALL`].
+pub const SMALL_LEN: u64 = 4096;
+/// Bytes of [`LARGE`].
+pub const LARGE_LEN: u64 = 64 * 1024;
+
+/// The cluster every check of the suite uses: three nodes, each with a
+/// [`SMALL`] and a [`LARGE`] region.
+#[must_use]
+pub fn suite_spec() -> ClusterSpec {
+    ClusterSpec {
+        nodes: 3,
+        regions: vec![
+            RegionSpec {
+                id: SMALL,
+                len: SMALL_LEN,
+            },
+            RegionSpec {
+                id: LARGE,
+                len: LARGE_LEN,
+            },
+        ],
+    }
+}
+
+fn cluster(make: Factory<'_>) -> Vec<Arc<dyn Fabric>> {
+    let spec = suite_spec();
+    let views = make(&spec);
+    assert_eq!(
+        views.len(),
+        spec.nodes,
+        "the factory returns one view per node"
+    );
+    views
+}
+
+/// A byte pattern that differs at every offset and for every `seed`.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read_vec(f: &dyn Fabric, addr: RemoteAddr, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xa5; len];
+    f.read(addr, &mut buf)
+        .unwrap_or_else(|e| panic!("READ of {len} bytes at {addr}: {e}"));
+    buf
+}
+
+fn read_u64(f: &dyn Fabric, addr: RemoteAddr) -> u64 {
+    let b = read_vec(f, addr, 8);
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
+}
+
+/// Every view reports the cluster's size and every region's length, and
+/// nothing for regions or nodes that do not exist.
+///
+/// # Panics
+/// On any deviation.
+pub fn check_shape(make: Factory<'_>) {
+    let spec = suite_spec();
+    for (v, view) in cluster(make).iter().enumerate() {
+        assert_eq!(view.nodes(), spec.nodes, "view {v}: nodes()");
+        for node in 0..spec.nodes {
+            for r in &spec.regions {
+                assert_eq!(
+                    view.region_len(node, r.id),
+                    Some(r.len),
+                    "view {v}: node {node} {}",
+                    r.id
+                );
+            }
+            assert_eq!(
+                view.region_len(node, region::data(9)),
+                None,
+                "view {v}: unregistered region"
+            );
+        }
+        assert_eq!(
+            view.region_len(spec.nodes, SMALL),
+            None,
+            "view {v}: node past the cluster"
+        );
+    }
+}
+
+/// Fresh regions read as zeros; WRITEs through any view are visible to
+/// READs through every view, exactly, at word granularity, without
+/// disturbing neighbouring words.
+///
+/// # Panics
+/// On any deviation.
+pub fn check_read_write(make: Factory<'_>) {
+    let views = cluster(make);
+    let nodes = views.len();
+    for (v, view) in views.iter().enumerate() {
+        for node in 0..nodes {
+            assert!(
+                read_vec(&**view, RemoteAddr::new(node, LARGE, 0), LARGE_LEN as usize)
+                    .iter()
+                    .all(|&b| b == 0),
+                "view {v}: node {node}'s fresh region reads as zeros"
+            );
+        }
+    }
+    // Each view writes a distinct block into every node's region.
+    for (v, view) in views.iter().enumerate() {
+        for node in 0..nodes {
+            let addr = RemoteAddr::new(node, LARGE, 4096 * v as u64 + 8);
+            let data = pattern(992, (v * nodes + node) as u8);
+            view.write(addr, &data)
+                .unwrap_or_else(|e| panic!("view {v}: WRITE at {addr}: {e}"));
+        }
+    }
+    for (r, reader) in views.iter().enumerate() {
+        for (v, _) in views.iter().enumerate() {
+            for node in 0..nodes {
+                let base = RemoteAddr::new(node, LARGE, 4096 * v as u64);
+                let got = read_vec(&**reader, base, 1008);
+                let data = pattern(992, (v * nodes + node) as u8);
+                assert_eq!(
+                    &got[..8],
+                    &[0; 8],
+                    "view {r}: word before the block untouched"
+                );
+                assert_eq!(
+                    &got[8..1000],
+                    &data[..],
+                    "view {r}: block written by view {v} at {base}"
+                );
+                assert_eq!(
+                    &got[1000..],
+                    &[0; 8],
+                    "view {r}: word after the block untouched"
+                );
+                // A word-aligned slice in the middle of the block.
+                let mid = read_vec(&**reader, base.add(8 + 8 * 17), 8 * 5);
+                assert_eq!(
+                    mid,
+                    &data[8 * 17..8 * 22],
+                    "view {r}: sub-read of view {v}'s block"
+                );
+            }
+        }
+    }
+    // Overwrites replace exactly the words written; the first and last word
+    // of a region are reachable.
+    let (first, last) = (views[0].clone(), views[nodes - 1].clone());
+    let end = RemoteAddr::new(1, SMALL, SMALL_LEN - 16);
+    first
+        .write(end, &[1u8; 16])
+        .expect("WRITE at the region's end");
+    last.write(end.add(8), &[2u8; 8])
+        .expect("WRITE of the last word");
+    assert_eq!(read_vec(&*first, end, 16), [[1u8; 8], [2u8; 8]].concat());
+    last.write(RemoteAddr::new(1, SMALL, 0), &[3u8; 8])
+        .expect("WRITE of the first word");
+    assert_eq!(
+        read_vec(&*first, RemoteAddr::new(1, SMALL, 0), 16),
+        [[3u8; 8], [0u8; 8]].concat()
+    );
+    // Regions of one node are distinct memory.
+    assert!(
+        read_vec(&*first, RemoteAddr::new(1, LARGE, LARGE_LEN - 16), 16)
+            .iter()
+            .all(|&b| b == 0)
+    );
+}
+
+/// CAS swaps only on a match, returns the old value either way, and agrees
+/// with READ and WRITE on the little-endian encoding of the word.
+///
+/// # Panics
+/// On any deviation.
+pub fn check_cas(make: Factory<'_>) {
+    let views = cluster(make);
+    let nodes = views.len();
+    for (v, view) in views.iter().enumerate() {
+        for node in 0..nodes {
+            let w = RemoteAddr::new(node, SMALL, 8 * (1 + v as u64));
+            let tag = 0x0102_0304_0506_0700 | (v * nodes + node) as u64;
+            assert_eq!(
+                view.cas(w, 0, tag).expect("CAS"),
+                0,
+                "view {v}: CAS on a fresh word returns 0"
+            );
+            assert_eq!(
+                view.cas(w, 0, 99).expect("CAS"),
+                tag,
+                "view {v}: failed CAS returns the current value"
+            );
+            for (r, reader) in views.iter().enumerate() {
+                assert_eq!(
+                    read_u64(&**reader, w),
+                    tag,
+                    "view {r}: READ sees view {v}'s CAS at {w}"
+                );
+            }
+            assert_eq!(
+                read_vec(&**view, w, 8),
+                tag.to_le_bytes(),
+                "CAS'd words are little-endian"
+            );
+            let other = &views[(v + 1) % nodes];
+            assert_eq!(
+                other.cas(w, tag, !tag).expect("CAS"),
+                tag,
+                "CAS from another view"
+            );
+            assert_eq!(read_u64(&**view, w), !tag);
+        }
+    }
+    // WRITE then CAS: the CAS sees the written little-endian word.
+    let w = RemoteAddr::new(2, LARGE, 512);
+    views[0]
+        .write(w, &0xdead_beef_u64.to_le_bytes())
+        .expect("WRITE");
+    assert_eq!(views[1].cas(w, 0xdead_beef, 7).expect("CAS"), 0xdead_beef);
+    assert_eq!(read_u64(&*views[2], w), 7);
+    // A failed CAS leaves the word alone.
+    assert_eq!(views[2].cas(w, 8, 9).expect("CAS"), 7);
+    assert_eq!(read_u64(&*views[0], w), 7);
+    // Extreme values survive the round trip.
+    for value in [u64::MAX, 1 << 63, 1] {
+        let old = read_u64(&*views[0], w);
+        assert_eq!(views[0].cas(w, old, value).expect("CAS"), old);
+        assert_eq!(read_u64(&*views[1], w), value);
+    }
+}
+
+/// [`Fabric::post`] executes every verb of a batch across nodes and
+/// regions, writes READ results into their buffers and CAS old values into
+/// `old`; an empty batch does nothing.
+///
+/// # Panics
+/// On any deviation.
+pub fn check_batches(make: Factory<'_>) {
+    let views = cluster(make);
+    let words: Vec<RemoteAddr> = (0..3).map(|n| RemoteAddr::new(n, SMALL, 64)).collect();
+    for (n, w) in words.iter().enumerate() {
+        views[n].cas(*w, 0, 100 + n as u64).expect("CAS");
+    }
+    let data = pattern(256, 9);
+    views[2]
+        .write(RemoteAddr::new(2, LARGE, 1024), &data)
+        .expect("WRITE");
+    let to_write = pattern(64, 77);
+    let (mut a, mut b, mut c) = ([0u8; 8], vec![0u8; 256], [0u8; 16]);
+    let mut batch = [
+        Verb::Read {
+            addr: words[1],
+            buf: &mut a,
+        },
+        Verb::Cas {
+            addr: words[0],
+            expected: 100,
+            new: 200,
+            old: 12345,
+        },
+        Verb::Read {
+            addr: RemoteAddr::new(2, LARGE, 1024),
+            buf: &mut b,
+        },
+        Verb::Cas {
+            addr: words[2],
+            expected: 5,
+            new: 6,
+            old: 12345,
+        },
+        Verb::Write {
+            addr: RemoteAddr::new(1, LARGE, 8),
+            data: &to_write,
+        },
+        Verb::Read {
+            addr: RemoteAddr::new(0, LARGE, 0),
+            buf: &mut c,
+        },
+    ];
+    views[0].post(&mut batch).expect("batch");
+    assert!(
+        matches!(batch[1], Verb::Cas { old: 100, .. }),
+        "successful CAS reports its old value: {:?}",
+        batch[1]
+    );
+    assert!(
+        matches!(batch[3], Verb::Cas { old: 102, .. }),
+        "failed CAS reports the current value: {:?}",
+        batch[3]
+    );
+    assert_eq!(u64::from_le_bytes(a), 101, "READ result written back");
+    assert_eq!(b, data, "READ result written back");
+    assert_eq!(c, [0; 16]);
+    assert_eq!(
+        read_u64(&*views[2], words[0]),
+        200,
+        "batched CAS took effect"
+    );
+    assert_eq!(
+        read_u64(&*views[1], words[2]),
+        102,
+        "failed batched CAS changed nothing"
+    );
+    assert_eq!(
+        read_vec(&*views[2], RemoteAddr::new(1, LARGE, 8), 64),
+        to_write,
+        "batched WRITE took effect"
+    );
+    views[1].post(&mut []).expect("an empty batch");
+    // A batch of one verb of each kind.
+    let mut one = [0u8; 8];
+    views[1]
+        .post(&mut [Verb::Read {
+            addr: words[0],
+            buf: &mut one,
+        }])
+        .expect("batch of one");
+    assert_eq!(u64::from_le_bytes(one), 200);
+    let mut single = [Verb::Cas {
+        addr: words[0],
+        expected: 200,
+        new: 201,
+        old: 0,
+    }];
+    views[2].post(&mut single).expect("batch of one");
+    assert!(matches!(single[0], Verb::Cas { old: 200, .. }));
+    // A batch that fails reports an error.
+    let mut buf = [0u8; 8];
+    let mut bad = [
+        Verb::Read {
+            addr: words[0],
+            buf: &mut buf,
+        },
+        Verb::Cas {
+            addr: RemoteAddr::new(0, SMALL, 3),
+            expected: 0,
+            new: 1,
+            old: 0,
+        },
+    ];
+    assert!(
+        matches!(
+            views[0].post(&mut bad),
+            Err(FabricError::Misaligned { offset: 3, .. })
+        ),
+        "a batch with a misaligned verb fails"
+    );
+}
+
+/// Runs every check of the suite, with a modest amount of concurrency.
+///
+/// # Panics
+/// On the first deviation.
+pub fn run_all(make: Factory<'_>) {
+    check_shape(make);
+    check_read_write(make);
+    check_cas(make);
+    check_batches(make);
+    check_errors(make);
+    check_concurrent_cas(make, 4, 2_000);
+    check_word_atomicity(make, 2_000);
+    check_endpoint_counts(make);
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Defines one `#[test]` per check of the fabric suite, each running the
+/// check through `$backend`, a `fn(impl FnOnce(Factory<'_>))` that builds
+/// the backend's clusters. The concurrent checks use `$threads` threads of
+/// `$per_thread` CAS increments and `$rounds` rounds of writes; further
+/// attributes (such as `#[ignore = "..."]`) go on every test.
+#[macro_export]
+macro_rules! fabric_conformance_tests {
+    ($backend:ident, threads: $threads:expr, per_thread: $per_thread:expr, rounds: $rounds:expr $(, #[$attr:meta])*) => {
+        $crate::fabric_conformance_tests!(@each $backend [$(#[$attr])*]
+            every_view_reports_the_cluster_shape: $crate::conformance::check_shape;
+            writes_are_read_back_through_every_view: $crate::conformance::check_read_write;
+            cas_swaps_only_on_a_match_and_returns_the_old_value: $crate::conformance::check_cas;
+            batches_execute_every_verb_and_write_results_back: $crate::conformance::check_batches;
+            bad_verbs_fail_with_their_own_error_and_change_nothing: $crate::conformance::check_errors;
+            concurrent_cas_increments_lose_nothing:
+                |make| $crate::conformance::check_concurrent_cas(make, $threads, $per_thread);
+            concurrent_writes_never_tear_a_word:
+                |make| $crate::conformance::check_word_atomicity(make, $rounds);
+            endpoints_count_verbs_bytes_and_round_trips: $crate::conformance::check_endpoint_counts;
+            whole_suite_passes_on_one_factory: $crate::conformance::run_all;
+        );
+    };
+    (@each $backend:ident $attrs:tt $($name:ident: $check:expr;)*) => {
+        $($crate::fabric_conformance_tests!(@one $backend $attrs $name $check);)*
+    };
+    (@one $backend:ident [$(#[$attr:meta])*] $name:ident $check:expr) => {
+        #[test]
+        $(#[$attr])*
+        fn $name() {
+            $backend($check);
+        }
+    };
+}

@@ -1,0 +1,264 @@
+//! The fabric of the simulation: yields before every verb, tears verbs,
+//! injects transport errors, and watches stage WRITEs.
+
+use super::{Injected, Point, PointInfo, Scheduler};
+use nessie::data::Geometry;
+use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
+use nessie::layout::dte::EXPIRES_AT_OFFSET;
+use nessie::layout::region;
+use nessie::layout::Ite;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A READ in progress in pieces.
+#[derive(Debug)]
+struct Inflight {
+    id: u64,
+    addr: RemoteAddr,
+    len: u64,
+    torn: bool,
+}
+
+/// A fabric that yields to the scheduler before every verb and every piece
+/// of a torn verb, and injects transport errors. Given the tables'
+/// geometry, it also watches every stage WRITE: an `expires_at` written
+/// over a non-zero one stages an incarnation twice, which the recycling
+/// rules forbid (a second stage can land after the slot's reuse and stamp
+/// its next occupant: review F4).
+#[derive(Debug)]
+pub struct SimFabric {
+    inner: Arc<dyn Fabric>,
+    sched: Arc<Scheduler>,
+    land_by: bool,
+    geometry: Option<Geometry>,
+    inflight: Mutex<(u64, Vec<Inflight>)>,
+}
+
+/// Takes a torn READ out of the in-flight list when it ends, however.
+struct InflightGuard<'a> {
+    fabric: &'a SimFabric,
+    id: u64,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let torn = {
+            let mut list = self.fabric.inflight();
+            let i = list.1.iter().position(|r| r.id == self.id);
+            i.is_some_and(|i| list.1.swap_remove(i).torn)
+        };
+        if torn {
+            self.fabric.sched.count(|c| c.torn_reads += 1);
+        }
+    }
+}
+
+fn overlaps(a: RemoteAddr, a_len: u64, b: RemoteAddr, b_len: u64) -> bool {
+    a.node == b.node
+        && a.region == b.region
+        && a.offset < b.offset + b_len
+        && b.offset < a.offset + a_len
+}
+
+fn injected(node: NodeId) -> FabricError {
+    FabricError::Disconnected {
+        node,
+        source: std::io::Error::other("simulated transport error"),
+    }
+}
+
+impl SimFabric {
+    /// Wraps `inner`. With `land_by`, CASes carry a land-by time that the
+    /// target checks on its wall clock, as the `tcp` fabric does.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Fabric>, sched: Arc<Scheduler>, land_by: bool) -> SimFabric {
+        SimFabric {
+            inner,
+            sched,
+            land_by,
+            geometry: None,
+            inflight: Mutex::new((0, Vec::new())),
+        }
+    }
+
+    /// Watches stage WRITEs on tables of this geometry (see the type's
+    /// docs).
+    #[must_use]
+    pub fn watching_stages(mut self, geometry: Geometry) -> SimFabric {
+        self.geometry = Some(geometry);
+        self
+    }
+
+    /// Tells the scheduler when a READ of the index returned a MIGRATE
+    /// marker.
+    fn note_critical(&self, addr: RemoteAddr, buf: &[u8]) {
+        let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        if addr.region == region::INDEX && buf.chunks_exact(8).any(|w| Ite(word(w)).is_moved()) {
+            self.sched.saw_critical();
+        }
+    }
+
+    /// Reports a WRITE that stages an already staged DTE.
+    fn check_stage(&self, addr: RemoteAddr, data: &[u8]) {
+        let Some(g) = &self.geometry else { return };
+        let Some(class) = region::data_class(addr.region) else {
+            return;
+        };
+        let slot_bytes = g.slot_bytes(class) as u64;
+        if data.len() != 8
+            || slot_bytes == 0
+            || addr.offset % slot_bytes != EXPIRES_AT_OFFSET as u64
+        {
+            return;
+        }
+        let mut w = [0u8; 8];
+        if self.inner.read(addr, &mut w).is_ok() && u64::from_le_bytes(w) != 0 {
+            self.sched.violation(format!(
+                "DOUBLE-STAGE: the DTE at {addr} (slot {}) is staged again (expires_at was {})",
+                addr.offset / slot_bytes,
+                u64::from_le_bytes(w)
+            ));
+        }
+    }
+
+    fn inflight(&self) -> MutexGuard<'_, (u64, Vec<Inflight>)> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks every READ in progress over `addr..addr+len` as torn.
+    fn wrote(&self, addr: RemoteAddr, len: u64) {
+        for r in &mut self.inflight().1 {
+            if overlaps(r.addr, r.len, addr, len) {
+                r.torn = true;
+            }
+        }
+    }
+
+    fn do_cas(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by: Option<u64>,
+    ) -> Result<u64, FabricError> {
+        self.sched.point(PointInfo {
+            kind: Point::Cas,
+            addr: Some(addr),
+            expected,
+            new,
+        });
+        let fault = self.sched.transport_fault(Point::Cas);
+        if fault == Some(Injected::Before) {
+            return Err(injected(addr.node));
+        }
+        if let Some(by) = land_by {
+            let now = self.sched.wall(addr.node);
+            if now > by {
+                self.sched.count(|c| c.late_cas_refused += 1);
+                return Err(FabricError::LateCas {
+                    node: addr.node,
+                    late_us: now - by,
+                });
+            }
+        }
+        let old = self.inner.cas(addr, expected, new)?;
+        if old == expected {
+            self.wrote(addr, 8);
+        }
+        if fault == Some(Injected::After) {
+            return Err(injected(addr.node));
+        }
+        Ok(old)
+    }
+}
+
+impl Fabric for SimFabric {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.sched.point(PointInfo::verb(Point::Read, addr));
+        if self.sched.transport_fault(Point::Read).is_some() {
+            return Err(injected(addr.node));
+        }
+        let cuts = self.sched.cuts(buf.len() / 8);
+        if cuts.is_empty() {
+            self.inner.read(addr, buf)?;
+            self.note_critical(addr, buf);
+            return Ok(());
+        }
+        let id = {
+            let mut list = self.inflight();
+            list.0 += 1;
+            let id = list.0;
+            list.1.push(Inflight {
+                id,
+                addr,
+                len: buf.len() as u64,
+                torn: false,
+            });
+            id
+        };
+        let _guard = InflightGuard { fabric: self, id };
+        let mut from = 0;
+        for end in cuts.into_iter().map(|w| w * 8).chain([buf.len()]) {
+            if from > 0 {
+                self.sched
+                    .point(PointInfo::verb(Point::Read, addr.add(from as u64)));
+            }
+            self.inner
+                .read(addr.add(from as u64), &mut buf[from..end])?;
+            from = end;
+        }
+        self.note_critical(addr, buf);
+        Ok(())
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.sched.point(PointInfo::verb(Point::Write, addr));
+        let fault = self.sched.transport_fault(Point::Write);
+        if fault == Some(Injected::Before) {
+            return Err(injected(addr.node));
+        }
+        self.check_stage(addr, data);
+        let cuts = self.sched.cuts(data.len() / 8);
+        let mut from = 0;
+        for end in cuts.into_iter().map(|w| w * 8).chain([data.len()]) {
+            if from > 0 {
+                self.sched
+                    .point(PointInfo::verb(Point::Write, addr.add(from as u64)));
+            }
+            self.inner.write(addr.add(from as u64), &data[from..end])?;
+            self.wrote(addr.add(from as u64), (end - from) as u64);
+            from = end;
+        }
+        if fault == Some(Injected::After) {
+            return Err(injected(addr.node));
+        }
+        Ok(())
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.do_cas(addr, expected, new, None)
+    }
+
+    fn cas_by(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
+        self.do_cas(addr, expected, new, self.land_by.then_some(land_by_us))
+    }
+
+    fn enforces_land_by(&self) -> bool {
+        self.land_by
+    }
+}

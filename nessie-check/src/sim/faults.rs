@@ -1,0 +1,323 @@
+//! What can go wrong at a yield point, and the scheduler's draws of it.
+
+use super::scheduler::{Run, Scheduler, State};
+use super::{Crashed, Point, PointInfo, Role, SIM_ID};
+use nessie::layout::dte::DteState;
+use nessie::layout::region;
+use nessie::layout::Ite;
+use rand::Rng;
+use std::cell::Cell;
+use std::sync::MutexGuard;
+
+/// Fault injection settings (probabilities per yield point or verb).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Faults {
+    /// Probability that a client crashes at a yield point.
+    pub crash: f64,
+    /// Most clients that may crash in one run.
+    pub max_crashes: usize,
+    /// Probability that the running thread stalls at a yield point.
+    pub stall: f64,
+    /// Longest stall before a READ, a WRITE or a back-off (µs).
+    pub stall_max_us: u64,
+    /// Longest stall before a client's CAS (µs): the landing bound.
+    pub cas_stall_max_us: u64,
+    /// How long a stall must be to make its thread a zombie (`op_timeout +
+    /// 2·max_clock_skew`): half the stall lengths are drawn from just
+    /// above it, where a late CAS races its helpers.
+    pub dead_after_us: u64,
+    /// Probability of a zombie stall (from the zombie window up to the
+    /// landing bound) before a *critical* CAS: one that installs, clears or
+    /// restores a MIGRATE marker, or commits or aborts a MIGRATE copy. Real
+    /// preemption strikes any verb; the simulator strikes these more often
+    /// because the recycling rules hinge on them.
+    pub critical_stall: f64,
+    /// Probability that a client crashes before a critical CAS (within
+    /// `max_crashes`).
+    pub critical_crash: f64,
+    /// After a client *reads* a MIGRATE marker, each of its next few READs
+    /// stalls with `critical_stall`: between seeing a marker and acting on
+    /// it, a helper races the zombie that installed it and the other
+    /// helpers.
+    pub watch_reads: bool,
+    /// Priority scheduling (after PCT, Burckhardt et al. 2010), chosen per
+    /// seed with this probability instead of a uniform pick: every thread
+    /// gets a random priority, the highest ready one runs, and at each
+    /// point the running thread's priority is redrawn with probability
+    /// `priority_change`. It produces long solo runs of one thread while
+    /// another waits at an arbitrary verb, the shape of most races.
+    pub priority_runs: f64,
+    /// See `priority_runs`.
+    pub priority_change: f64,
+    /// Probability that a READ or WRITE of two words or more executes in
+    /// pieces.
+    pub tear: f64,
+    /// Probability that a verb fails with a transport error.
+    pub transport: f64,
+    /// Probability per yield point that a random node's wall clock steps.
+    pub clock_step: f64,
+    /// Largest distance of a node's wall clock from virtual time (µs).
+    pub clock_offset_max_us: u64,
+    /// Crash client `.0` right before its yield point number `.1`.
+    pub crash_at: Option<(usize, u64)>,
+    /// Stall client `.0` at its yield point number `.1` for `.2` µs.
+    pub stall_at: Option<(usize, u64, u64)>,
+}
+
+impl Faults {
+    /// No faults.
+    #[must_use]
+    pub fn none() -> Faults {
+        Faults {
+            crash: 0.0,
+            max_crashes: 0,
+            stall: 0.0,
+            stall_max_us: 0,
+            cas_stall_max_us: 0,
+            dead_after_us: 0,
+            critical_stall: 0.0,
+            critical_crash: 0.0,
+            watch_reads: false,
+            priority_runs: 0.0,
+            priority_change: 0.0,
+            tear: 0.0,
+            transport: 0.0,
+            clock_step: 0.0,
+            clock_offset_max_us: 0,
+            crash_at: None,
+            stall_at: None,
+        }
+    }
+}
+
+/// How a verb fails with a transport error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injected {
+    /// Before it executed.
+    Before,
+    /// After it executed (the caller cannot tell).
+    After,
+}
+
+impl Scheduler {
+    /// A yield point of the calling thread. Panics with [`Crashed`] when the
+    /// scheduler crashes the client here.
+    pub fn point(&self, info: PointInfo) {
+        let Some(me) = SIM_ID.with(Cell::get) else {
+            return;
+        };
+        let mut s = self.lock();
+        s.points[me] += 1;
+        if s.scripted {
+            self.scripted_point(s, me, info);
+            return;
+        }
+        s.counts.steps += 1;
+        let tick = s.rng.gen_range(1..=4);
+        s.now += tick;
+        if s.counts.steps >= s.max_steps {
+            // Out of budget: crash everyone so the run ends; the runner
+            // reports the exhaustion.
+            drop(s);
+            std::panic::panic_any(Crashed);
+        }
+        let client = s.roles[me] == Role::Client;
+        let hot = s.hot[me] > 0;
+        if hot {
+            s.hot[me] -= 1;
+        }
+        let critical_cas = client && is_critical(&info);
+        let critical = critical_cas || (client && hot && info.kind == Point::Read);
+        if Self::draw_crash(&mut s, me, &info, critical_cas) {
+            s.counts.crashes += 1;
+            drop(s);
+            std::panic::panic_any(Crashed);
+        }
+        let stall = Self::draw_stall(&mut s, me, &info, critical);
+        if stall > 0 {
+            s.counts.stalls += 1;
+            if info.kind == Point::Cas {
+                s.counts.cas_stalls += 1;
+            }
+            let until = match s.threads[me] {
+                // A back-off sleep that also stalls ends at the later time.
+                Run::Waiting(u) => u.max(s.now + stall),
+                _ => s.now + stall,
+            };
+            s.threads[me] = Run::Waiting(until);
+        }
+        Self::draw_schedule_changes(&mut s, me);
+        Self::pick(&mut s);
+        self.turn.notify_all();
+        drop(self.wait_turn(s, me));
+    }
+
+    /// A yield point in scripted mode: one step of virtual time, and a stop
+    /// where the driver asked for one.
+    fn scripted_point(&self, mut s: MutexGuard<'_, State>, me: usize, info: PointInfo) {
+        s.counts.steps += 1;
+        s.now += 1;
+        if let Run::Waiting(until) = s.threads[me] {
+            // A back-off sleep: time passes, the client goes on.
+            s.now = s.now.max(until);
+            s.threads[me] = Run::Ready;
+        }
+        if s.stop[me].as_ref().is_some_and(|stop| stop(&info)) {
+            s.last_point = Some(info);
+            s.current = None;
+            self.turn.notify_all();
+            drop(self.wait_turn(s, me));
+            self.crash_if_told(me);
+        }
+    }
+
+    /// Whether thread `me` crashes at this point: scripted, or drawn (for
+    /// clients, within the crash budget).
+    fn draw_crash(s: &mut State, me: usize, info: &PointInfo, critical_cas: bool) -> bool {
+        let f = s.faults;
+        let client = s.roles[me] == Role::Client;
+        let crash_p = if critical_cas {
+            f.crash.max(f.critical_crash)
+        } else {
+            f.crash
+        };
+        let scripted_crash = client && f.crash_at == Some((me, s.points[me]));
+        scripted_crash
+            || (client
+                && info.kind != Point::Sleep
+                && s.counts.crashes < f.max_crashes
+                && crash_p > 0.0
+                && s.rng.gen_bool(crash_p))
+    }
+
+    /// How long thread `me` stalls at this point (µs; 0: not at all).
+    fn draw_stall(s: &mut State, me: usize, info: &PointInfo, critical: bool) -> u64 {
+        let f = s.faults;
+        let client = s.roles[me] == Role::Client;
+        let at = s.points[me];
+        let mut stall = match f.stall_at {
+            // Before a client's CAS, within the landing bound.
+            Some((c, p, len)) if c == me && p == at && info.kind == Point::Cas && client => {
+                if f.cas_stall_max_us > 0 {
+                    len.min(f.cas_stall_max_us)
+                } else {
+                    len
+                }
+            }
+            Some((c, p, len)) if c == me && p == at => len,
+            _ => 0,
+        };
+        if stall == 0 && critical && f.critical_stall > 0.0 && s.rng.gen_bool(f.critical_stall) {
+            let max = if info.kind == Point::Cas {
+                f.cas_stall_max_us
+            } else {
+                f.stall_max_us
+            };
+            let zombie = f.dead_after_us.min(max);
+            stall = s.rng.gen_range(zombie..=max);
+            s.counts.critical_stalls += 1;
+        }
+        if stall == 0 && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
+            let max = if info.kind == Point::Cas && client {
+                f.cas_stall_max_us
+            } else {
+                f.stall_max_us
+            };
+            // Half short, half from the zombie window up to the bound.
+            let zombie = f.dead_after_us.min(max);
+            stall = if s.rng.gen_bool(0.5) {
+                s.rng.gen_range(0..=zombie)
+            } else {
+                s.rng.gen_range(zombie..=max)
+            };
+        }
+        stall
+    }
+
+    /// Redraws thread `me`'s priority and steps a node's wall clock, each
+    /// with its probability.
+    fn draw_schedule_changes(s: &mut State, me: usize) {
+        let f = s.faults;
+        if s.priorities.is_some() && f.priority_change > 0.0 && s.rng.gen_bool(f.priority_change) {
+            let p: u32 = s.rng.gen();
+            if let Some(ps) = s.priorities.as_mut() {
+                ps[me] = p;
+            }
+        }
+        if f.clock_step > 0.0 && s.rng.gen_bool(f.clock_step) {
+            let nodes = s.offsets.len();
+            let node = s.rng.gen_range(0..nodes);
+            let max = f.clock_offset_max_us as i64;
+            s.offsets[node] = s.rng.gen_range(-max..=max);
+            s.counts.clock_steps += 1;
+        }
+    }
+
+    /// Whether the calling thread's next verb of `kind` fails with a
+    /// transport error, and how.
+    pub(super) fn transport_fault(&self, kind: Point) -> Option<Injected> {
+        let me = SIM_ID.with(Cell::get)?;
+        let mut s = self.lock();
+        if let Some(fault) = s.scripted_transport[me].take() {
+            s.counts.transport_errors += 1;
+            return Some(fault);
+        }
+        let p = s.faults.transport;
+        if s.scripted || p <= 0.0 || !s.rng.gen_bool(p) {
+            return None;
+        }
+        s.counts.transport_errors += 1;
+        Some(if kind != Point::Read && s.rng.gen_bool(0.5) {
+            Injected::After
+        } else {
+            Injected::Before
+        })
+    }
+
+    /// Where to cut a verb of `words` words (word offsets of the pieces
+    /// after the first); empty: it executes whole.
+    pub(super) fn cuts(&self, words: usize) -> Vec<usize> {
+        if words < 2 || SIM_ID.with(Cell::get).is_none() {
+            return Vec::new();
+        }
+        let mut s = self.lock();
+        let p = s.faults.tear;
+        if s.scripted || p <= 0.0 || !s.rng.gen_bool(p) {
+            return Vec::new();
+        }
+        s.counts.split_verbs += 1;
+        let pieces = s.rng.gen_range(1..=3.min(words - 1));
+        let mut cuts: Vec<usize> = (0..pieces).map(|_| s.rng.gen_range(1..words)).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts
+    }
+
+    /// The calling client read critical state: its next verbs are a window
+    /// worth stalling in (see [`Faults::watch_reads`]).
+    pub(super) fn saw_critical(&self) {
+        let Some(me) = SIM_ID.with(Cell::get) else {
+            return;
+        };
+        let mut s = self.lock();
+        if s.faults.watch_reads && !s.scripted && s.roles[me] == Role::Client {
+            s.hot[me] = 10;
+        }
+    }
+}
+
+/// Whether a point is a CAS the recycling rules hinge on: one whose
+/// expected or new value is a MIGRATE marker, or a state CAS of a MIGRATE
+/// copy.
+fn is_critical(info: &PointInfo) -> bool {
+    if info.kind != Point::Cas {
+        return false;
+    }
+    match info.addr {
+        Some(a) if a.region == region::INDEX => {
+            Ite(info.expected).is_moved() || Ite(info.new).is_moved()
+        }
+        Some(_) => DteState(info.expected).is_migrated(),
+        None => false,
+    }
+}

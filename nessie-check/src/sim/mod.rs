@@ -1,0 +1,167 @@
+//! The deterministic simulator: many simulated threads of one in-process
+//! cluster, interleaved one verb (or one piece of a verb) at a time by a
+//! seeded scheduler, with virtual clocks and every fault the protocol claims
+//! to survive.
+//!
+//! Each simulated thread runs on its own OS thread, but only one runs at a
+//! time: every verb (through [`SimFabric`]) and every back-off sleep (through
+//! [`SimClock`]) is a *yield point* where the scheduler picks, with its
+//! seeded RNG, which thread runs next. Everything between two yield points is
+//! local computation, so a seed fixes the whole run.
+//!
+//! Faults, decided at yield points ([`Faults`]):
+//! * **crash**: a client stops for ever before its next verb (it unwinds with
+//!   a [`Crashed`] panic, caught by the runner); its operation's outcome is
+//!   unknown. Background threads (the recycler) never crash.
+//! * **stall** of a random length: up to `stall_max_us` before a READ, a
+//!   WRITE or a back-off (the protocol bounds none of these: a stall between
+//!   a CAS and the WRITE after it is one of them), and up to
+//!   `cas_stall_max_us` before a client's CAS, whose deadline check came
+//!   right before it (the protocol's landing bound). A stall longer than
+//!   `op_timeout` makes a *zombie*: others declare it dead, then it resumes.
+//! * **torn verbs**: a multi-word READ or WRITE executes in pieces at random
+//!   word boundaries, with yield points between them, as shm copies and NICs
+//!   do; [`SimCounts::torn_reads`] counts READs that another verb wrote into
+//!   while they were in progress.
+//! * **transport errors**: a verb fails as a broken `tcp` connection would;
+//!   a WRITE or CAS may have executed first (unknown outcome).
+//! * **clock steps**: a node's wall clock jumps to a new offset from virtual
+//!   time, within `clock_offset_max_us` (monotonic clocks never step).
+//! * scripted **crash** and **stall** at a given yield point of a given
+//!   client, for exhaustive enumeration of short schedules.
+
+mod clock;
+mod fabric;
+mod faults;
+mod scheduler;
+
+pub use clock::SimClock;
+pub use fabric::SimFabric;
+pub use faults::{Faults, Injected};
+pub use scheduler::{Scheduler, SchedulerReport};
+
+use nessie::fabric::RemoteAddr;
+use std::cell::Cell;
+
+thread_local! {
+    static SIM_ID: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Panic payload of a client the scheduler crashed.
+#[derive(Debug, Clone, Copy)]
+pub struct Crashed;
+
+/// The kind of a yield point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// Before a READ (or a piece of a torn READ).
+    Read,
+    /// Before a WRITE (or a piece of a torn WRITE).
+    Write,
+    /// Before a CAS.
+    Cas,
+    /// A back-off sleep.
+    Sleep,
+}
+
+/// The verb (or sleep) a thread is about to perform at a yield point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointInfo {
+    /// What kind of point.
+    pub kind: Point,
+    /// Target of the verb (none for a sleep).
+    pub addr: Option<RemoteAddr>,
+    /// A CAS's expected value.
+    pub expected: u64,
+    /// A CAS's new value.
+    pub new: u64,
+}
+
+impl PointInfo {
+    fn sleep() -> PointInfo {
+        PointInfo {
+            kind: Point::Sleep,
+            addr: None,
+            expected: 0,
+            new: 0,
+        }
+    }
+
+    fn verb(kind: Point, addr: RemoteAddr) -> PointInfo {
+        PointInfo {
+            kind,
+            addr: Some(addr),
+            expected: 0,
+            new: 0,
+        }
+    }
+}
+
+/// A predicate on the next point of a scripted client: where to stop it.
+pub type StopAt = Box<dyn Fn(&PointInfo) -> bool + Send>;
+
+/// What a simulated thread is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A client issuing operations: may crash; its CASes follow deadline
+    /// checks, so stalls before them are bounded by the landing bound.
+    Client,
+    /// A node's background thread (the recycler): never crashes; its CASes
+    /// need no deadline, so stalls before them are unbounded.
+    Background,
+}
+
+/// What a run's scheduler and fabric did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimCounts {
+    /// Yield points passed.
+    pub steps: u64,
+    /// Clients crashed.
+    pub crashes: usize,
+    /// Stalls injected.
+    pub stalls: u64,
+    /// Stalls before a CAS.
+    pub cas_stalls: u64,
+    /// Zombie stalls before a critical CAS (see [`Faults::critical_stall`]).
+    pub critical_stalls: u64,
+    /// READs and WRITEs executed in pieces.
+    pub split_verbs: u64,
+    /// READs into whose range another verb wrote while they were in
+    /// progress.
+    pub torn_reads: u64,
+    /// Verbs failed with a transport error.
+    pub transport_errors: u64,
+    /// Wall-clock steps.
+    pub clock_steps: u64,
+    /// CASes a land-by time refused.
+    pub late_cas_refused: u64,
+}
+
+impl std::ops::AddAssign for SimCounts {
+    fn add_assign(&mut self, o: SimCounts) {
+        self.steps += o.steps;
+        self.crashes += o.crashes;
+        self.stalls += o.stalls;
+        self.cas_stalls += o.cas_stalls;
+        self.critical_stalls += o.critical_stalls;
+        self.split_verbs += o.split_verbs;
+        self.torn_reads += o.torn_reads;
+        self.transport_errors += o.transport_errors;
+        self.clock_steps += o.clock_steps;
+        self.late_cas_refused += o.late_cas_refused;
+    }
+}
+
+/// Silences the panic message of [`Crashed`] unwinds (other panics still
+/// print). Call once per test process.
+pub fn quiet_crashes() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<Crashed>().is_none() {
+                default(info);
+            }
+        }));
+    });
+}

@@ -1,0 +1,347 @@
+//! What a run exercises: the scenarios and the configuration they give.
+
+use crate::sim::Faults;
+use nessie::layout::dte;
+use nessie::{ChecksumPolicy, Config, Optimizations};
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// How a run's index starts out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Keys with random names (and so random candidate slots).
+    Random,
+    /// Layout A of the model checks and the review, on two nodes of two
+    /// index slots: k1 with candidates (s1, s0) sits in s0, k3 in s2; k2 has
+    /// (s0, s2) and k4 (s1, s2). Client 0 starts with PUT(k2), which must
+    /// MIGRATE k1 from s0 to s1; everything after is random. The ground of
+    /// review F3–F5: zombie migrators and their helpers meet on three slots.
+    A,
+    /// The layout of review F2, on two nodes of two index slots: k1 with
+    /// candidates (s0, s1, s2) sits in s0, f3 in s3; kx has (s0, s3) and ky
+    /// (s1, s3). Client 0 starts with PUT(kx), which MIGRATEs k1 from s0 to
+    /// s1, and client 1 with PUT(ky), which moves that copy on to s2.
+    F2,
+}
+
+/// Which optimisation switches and checksum policy a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switches {
+    /// These.
+    Fixed(Optimizations, ChecksumPolicy),
+    /// One of the 64 combinations, chosen by the seed (and filter bits of
+    /// 8, 2 or 1 when filters are on).
+    PerSeed,
+}
+
+/// What a simulation run exercises.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name, for reports.
+    pub name: &'static str,
+    /// Simulated clients (client `c` runs on node `c % nodes`).
+    pub clients: usize,
+    /// Nodes.
+    pub nodes: usize,
+    /// Operations each client issues.
+    pub ops_per_client: usize,
+    /// Keys the clients fight over.
+    pub keys: usize,
+    /// Lengths their keys may have (each key's length is drawn per seed).
+    pub key_len: RangeInclusive<usize>,
+    /// Lengths values may have (two size classes: up to 256 and 512 bytes).
+    pub value_len: RangeInclusive<usize>,
+    /// Keys preloaded to crowd the index (never written by clients).
+    pub fillers: usize,
+    /// Whether clients also GET the fillers (so the entries MIGRATEs move
+    /// are read, and their copies helped, by others).
+    pub read_fillers: bool,
+    /// Percentages of PUTs and DELETEs among the clients' operations (the
+    /// rest are GETs).
+    pub mix: (u32, u32),
+    /// How many of the clients (the last ones) only read.
+    pub readers: usize,
+    /// How the index starts out.
+    pub layout: Layout,
+    /// ITEs per node.
+    pub index_slots_per_node: usize,
+    /// DTE slots per node of the larger size class (the smaller gets more).
+    pub data_slots_per_node: usize,
+    /// DTE expiry (virtual µs).
+    pub expiry_us: u64,
+    /// Operation deadline (virtual µs).
+    pub op_timeout_us: u64,
+    /// Tolerated skew (virtual µs).
+    pub skew_us: u64,
+    /// Optimisation switches and checksum policy.
+    pub switches: Switches,
+    /// Whether every node's background recycler runs as a scheduled thread.
+    pub recycler: bool,
+    /// Whether CASes carry land-by times the target enforces (as on `tcp`).
+    pub land_by: bool,
+    /// Fault injection.
+    pub faults: Faults,
+}
+
+/// Value capacity of the larger size class of every scenario.
+const VALUE_MAX: usize = 512;
+/// Longest key of every scenario.
+pub(super) const KEY_MAX: usize = 24;
+
+impl Scenario {
+    /// A small, contended cluster: 4 hot keys, 6 clients on 3 nodes, a
+    /// roomy index.
+    #[must_use]
+    pub fn contended() -> Scenario {
+        Scenario {
+            name: "contended",
+            clients: 6,
+            nodes: 3,
+            ops_per_client: 6,
+            keys: 4,
+            key_len: 1..=KEY_MAX,
+            value_len: 1..=400,
+            fillers: 0,
+            read_fillers: false,
+            mix: (40, 20),
+            readers: 0,
+            layout: Layout::Random,
+            index_slots_per_node: 16,
+            data_slots_per_node: 48,
+            expiry_us: 20_000,
+            op_timeout_us: 5_000,
+            skew_us: 500,
+            switches: Switches::PerSeed,
+            recycler: false,
+            land_by: false,
+            faults: Faults::none(),
+        }
+    }
+
+    /// The index at load ≥ 0.8 (fillers), so PUTs MIGRATE recursively.
+    #[must_use]
+    pub fn crowded() -> Scenario {
+        Scenario {
+            name: "crowded",
+            index_slots_per_node: 4,
+            fillers: 7,
+            keys: 3,
+            ..Scenario::contended()
+        }
+    }
+
+    /// Data tables so small that slots are recycled all the time, with the
+    /// background recycler running.
+    #[must_use]
+    pub fn recycling() -> Scenario {
+        Scenario {
+            name: "recycling",
+            data_slots_per_node: 6,
+            expiry_us: 3_000,
+            op_timeout_us: 1_000,
+            skew_us: 100,
+            ops_per_client: 8,
+            recycler: true,
+            ..Scenario::contended()
+        }
+    }
+
+    /// Tiny index *and* tiny data tables: MIGRATE, recursive MIGRATE and
+    /// recycling interleave, with the background recycler running.
+    #[must_use]
+    pub fn combined() -> Scenario {
+        Scenario {
+            name: "combined",
+            index_slots_per_node: 4,
+            fillers: 7,
+            keys: 4,
+            data_slots_per_node: 8,
+            expiry_us: 3_000,
+            op_timeout_us: 1_000,
+            skew_us: 100,
+            ops_per_client: 6,
+            recycler: true,
+            ..Scenario::contended()
+        }
+    }
+
+    /// Zombie migrations: an index so full that nearly every PUT migrates,
+    /// readers of the migrated entries, many stalls (half of them in the
+    /// window where a late CAS races its helpers) and crashes, and the
+    /// background recycler: the ground of review F2–F5.
+    #[must_use]
+    pub fn migrating_zombies() -> Scenario {
+        let base = Scenario {
+            name: "migrating-zombies",
+            clients: 4,
+            ops_per_client: 4,
+            keys: 4,
+            fillers: 8,
+            read_fillers: true,
+            mix: (50, 30),
+            readers: 0,
+            layout: Layout::Random,
+            index_slots_per_node: 4,
+            data_slots_per_node: 8,
+            expiry_us: 3_000,
+            op_timeout_us: 500,
+            skew_us: 50,
+            recycler: true,
+            ..Scenario::contended()
+        };
+        let f = Scenario::faulty(base.clone()).faults;
+        Scenario {
+            faults: Faults {
+                crash: 0.004,
+                max_crashes: 2,
+                stall: 0.02,
+                critical_stall: 0.3,
+                critical_crash: 0.05,
+                tear: 0.1,
+                transport: 0.0,
+                ..f
+            },
+            ..base
+        }
+    }
+
+    /// Layout A ([`Layout::A`]) under zombie stalls and crashes
+    /// concentrated at the MIGRATE's critical CASes and after markers are
+    /// read: every run starts a MIGRATE that helpers race.
+    #[must_use]
+    pub fn layout_a_races() -> Scenario {
+        let zombies = Scenario::migrating_zombies();
+        Scenario {
+            name: "layout-a-races",
+            nodes: 2,
+            clients: 4,
+            ops_per_client: 3,
+            index_slots_per_node: 2,
+            keys: 3,
+            fillers: 1,
+            read_fillers: true,
+            mix: (40, 20),
+            layout: Layout::A,
+            ..zombies
+        }
+    }
+
+    /// The layout of review F2 ([`Layout::F2`]) under the same faults:
+    /// every run migrates k1 twice, and a crash or a passed deadline between
+    /// a copy's commit and its marker's clear leaves a marker behind.
+    #[must_use]
+    pub fn layout_f2_races() -> Scenario {
+        Scenario {
+            name: "layout-f2-races",
+            layout: Layout::F2,
+            clients: 3,
+            ops_per_client: 2,
+            ..Scenario::layout_a_races()
+        }
+    }
+
+    /// `base` with every fault within the protocol's stated bounds: up to 4
+    /// crashes at any verb; stalls of any length before READs, WRITEs and
+    /// back-offs and up to the landing bound before CASes (zombies); torn
+    /// READs and WRITEs; transport errors with unknown outcome; wall-clock
+    /// steps within `max_clock_skew`.
+    #[must_use]
+    pub fn faulty(base: Scenario) -> Scenario {
+        let config = base.config_with(Optimizations::default(), ChecksumPolicy::AfterStall, 8);
+        let landing = config.landing_bound().as_micros() as u64;
+        Scenario {
+            name: match base.name {
+                "contended" => "contended+faults",
+                "crowded" => "crowded+faults",
+                "recycling" => "recycling+faults",
+                "combined" => "combined+faults",
+                other => other,
+            },
+            faults: Faults {
+                crash: 0.004,
+                max_crashes: 4,
+                stall: 0.03,
+                stall_max_us: base.expiry_us * 3,
+                // A little under the bound: the scheduler may run other
+                // threads for a few µs before the stalled one resumes.
+                cas_stall_max_us: landing - landing / 10,
+                dead_after_us: dead_after_us(&config),
+                critical_stall: 0.05,
+                critical_crash: 0.01,
+                watch_reads: true,
+                priority_runs: 0.5,
+                priority_change: 0.02,
+                tear: 0.3,
+                transport: 0.002,
+                clock_step: 0.01,
+                clock_offset_max_us: base.skew_us / 2,
+                crash_at: None,
+                stall_at: None,
+            },
+            ..base
+        }
+    }
+
+    /// The configuration of a run with these switches.
+    #[must_use]
+    pub fn config_with(
+        &self,
+        optimizations: Optimizations,
+        verify_checksums: ChecksumPolicy,
+        filter_bits: u32,
+    ) -> Config {
+        let large_slot = dte::entry_bytes(KEY_MAX, VALUE_MAX);
+        Config {
+            cluster: format!("sim-{}", self.name),
+            nodes: self.nodes,
+            index_slots_per_node: self.index_slots_per_node,
+            hashes: 3,
+            filter_bits,
+            key_size_max: KEY_MAX,
+            value_size_max: VALUE_MAX,
+            // Two classes share it equally: the larger gets
+            // `data_slots_per_node` slots.
+            data_bytes_per_node: 2 * large_slot * self.data_slots_per_node,
+            expiry: Duration::from_micros(self.expiry_us),
+            op_timeout: Duration::from_micros(self.op_timeout_us),
+            max_clock_skew: Duration::from_micros(self.skew_us),
+            cache_entries: 8,
+            max_migrate_depth: 4,
+            optimizations,
+            verify_checksums,
+            ..Config::default()
+        }
+    }
+
+    /// The configuration of `seed`.
+    #[must_use]
+    pub fn config(&self, seed: u64) -> Config {
+        match self.switches {
+            Switches::Fixed(o, c) => self.config_with(o, c, 8),
+            Switches::PerSeed => {
+                let bits = seed % 64;
+                let on = |b: u64| bits & (1 << b) == 0;
+                let o = Optimizations {
+                    filter: on(0),
+                    cache: on(1),
+                    prev_versions: on(2),
+                    multi_read: on(3),
+                    batched_reads: on(4),
+                };
+                let policy = if on(5) {
+                    ChecksumPolicy::AfterStall
+                } else {
+                    ChecksumPolicy::Always
+                };
+                let filter_bits = [8, 2, 1][((seed / 64) % 3) as usize];
+                self.config_with(o, policy, filter_bits)
+            }
+        }
+    }
+}
+
+/// How long after its start an operation's owner counts as dead to its
+/// helpers (µs): a stall this long makes a zombie.
+fn dead_after_us(config: &Config) -> u64 {
+    (config.op_timeout + config.max_clock_skew * 2).as_micros() as u64 + 1
+}
