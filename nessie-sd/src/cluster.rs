@@ -3,11 +3,11 @@
 
 use crate::client::{Client, ClientContext, SlotPool};
 use crate::messaging::RpcClient;
+use crate::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
 use crate::server::{Server, ServerConfig};
 use crate::table::Table;
 use nessie::data::{NodeData, Recycler};
 use nessie::fabric::{Endpoint, Fabric, LocalFabric, NodeId, RegionSpec, VerbCounts};
-use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
 use nessie::{Clock, Config, Error, WallClock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

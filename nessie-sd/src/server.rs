@@ -32,14 +32,14 @@
 
 use crate::messaging::{begin_reply, send_reply, Inbox, Incoming};
 use crate::poll::Spinner;
+use crate::ring::{
+    finish_frame, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
+    MAX_ERROR_MESSAGE,
+};
 use crate::table::{self, probe, read_ites, target, Probe, Table, MAX_TORN_RETRIES};
 use nessie::data::{NodeData, TableAccess};
 use nessie::fabric::{Endpoint, Fabric, NodeId, VerbCounts};
 use nessie::layout::dte::{self, encode_entry, DteHeader, DteState, DteStatus};
-use nessie::layout::ring::{
-    finish_frame, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
-    MAX_ERROR_MESSAGE,
-};
 use nessie::layout::{Ite, SlotRef};
 use nessie::{Clock, Error, RetryCounts};
 use std::sync::atomic::{AtomicBool, Ordering};

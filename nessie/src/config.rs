@@ -4,6 +4,7 @@
 //! struct, durations in milliseconds. [`Config::validate`] rejects every value
 //! that would make the store misbehave, with a message naming the field.
 
+use crate::data::Geometry;
 use crate::layout::{self, ite};
 use crate::Error;
 use serde::{Deserialize, Serialize};
@@ -548,49 +549,29 @@ impl Config {
 
     /// Value capacities of the size classes: powers of two from
     /// [`MIN_CLASS_BYTES`] up to `value_size_max` rounded up to a power of
-    /// two. A slot of a class holds a DTE header, a key of up to
-    /// `key_size_max` bytes and a value of up to the class's capacity, so a
-    /// 16 KiB value takes a 16 KiB class, not a 32 KiB one.
+    /// two (see [`Geometry::new`] for the policy).
     #[must_use]
     pub fn size_classes(&self) -> Vec<usize> {
-        let top = self
-            .value_size_max
-            .max(1)
-            .next_power_of_two()
-            .max(MIN_CLASS_BYTES);
-        std::iter::successors(Some(MIN_CLASS_BYTES), |&c| (c < top).then_some(c * 2)).collect()
+        Geometry::new(self).capacities().to_vec()
     }
 
     /// Bytes of one slot of size class `class` (a whole number of words).
     #[must_use]
     pub fn class_slot_bytes(&self, class: usize) -> usize {
-        self.size_classes()
-            .get(class)
-            .map_or(0, |&cap| layout::dte::entry_bytes(self.key_size_max, cap))
+        u8::try_from(class).map_or(0, |c| Geometry::new(self).slot_bytes(c))
     }
 
     /// The smallest size class whose capacity holds `value_len` bytes.
     #[must_use]
     pub fn class_for(&self, value_len: usize) -> Option<usize> {
-        self.size_classes().iter().position(|&cap| cap >= value_len)
+        Geometry::new(self).class_for(value_len).map(usize::from)
     }
 
-    /// Slots of size class `class` on each node.
-    ///
-    /// Policy: every class gets an equal share of `data_bytes_per_node`, so
-    /// large classes have few slots and small ones many. An equal byte share
-    /// keeps every class usable whatever the workload's value sizes and needs
-    /// no knowledge of the workload; a workload of one value size leaves the
-    /// other classes' memory idle, which is the price of that. Memory is
-    /// touched only when used, so generous settings cost address space only.
+    /// Slots of size class `class` on each node: an equal share of
+    /// `data_bytes_per_node` per class (see [`Geometry::new`]).
     #[must_use]
     pub fn class_slots(&self, class: usize) -> usize {
-        let classes = self.size_classes().len();
-        let share = self.data_bytes_per_node / classes;
-        match self.class_slot_bytes(class) {
-            0 => 0,
-            bytes => share / bytes,
-        }
+        u8::try_from(class).map_or(0, |c| Geometry::new(self).slots(c))
     }
 
     /// Directory of the shared-memory region files.

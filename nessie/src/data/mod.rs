@@ -1,8 +1,8 @@
 //! Data tables: fixed-size DTE slots per size class, their allocation and
 //! their reuse.
 //!
-//! Every node owns one data table per size class (see
-//! [`Config::size_classes`] for the classes and the policy that sizes them).
+//! Every node owns one data table per size class (see [`Geometry::new`] for
+//! the classes and the policy that sizes them).
 //! Clients write new DTEs only into their own node's tables, so allocation is
 //! node-local state ([`NodeData`]), shared by the node's clients.
 //!
@@ -37,7 +37,7 @@ pub use geometry::{dte_addr, Geometry};
 pub use recycler::Recycler;
 
 use crate::clock::Clock;
-use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
+use crate::fabric::{Fabric, FabricError, NodeId, RegionSpec, RemoteAddr};
 use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
 use crate::layout::ite::next_generation;
 use crate::layout::SlotRef;
@@ -50,12 +50,7 @@ use std::sync::Mutex;
 /// The data-table regions a node registers for `config`.
 #[must_use]
 pub fn data_regions(config: &Config) -> Vec<RegionSpec> {
-    (0..config.size_classes().len())
-        .map(|class| RegionSpec {
-            id: RegionId::data(class as u8),
-            len: (config.class_slots(class) * config.class_slot_bytes(class)) as u64,
-        })
-        .collect()
+    Geometry::new(config).data_regions()
 }
 
 /// How allocation and recycling reach memory and time.
@@ -238,11 +233,7 @@ impl NodeData {
     }
 
     fn slot_addr(&self, class: u8, slot: u32) -> RemoteAddr {
-        RemoteAddr::new(
-            self.node,
-            RegionId::data(class),
-            u64::from(slot) * self.slot_bytes(class) as u64,
-        )
+        self.geometry.slot_addr(self.node, class, slot)
     }
 
     /// Takes a free slot of `class`, recycling expired slots if none is free.
@@ -480,7 +471,7 @@ impl NodeData {
 mod tests {
     use super::*;
     use crate::clock::WallClock;
-    use crate::fabric::LocalFabric;
+    use crate::fabric::{LocalFabric, RegionId};
 
     #[test]
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {

@@ -1,6 +1,7 @@
 //! Every byte layout that lives in remote memory or crosses the network:
 //! index table entries (ITEs), data table entries (DTEs), region file
-//! headers, the baselines' ring frames and the `tcp` fabric's wire frames.
+//! headers and the `tcp` fabric's wire frames. (The baselines' ring frames
+//! live with the baselines, in `nessie-sd`.)
 //!
 //! All multi-byte fields are little-endian. Field widths are named constants,
 //! checked at compile time, so that processes of one build agree on every bit;
@@ -11,7 +12,6 @@ pub mod dte;
 pub mod frame;
 pub mod ite;
 pub mod region;
-pub mod ring;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
 pub use ite::{Ite, IteKind, SlotRef};

@@ -49,7 +49,8 @@
 //! slot and server node, in the client's node, where servers publish the
 //! head of the request ring they consume).
 
-use super::{round_up_words, RegionId, WORD};
+use nessie::layout::dte::read_word;
+use nessie::layout::{round_up_words, RegionId, WORD};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The request rings of a node: one per (client node, client slot).
@@ -258,7 +259,7 @@ impl RequestHeader {
         if payload.len() < REQUEST_HEADER_BYTES {
             return None;
         }
-        let w = |i: usize| super::dte::read_word(payload, i * WORD);
+        let w = |i: usize| read_word(payload, i * WORD);
         Some(RequestHeader {
             op: w(0) as u8,
             key_len: (w(0) >> 8) as u16,
@@ -350,7 +351,7 @@ impl ReplyHeader {
         if payload.len() < REPLY_HEADER_BYTES {
             return None;
         }
-        let w = |i: usize| super::dte::read_word(payload, i * WORD);
+        let w = |i: usize| read_word(payload, i * WORD);
         let notes = w(3);
         Some(ReplyHeader {
             status: w(0) as u8,
@@ -481,10 +482,10 @@ mod tests {
         let n = finish_frame(&mut buf);
         assert_eq!(n, frame_bytes(5));
         assert_eq!(n, 24);
-        let header = super::super::dte::read_word(&buf, 0);
+        let header = super::read_word(&buf, 0);
         assert_eq!(decode_frame_header(header), Some(5));
         assert_eq!(
-            super::super::dte::read_word(&buf, n - WORD),
+            super::read_word(&buf, n - WORD),
             frame_trailer(header, &buf[WORD..n - WORD])
         );
         assert_eq!(&buf[WORD..WORD + 5], b"hello");
