@@ -241,32 +241,30 @@ pub struct RequestHeader {
 impl RequestHeader {
     /// Appends the encoded fields to `buf`.
     pub fn encode_into(&self, buf: &mut Vec<u8>) {
-        for w in [
-            u64::from(self.op) | u64::from(self.key_len) << 8,
-            self.seq,
-            self.reply_offset,
-            self.created_at,
-            self.value_len,
-        ] {
-            buf.extend_from_slice(&w.to_le_bytes());
-        }
+        push_words(
+            buf,
+            [
+                u64::from(self.op) | u64::from(self.key_len) << 8,
+                self.seq,
+                self.reply_offset,
+                self.created_at,
+                self.value_len,
+            ],
+        );
     }
 
     /// Decodes the fields at the start of a payload; `None` if it is too
     /// short.
     #[must_use]
     pub fn decode(payload: &[u8]) -> Option<RequestHeader> {
-        if payload.len() < REQUEST_HEADER_BYTES {
-            return None;
-        }
-        let w = |i: usize| read_word(payload, i * WORD);
+        let [ops, seq, reply_offset, created_at, value_len] = first_words(payload)?;
         Some(RequestHeader {
-            op: w(0) as u8,
-            key_len: (w(0) >> 8) as u16,
-            seq: w(1),
-            reply_offset: w(2),
-            created_at: w(3),
-            value_len: w(4),
+            op: ops as u8,
+            key_len: (ops >> 8) as u16,
+            seq,
+            reply_offset,
+            created_at,
+            value_len,
         })
     }
 
@@ -287,6 +285,18 @@ impl RequestHeader {
     pub fn payload_bytes(&self) -> usize {
         self.value_offset() + round_up_words(self.value_len as usize)
     }
+}
+
+/// Appends `words` to `buf`, little-endian.
+fn push_words<const N: usize>(buf: &mut Vec<u8>, words: [u64; N]) {
+    for w in words {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The first `N` little-endian words of `payload`; `None` if it is shorter.
+fn first_words<const N: usize>(payload: &[u8]) -> Option<[u64; N]> {
+    (payload.len() >= N * WORD).then(|| std::array::from_fn(|i| read_word(payload, i * WORD)))
 }
 
 /// Bytes of a reply's fixed fields.
@@ -331,32 +341,29 @@ impl ReplyHeader {
     /// Appends the encoded fields to `buf`.
     pub fn encode_into(&self, buf: &mut Vec<u8>) {
         let n = self.notes;
-        for w in [
-            u64::from(self.status),
-            self.seq,
-            self.body_len,
-            u64::from(n.cas_failed)
-                | u64::from(n.torn) << 16
-                | u64::from(n.no_free_slot) << 32
-                | u64::from(n.migrations) << 48,
-        ] {
-            buf.extend_from_slice(&w.to_le_bytes());
-        }
+        push_words(
+            buf,
+            [
+                u64::from(self.status),
+                self.seq,
+                self.body_len,
+                u64::from(n.cas_failed)
+                    | u64::from(n.torn) << 16
+                    | u64::from(n.no_free_slot) << 32
+                    | u64::from(n.migrations) << 48,
+            ],
+        );
     }
 
     /// Decodes the fields at the start of a payload; `None` if it is too
     /// short.
     #[must_use]
     pub fn decode(payload: &[u8]) -> Option<ReplyHeader> {
-        if payload.len() < REPLY_HEADER_BYTES {
-            return None;
-        }
-        let w = |i: usize| read_word(payload, i * WORD);
-        let notes = w(3);
+        let [status, seq, body_len, notes] = first_words(payload)?;
         Some(ReplyHeader {
-            status: w(0) as u8,
-            seq: w(1),
-            body_len: w(2),
+            status: status as u8,
+            seq,
+            body_len,
             notes: ReplyNotes {
                 cas_failed: notes as u16,
                 torn: (notes >> 16) as u16,

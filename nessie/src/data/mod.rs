@@ -75,34 +75,47 @@ impl fmt::Debug for TableAccess<'_> {
     }
 }
 
-/// What one node's recycling did so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecycleCounts {
-    /// Scans of a class for reusable slots.
-    pub scans: u64,
-    /// Published slots returned to a free list after their expiry.
-    pub reclaimed: u64,
-    /// `MOVED(copy)` markers of committed copies cleared before the copy's
-    /// slot was reused (the copy's predecessor was staged by the clear).
-    pub markers_cleared: u64,
-    /// `MOVED(copy)` markers of aborted copies put back to the copy's `prev`
-    /// before the copy's slot was reused.
-    pub markers_restored: u64,
-    /// Slots whose publishing CAS had an unknown outcome, freed once it was
-    /// certain the CAS never landed.
-    pub in_doubt_freed: u64,
-    /// Slots kept for a later scan because a verb resolving them failed.
-    pub kept_after_error: u64,
+/// Declares [`RecycleCounts`] and the atomic counters behind it from one
+/// list of fields, so that the two cannot drift apart.
+macro_rules! recycle_counts {
+    ($($(#[$doc:meta])* $field:ident,)*) => {
+        /// What one node's recycling did so far.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct RecycleCounts {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        #[derive(Debug, Default)]
+        struct Counters {
+            $($field: AtomicU64,)*
+        }
+
+        impl Counters {
+            fn snapshot(&self) -> RecycleCounts {
+                RecycleCounts {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    scans: AtomicU64,
-    reclaimed: AtomicU64,
-    markers_cleared: AtomicU64,
-    markers_restored: AtomicU64,
-    in_doubt_freed: AtomicU64,
-    kept_after_error: AtomicU64,
+recycle_counts! {
+    /// Scans of a class for reusable slots.
+    scans,
+    /// Published slots returned to a free list after their expiry.
+    reclaimed,
+    /// `MOVED(copy)` markers of committed copies cleared before the copy's
+    /// slot was reused (the copy's predecessor was staged by the clear).
+    markers_cleared,
+    /// `MOVED(copy)` markers of aborted copies put back to the copy's `prev`
+    /// before the copy's slot was reused.
+    markers_restored,
+    /// Slots whose publishing CAS had an unknown outcome, freed once it was
+    /// certain the CAS never landed.
+    in_doubt_freed,
+    /// Slots kept for a later scan because a verb resolving them failed.
+    kept_after_error,
 }
 
 fn bump(c: &AtomicU64) {
@@ -352,16 +365,7 @@ impl NodeData {
     /// What recycling did so far.
     #[must_use]
     pub fn recycle_counts(&self) -> RecycleCounts {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        RecycleCounts {
-            scans: get(&c.scans),
-            reclaimed: get(&c.reclaimed),
-            markers_cleared: get(&c.markers_cleared),
-            markers_restored: get(&c.markers_restored),
-            in_doubt_freed: get(&c.in_doubt_freed),
-            kept_after_error: get(&c.kept_after_error),
-        }
+        self.counters.snapshot()
     }
 
     /// Scans `class` for slots that may be reused, resolves the source
