@@ -149,63 +149,60 @@ pub fn ring_bytes(max_frame: usize) -> usize {
     (4 * max_frame).max(MIN_RING_BYTES)
 }
 
-/// What a request asks the home node to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RingOp {
-    /// Read a key.
-    Get = 1,
-    /// Store a value.
-    Put = 2,
-    /// Remove a key.
-    Delete = 3,
+/// Declares an enum carried as a `u8` code on the wire, and its decoder,
+/// from one list of variants and codes.
+macro_rules! wire_codes {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $code:literal,)*
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $code,)*
+        }
+
+        impl $name {
+            /// Decodes a code (`None` for an unknown one).
+            #[must_use]
+            pub fn from_code(code: u8) -> Option<$name> {
+                match code {
+                    $($code => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl RingOp {
-    /// Decodes an op code.
-    #[must_use]
-    pub fn from_code(code: u8) -> Option<RingOp> {
-        match code {
-            1 => Some(RingOp::Get),
-            2 => Some(RingOp::Put),
-            3 => Some(RingOp::Delete),
-            _ => None,
-        }
+wire_codes! {
+    /// What a request asks the home node to do.
+    pub enum RingOp {
+        /// Read a key.
+        Get = 1,
+        /// Store a value.
+        Put = 2,
+        /// Remove a key.
+        Delete = 3,
     }
 }
 
-/// How the home node answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplyStatus {
-    /// Done; a GET's body is the value, a DELETE found the key.
-    Ok = 1,
-    /// GET or DELETE: the key is absent.
-    NotFound = 2,
-    /// PUT: no candidate slot could be freed.
-    IndexFull = 3,
-    /// PUT: no free data slot before the deadline.
-    DataTableFull = 4,
-    /// The deadline passed (outcome unknown); the body may explain.
-    Timeout = 5,
-    /// An entry failed its checksum on every retry; the body explains.
-    Corrupt = 6,
-    /// The request was malformed or the server failed; the body explains.
-    Failed = 7,
-}
-
-impl ReplyStatus {
-    /// Decodes a status code.
-    #[must_use]
-    pub fn from_code(code: u8) -> Option<ReplyStatus> {
-        Some(match code {
-            1 => ReplyStatus::Ok,
-            2 => ReplyStatus::NotFound,
-            3 => ReplyStatus::IndexFull,
-            4 => ReplyStatus::DataTableFull,
-            5 => ReplyStatus::Timeout,
-            6 => ReplyStatus::Corrupt,
-            7 => ReplyStatus::Failed,
-            _ => return None,
-        })
+wire_codes! {
+    /// How the home node answered.
+    pub enum ReplyStatus {
+        /// Done; a GET's body is the value, a DELETE found the key.
+        Ok = 1,
+        /// GET or DELETE: the key is absent.
+        NotFound = 2,
+        /// PUT: no candidate slot could be freed.
+        IndexFull = 3,
+        /// PUT: no free data slot before the deadline.
+        DataTableFull = 4,
+        /// The deadline passed (outcome unknown); the body may explain.
+        Timeout = 5,
+        /// An entry failed its checksum on every retry; the body explains.
+        Corrupt = 6,
+        /// The request was malformed or the server failed; the body explains.
+        Failed = 7,
     }
 }
 

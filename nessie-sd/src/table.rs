@@ -364,12 +364,11 @@ mod tests {
 
     #[test]
     fn candidates_stay_on_the_home_node_and_spread() {
-        let config = Config {
+        let t = Table::new(&Config {
             nodes: 2,
             index_slots_per_node: 64,
             ..Config::default()
-        };
-        let t = Table::new(&config);
+        });
         let mut first_parity = [[0u32; 2]; 2];
         for i in 0..2000u32 {
             let key = format!("k{i}");
@@ -386,11 +385,10 @@ mod tests {
 
     #[test]
     fn classes_and_bounds() {
-        let config = Config {
+        let t = Table::new(&Config {
             value_size_max: 1000,
             ..Config::default()
-        };
-        let t = Table::new(&config);
+        });
         assert_eq!(t.class_for(0), Some(0));
         assert_eq!(t.class_for(257), Some(1));
         assert_eq!(t.class_for(1000), Some(2));

@@ -194,14 +194,7 @@ mod tests {
 
     #[test]
     fn references_outside_the_tables_have_no_address() {
-        let config = Config {
-            nodes: 2,
-            index_slots_per_node: 8,
-            value_size_max: 1024,
-            data_bytes_per_node: 1 << 20,
-            ..Config::default()
-        };
-        let g = Geometry::new(&config);
+        let g = Geometry::new(&super::super::small_config(2, 1024, 1 << 20));
         assert_eq!(g.nodes(), 2);
         assert_eq!(g.classes(), 3);
         assert_eq!(g.class_for(300), Some(1));

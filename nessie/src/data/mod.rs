@@ -471,6 +471,19 @@ impl NodeData {
     }
 }
 
+/// A configuration of `nodes` nodes with 8 index slots each, for the tests
+/// of this module's tables.
+#[cfg(test)]
+fn small_config(nodes: usize, value_size_max: usize, data_bytes_per_node: usize) -> Config {
+    Config {
+        nodes,
+        index_slots_per_node: 8,
+        value_size_max,
+        data_bytes_per_node,
+        ..Config::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,13 +492,7 @@ mod tests {
 
     #[test]
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
-        let config = Config {
-            nodes: 1,
-            index_slots_per_node: 8,
-            value_size_max: 256,
-            data_bytes_per_node: 1 << 16,
-            ..Config::default()
-        };
+        let config = small_config(1, 256, 1 << 16);
         let data = NodeData::new(&config, 0);
         let fabric = LocalFabric::new(1, &crate::store_regions(&config));
         let clock = WallClock::default();

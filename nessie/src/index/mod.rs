@@ -113,12 +113,11 @@ mod tests {
 
     #[test]
     fn candidates_are_distinct_and_in_range() {
-        let config = Config {
+        let h = KeyHasher::new(&Config {
             nodes: 2,
             index_slots_per_node: 3,
             ..Config::default()
-        };
-        let h = KeyHasher::new(&config);
+        });
         for i in 0..1000u32 {
             let c = h.candidates(&i.to_le_bytes());
             assert!(!c.is_empty() && c.len() <= 3);
@@ -144,11 +143,10 @@ mod tests {
 
     #[test]
     fn filter_respects_bit_count() {
-        let config = Config {
+        let h = KeyHasher::new(&Config {
             filter_bits: 3,
             ..Config::default()
-        };
-        let h = KeyHasher::new(&config);
+        });
         assert!((0..500u32).all(|i| h.filter(&i.to_le_bytes()) < 8));
     }
 }
