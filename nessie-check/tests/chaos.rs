@@ -2,8 +2,8 @@
 //! 20 faults (kills, stalls longer than expiry, full data tables, a crowded
 //! index), zero violations.
 
-use nessie_check::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
 use std::process::Command;
+use nessie_check::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
 
 #[test]
 fn chaos_quick_has_no_violations() {

@@ -5,12 +5,12 @@
 //! each serving on its own 127.0.0.1 port).
 
 use nessie::fabric::{Fabric, LocalFabric, ShmFabric, ShmOptions, TcpFabric, TcpOptions};
-use nessie_check::conformance::{self, ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 fn local(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {

@@ -4,6 +4,10 @@
 //! all three is linearizable.
 
 use nessie::{Config, FabricConfig, Node};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
 use nessie_check::history::Call;
 use nessie_check::proc_history::{read_logs, stop_mid_operation, ProcLog};
 use nessie_check::proc_workload::{
@@ -11,10 +15,6 @@ use nessie_check::proc_workload::{
     NodeWork,
 };
 use nessie_check::stress::stress_key;
-use nix::unistd::Pid;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::Duration;
 
 const NODES: usize = 3;
 const KEYS: usize = 12;

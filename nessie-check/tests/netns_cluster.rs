@@ -8,11 +8,11 @@
 //! passes.
 
 use nessie::{Config, FabricConfig, Node};
-use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{finish_together, run_node_workers, NodeWork};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use nessie_check::proc_history::read_logs;
+use nessie_check::proc_workload::{finish_together, run_node_workers, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 12;

@@ -6,9 +6,9 @@
 use nessie::data::dte_addr;
 use nessie::layout::dte::{self, DteStatus};
 use nessie::{ChecksumPolicy, Config, RetryCounts};
+use std::time::Duration;
 use nessie_check::scripted::{backoff, cas_at, dte_read, read_at, state_cas, tiny_config, Script};
 use nessie_check::sim::Point;
-use std::time::Duration;
 
 /// A PUT of a fresh key whose commit CAS is checked against its deadline
 /// `late_us` microseconds after that deadline (0: exactly at it).

@@ -16,11 +16,11 @@ use nessie::fabric::{
     ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions, DEFAULT_LANES,
 };
 use nessie::{store_regions, Config, Node, Stats};
-use nessie_check::conformance::{self, ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use nessie_check::conformance::{self, ClusterSpec, Factory};
 
 const DEVICE_ENV: &str = "NESSIE_VERBS_DEVICE";
 const GID_ENV: &str = "NESSIE_VERBS_GID";

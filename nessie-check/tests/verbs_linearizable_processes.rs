@@ -10,12 +10,12 @@
 #![cfg(feature = "verbs")]
 
 use nessie::{Config, FabricConfig, Node};
-use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use nessie_check::proc_history::read_logs;
+use nessie_check::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
 
 const NODES: usize = 3;
 const KEYS: usize = 8;
