@@ -2,9 +2,9 @@
 //! response ring, a request ring on every node and their cursors).
 
 use crate::messaging::{Request, RpcClient, SlotRings};
+use crate::ring::{ReplyNotes, ReplyStatus, RingOp};
 use crate::table::Table;
 use nessie::fabric::{Endpoint, NodeId};
-use nessie::layout::ring::{ReplyNotes, ReplyStatus, RingOp};
 use nessie::{Clock, Error, KvClient, OpKind, RetryCounts, Stats};
 use std::sync::{Arc, Mutex, PoisonError};
 

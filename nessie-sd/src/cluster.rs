@@ -3,11 +3,11 @@
 
 use crate::client::{Client, ClientContext, SlotPool};
 use crate::messaging::RpcClient;
+use crate::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
 use crate::server::{Server, ServerConfig};
 use crate::table::Table;
 use nessie::data::NodeData;
 use nessie::fabric::{Endpoint, Fabric, NodeId, RegionSpec, VerbCounts};
-use nessie::layout::ring::{RingGeometry, HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS};
 use nessie::runtime::{Hosting, LocalStart};
 use nessie::{Clock, Config, Error};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -34,7 +34,9 @@
 //! * `messaging` — FaRM-style rings: frames written with one WRITE,
 //!   detected by header and trailer, zeroed after use; request-ring heads
 //!   published lazily by WRITE into the sender's memory; frame layouts in
-//!   [`nessie::layout::ring`].
+//!   [`ring`].
+//! * [`ring`] — the byte layouts of ring frames, requests and replies, and
+//!   the regions that hold the rings.
 //! * `server` — worker threads: polling, lock striping per key, PUT /
 //!   DELETE with CAS on ITEs, cuckoo displacement, staging of replaced
 //!   entries for expiry-gated reuse.
@@ -72,6 +74,7 @@ mod client;
 mod cluster;
 mod messaging;
 mod poll;
+pub mod ring;
 mod server;
 pub mod table;
 

@@ -1,5 +1,5 @@
 //! FaRM-style ring-buffer messaging over fabric WRITEs (frame layout in
-//! [`nessie::layout::ring`]).
+//! [`crate::ring`]).
 //!
 //! Each client slot of a node has one request ring in every server node's
 //! memory (it is that ring's only sender) and one response ring in its own
@@ -41,12 +41,12 @@
 //! of the space only from a later WRITE (the reply or the head update).
 
 use crate::poll::Spinner;
-use nessie::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, VerbCounts};
-use nessie::layout::ring::{
+use crate::ring::{
     self, begin_frame, decode_frame_header, finish_frame, frame_bytes, frame_trailer, place_frame,
     receiver_may_wrap, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
     HEAD_MIRRORS, REQUEST_RINGS, RESPONSE_RINGS,
 };
+use nessie::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, VerbCounts};
 use nessie::layout::{round_up_words, WORD};
 use nessie::{Clock, Error};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -32,14 +32,14 @@
 
 use crate::messaging::{begin_reply, send_reply, Inbox, Incoming};
 use crate::poll::Spinner;
+use crate::ring::{
+    finish_frame, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
+    MAX_ERROR_MESSAGE,
+};
 use crate::table::{self, probe, read_ites, target, Probe, Table, MAX_TORN_RETRIES};
 use nessie::data::{NodeData, TableAccess};
 use nessie::fabric::{Endpoint, Fabric, NodeId, VerbCounts};
 use nessie::layout::dte::{self, encode_entry, DteHeader, DteState, DteStatus};
-use nessie::layout::ring::{
-    finish_frame, ReplyHeader, ReplyNotes, ReplyStatus, RequestHeader, RingGeometry, RingOp,
-    MAX_ERROR_MESSAGE,
-};
 use nessie::layout::{Ite, SlotRef};
 use nessie::{Clock, Error, RetryCounts};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,6 +180,14 @@ type KeyValue = (Vec<u8>, Vec<u8>);
 /// Bumps a saturating 16-bit reply counter.
 fn bump(counter: &mut u16) {
     *counter = counter.saturating_add(1);
+}
+
+/// A writer making room by cuckoo displacement: its deadline, and the lock
+/// stripes it holds (a move of a key in a held stripe must not lock it
+/// again).
+struct Displacing {
+    deadline: u64,
+    held: Vec<usize>,
 }
 
 struct Worker {
@@ -348,7 +356,11 @@ impl Worker {
         let linked = self.write_dte(slot, key, value).and_then(|()| {
             let stripe = shared.stripe(key);
             let _guard = lock(&shared.stripes[stripe]);
-            self.link(key, Ite::occupied(slot, 0), deadline, &mut vec![stripe])
+            let mut moving = Displacing {
+                deadline,
+                held: vec![stripe],
+            };
+            self.link(key, Ite::occupied(slot, 0), &mut moving)
         });
         match linked {
             Ok(replaced) => {
@@ -371,9 +383,9 @@ impl Worker {
         &mut self,
         key: &[u8],
         new: Ite,
-        deadline: u64,
-        held: &mut Vec<usize>,
+        moving: &mut Displacing,
     ) -> Result<Option<Ite>, Error> {
+        let deadline = moving.deadline;
         let shared = Arc::clone(&self.shared);
         let table = &shared.config.table;
         let node = shared.config.node;
@@ -386,7 +398,7 @@ impl Worker {
             };
             let Some(i) = hit.or_else(|| ites.iter().position(|e| e.is_empty())) else {
                 let depth = shared.config.max_migrate_depth;
-                if !self.make_room(&slots, &ites, depth, deadline, held)? {
+                if !self.make_room(&slots, &ites, depth, moving)? {
                     return Err(Error::IndexFull);
                 }
                 continue;
@@ -472,11 +484,10 @@ impl Worker {
         slots: &[u64],
         ites: &[Ite],
         depth: usize,
-        deadline: u64,
-        held: &mut Vec<usize>,
+        moving: &mut Displacing,
     ) -> Result<bool, Error> {
         for (&slot, &ite) in slots.iter().zip(ites) {
-            if ite.is_occupied() && self.evict(slot, ite, depth, deadline, held)? {
+            if ite.is_occupied() && self.evict(slot, ite, depth, moving)? {
                 return Ok(true);
             }
         }
@@ -490,8 +501,7 @@ impl Worker {
         slot: u64,
         ite: Ite,
         depth: usize,
-        deadline: u64,
-        held: &mut Vec<usize>,
+        moving: &mut Displacing,
     ) -> Result<bool, Error> {
         if depth == 0 {
             return Ok(false);
@@ -502,7 +512,7 @@ impl Worker {
             return Ok(false);
         };
         let stripe = shared.stripe(&key);
-        let guard = if held.contains(&stripe) {
+        let guard = if moving.held.contains(&stripe) {
             None
         } else {
             match shared.stripes[stripe].try_lock() {
@@ -512,27 +522,27 @@ impl Worker {
             }
         };
         if guard.is_some() {
-            held.push(stripe);
+            moving.held.push(stripe);
         }
-        let moved = self.evict_locked(slot, ite, r, &key, &value, depth, deadline, held);
+        let moved = self.evict_locked(slot, ite, r, (&key, &value), depth, moving);
         if guard.is_some() {
-            held.pop();
+            moving.held.pop();
         }
         moved
     }
 
-    #[expect(clippy::too_many_arguments, reason = "one recursive step's state")]
+    /// [`Worker::evict`] once the stripe of the occupant's key (`entry`,
+    /// read from DTE `r`) is held.
     fn evict_locked(
         &mut self,
         slot: u64,
         ite: Ite,
         r: SlotRef,
-        key: &[u8],
-        value: &[u8],
+        (key, value): (&[u8], &[u8]),
         depth: usize,
-        deadline: u64,
-        held: &mut Vec<usize>,
+        moving: &mut Displacing,
     ) -> Result<bool, Error> {
+        let deadline = moving.deadline;
         let shared = Arc::clone(&self.shared);
         let table = &shared.config.table;
         let node = shared.config.node;
@@ -549,7 +559,7 @@ impl Worker {
         if dest.is_none() && depth > 1 {
             for j in 0..alts.len() {
                 if alt_ites[j].is_occupied()
-                    && self.evict(alts[j], alt_ites[j], depth - 1, deadline, held)?
+                    && self.evict(alts[j], alt_ites[j], depth - 1, moving)?
                 {
                     alt_ites = read_ites(&mut self.ep, table, node, &alts)?;
                     dest = alt_ites.iter().position(|e| e.is_empty());

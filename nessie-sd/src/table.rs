@@ -2,7 +2,7 @@
 //! entry is read, by a server worker on its own node (SD) or one-sided by a
 //! client on another node (HY's GET).
 //!
-//! A key's **home node** is `hash mod nodes` ([`KeyHasher::home_node`]); its
+//! A key's **home node** is `hash mod nodes` ([`Table::home`]); its
 //! index entry and its data live there only. Its candidate index slots are
 //! `H` slots of the home node's index table (cuckoo hashing, as in Nessie,
 //! but over one node's table). The index and data tables use Nessie's
@@ -37,10 +37,10 @@
 //!   absent; a change means a concurrent move or PUT, and the reader
 //!   retries.
 
+use nessie::data::Geometry;
 use nessie::fabric::{Endpoint, NodeId, RegionSpec, RemoteAddr, Verb};
-use nessie::index::KeyHasher;
+use nessie::index::{Candidate, KeyHasher};
 use nessie::layout::dte::{self, DteHeader, DteStatus};
-use nessie::layout::region;
 use nessie::layout::{round_up_words, Ite, SlotRef, WORD};
 use nessie::{Clock, Config, Error, RetryCounts};
 
@@ -53,13 +53,10 @@ pub const MAX_TORN_RETRIES: u32 = 16;
 /// the shape of every node's index and data tables.
 #[derive(Clone, Debug)]
 pub struct Table {
-    nodes: usize,
-    index_slots: u64,
+    geometry: Geometry,
     key_size_max: usize,
     value_size_max: usize,
-    class_caps: Vec<usize>,
-    slot_bytes: Vec<usize>,
-    class_slots: Vec<usize>,
+    /// The hash of the home node: Nessie's first hash function.
     home: KeyHasher,
     slots: KeyHasher,
 }
@@ -68,7 +65,6 @@ impl Table {
     /// The tables of a (validated) configuration.
     #[must_use]
     pub fn new(config: &Config) -> Table {
-        let classes = config.size_classes();
         // Candidate slots come from a hasher over one table of
         // `nodes × slots` entries, divided by `nodes`: for the first hash,
         // `h mod (nodes·slots)` splits exactly into the home node
@@ -82,15 +78,9 @@ impl Table {
             ..config.clone()
         };
         Table {
-            nodes: config.nodes,
-            index_slots: config.index_slots_per_node as u64,
+            geometry: Geometry::new(config),
             key_size_max: config.key_size_max,
             value_size_max: config.value_size_max,
-            slot_bytes: (0..classes.len())
-                .map(|c| config.class_slot_bytes(c))
-                .collect(),
-            class_slots: (0..classes.len()).map(|c| config.class_slots(c)).collect(),
-            class_caps: classes,
             home: KeyHasher::new(config),
             slots: KeyHasher::new(&flat),
         }
@@ -100,24 +90,22 @@ impl Table {
     /// one data table per size class (the same as Nessie's).
     #[must_use]
     pub fn regions(config: &Config) -> Vec<RegionSpec> {
-        let mut regions = vec![RegionSpec {
-            id: region::INDEX,
-            len: (config.index_slots_per_node * WORD) as u64,
-        }];
-        regions.extend(nessie::data::data_regions(config));
+        let geometry = Geometry::new(config);
+        let mut regions = vec![geometry.index_region()];
+        regions.extend(geometry.data_regions());
         regions
     }
 
     /// Number of nodes.
     #[must_use]
     pub fn nodes(&self) -> usize {
-        self.nodes
+        self.geometry.nodes()
     }
 
     /// The node that holds `key`.
     #[must_use]
     pub fn home(&self, key: &[u8]) -> NodeId {
-        self.home.home_node(key)
+        (self.home.hash(key, 0) % self.nodes() as u64) as NodeId
     }
 
     /// The key's candidate slots in its home node's index table, first hash
@@ -126,7 +114,7 @@ impl Table {
     pub fn candidates(&self, key: &[u8]) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::with_capacity(4);
         for c in self.slots.candidates(key) {
-            let slot = c.slot / self.nodes as u64;
+            let slot = c.slot / self.nodes() as u64;
             if !out.contains(&slot) {
                 out.push(slot);
             }
@@ -137,24 +125,19 @@ impl Table {
     /// Address of index slot `slot` of `node`.
     #[must_use]
     pub fn ite_addr(&self, node: NodeId, slot: u64) -> RemoteAddr {
-        RemoteAddr::new(node, region::INDEX, slot * WORD as u64)
+        Candidate { node, slot }.addr()
     }
 
     /// Address of the DTE `r`, or `None` if `r` lies outside the tables.
     #[must_use]
     pub fn dte_addr(&self, r: SlotRef) -> Option<RemoteAddr> {
-        let class = usize::from(r.class);
-        let bytes = *self.slot_bytes.get(class)?;
-        ((r.slot as usize) < self.class_slots[class]).then(|| nessie::data::dte_addr(r, bytes))
+        self.geometry.dte_addr(r)
     }
 
     /// Value capacity of size class `class`.
     #[must_use]
     pub fn class_capacity(&self, class: u8) -> usize {
-        self.class_caps
-            .get(usize::from(class))
-            .copied()
-            .unwrap_or(0)
+        self.geometry.capacity(class)
     }
 
     /// The smallest size class holding `value_len` bytes.
@@ -163,16 +146,13 @@ impl Table {
         if value_len > self.value_size_max {
             return None;
         }
-        self.class_caps
-            .iter()
-            .position(|&cap| cap >= value_len)
-            .map(|c| c as u8)
+        self.geometry.class_for(value_len)
     }
 
     /// Index slots per node.
     #[must_use]
     pub fn index_slots(&self) -> u64 {
-        self.index_slots
+        self.geometry.index_slots()
     }
 
     /// Checks a key against the configuration.
@@ -384,12 +364,11 @@ mod tests {
 
     #[test]
     fn candidates_stay_on_the_home_node_and_spread() {
-        let config = Config {
+        let t = Table::new(&Config {
             nodes: 2,
             index_slots_per_node: 64,
             ..Config::default()
-        };
-        let t = Table::new(&config);
+        });
         let mut first_parity = [[0u32; 2]; 2];
         for i in 0..2000u32 {
             let key = format!("k{i}");
@@ -406,11 +385,10 @@ mod tests {
 
     #[test]
     fn classes_and_bounds() {
-        let config = Config {
+        let t = Table::new(&Config {
             value_size_max: 1000,
             ..Config::default()
-        };
-        let t = Table::new(&config);
+        });
         assert_eq!(t.class_for(0), Some(0));
         assert_eq!(t.class_for(257), Some(1));
         assert_eq!(t.class_for(1000), Some(2));

@@ -106,7 +106,7 @@ fn dropping_a_cluster_with_live_clients_stops_cleanly() {
 #[test]
 fn servers_survive_malformed_requests() {
     use nessie::fabric::RemoteAddr;
-    use nessie::layout::ring::{
+    use nessie_sd::ring::{
         begin_frame, finish_frame, ReplyHeader, ReplyStatus, RequestHeader, RingGeometry,
         REQUEST_RINGS, RESPONSE_RINGS,
     };

@@ -1,8 +1,8 @@
 //! Deterministic verb counts of the server-driven store.
 
-use nessie::layout::ring::{frame_bytes, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
 use nessie::layout::round_up_words;
 use nessie::{Config, KvClient, OpKind, Stats};
+use nessie_sd::ring::{frame_bytes, REPLY_HEADER_BYTES, REQUEST_HEADER_BYTES};
 use nessie_sd::{Client, Cluster};
 
 fn config() -> Config {

@@ -5,7 +5,7 @@ use crate::cache::DteCache;
 use crate::clock::Clock;
 use crate::data::NodeData;
 use crate::fabric::{Endpoint, NodeId};
-use crate::protocol::{Ctx, OpEnv, WriteKind};
+use crate::protocol::{Ctx, Env, Kept, WriteKind};
 use crate::stats::{OpKind, OpStats, Stats};
 use crate::store::Shared;
 use crate::{Error, KvClient};
@@ -23,9 +23,7 @@ pub struct Client {
     ep: Endpoint,
     clock: Arc<dyn Clock>,
     data: Arc<NodeData>,
-    cache: DteCache,
-    buffers: Vec<Vec<u8>>,
-    rng: StdRng,
+    kept: Kept,
     stats: Stats,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -41,10 +39,11 @@ impl Client {
         Client {
             ep: Endpoint::new(Arc::clone(shared.fabric()), node),
             clock: Arc::clone(shared.clock(node)),
-            cache: DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
+            kept: Kept::new(
+                DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
+                rng,
+            ),
             data,
-            buffers: Vec::new(),
-            rng,
             stats: Stats::default(),
             shared,
             _not_sync: PhantomData,
@@ -78,19 +77,18 @@ impl Client {
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {
-            let env = OpEnv {
-                config: self.shared.config(),
-                timing: self.shared.timing(),
-                hasher: self.shared.hasher(),
-                clock: self.clock.as_ref(),
-                data: &self.data,
-                local: self.shared.scan_fabric().as_ref(),
-            };
-            let mut ctx = env.ctx(
+            let env = Env::new(
+                self.shared.config(),
+                self.shared.timing(),
+                self.shared.hasher(),
+                self.clock.as_ref(),
+                &self.data,
+            );
+            let mut ctx = Ctx::start(
+                env,
                 &mut self.ep,
-                &mut self.cache,
-                &mut self.buffers,
-                &mut self.rng,
+                self.shared.scan_fabric().as_ref(),
+                &mut self.kept,
                 &mut counters,
                 writes,
             );

@@ -4,11 +4,13 @@
 //! struct, durations in milliseconds. [`Config::validate`] rejects every value
 //! that would make the store misbehave, with a message naming the field.
 
-use crate::layout::{self, ite};
+use crate::data::Geometry;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+mod validate;
 
 /// Value capacity of the smallest size class, in bytes.
 pub const MIN_CLASS_BYTES: usize = 256;
@@ -333,194 +335,6 @@ impl Config {
         toml::to_string(self).map_err(|e| bad(e.to_string()))
     }
 
-    /// Checks every field.
-    ///
-    /// # Errors
-    /// [`Error::Config`] with a message naming the first bad field.
-    pub fn validate(&self) -> Result<(), Error> {
-        let zero = |name: &str, v: usize| {
-            if v == 0 {
-                Err(bad(format!("{name} must be greater than 0")))
-            } else {
-                Ok(())
-            }
-        };
-        zero("nodes", self.nodes)?;
-        zero("index_slots_per_node", self.index_slots_per_node)?;
-        zero("hashes", self.hashes)?;
-        zero("key_size_max", self.key_size_max)?;
-        zero("value_size_max", self.value_size_max)?;
-        zero("data_bytes_per_node", self.data_bytes_per_node)?;
-        zero("cache_entries", self.cache_entries)?;
-        zero("server_workers", self.server_workers)?;
-        if self.cluster.is_empty() {
-            return Err(bad("cluster must not be empty".into()));
-        }
-        if self.nodes > ite::MAX_NODES {
-            return Err(bad(format!(
-                "nodes = {} exceeds the {} nodes an index entry can address",
-                self.nodes,
-                ite::MAX_NODES
-            )));
-        }
-        if self.hashes > 16 {
-            return Err(bad(format!("hashes = {} is more than 16", self.hashes)));
-        }
-        if self.filter_bits > ite::FILTER_BITS {
-            return Err(bad(format!(
-                "filter_bits = {} exceeds the {} filter bits of an index entry",
-                self.filter_bits,
-                ite::FILTER_BITS
-            )));
-        }
-        if self.key_size_max > layout::dte::MAX_KEY_LEN {
-            return Err(bad(format!(
-                "key_size_max = {} exceeds {} bytes",
-                self.key_size_max,
-                layout::dte::MAX_KEY_LEN
-            )));
-        }
-        if self.index_slots_per_node.checked_mul(self.nodes).is_none()
-            || (self.index_slots_per_node as u64) > (1 << 40)
-        {
-            return Err(bad("index_slots_per_node is too large".into()));
-        }
-        if self.expiry.is_zero() || self.op_timeout.is_zero() {
-            return Err(bad("expiry and op_timeout must be greater than 0".into()));
-        }
-        for (name, d) in [
-            ("expiry", self.expiry),
-            ("op_timeout", self.op_timeout),
-            ("max_clock_skew", self.max_clock_skew),
-            ("attach_timeout", self.attach_timeout),
-            (
-                "cas_landing_bound",
-                self.cas_landing_bound.unwrap_or_default(),
-            ),
-        ] {
-            if d > MAX_DURATION {
-                return Err(bad(format!(
-                    "{name} = {d:?} is longer than the longest duration allowed ({MAX_DURATION:?})"
-                )));
-            }
-        }
-        if self.cas_landing_bound.is_some_and(|d| d.is_zero()) {
-            return Err(bad("cas_landing_bound must be greater than 0".into()));
-        }
-        if self.op_timeout >= self.expiry {
-            return Err(bad(format!(
-                "op_timeout ({:?}) must be shorter than expiry ({:?})",
-                self.op_timeout, self.expiry
-            )));
-        }
-        if self.op_timeout + self.max_clock_skew * 2 >= self.expiry {
-            return Err(bad(format!(
-                "op_timeout + 2 x max_clock_skew ({:?}) must be shorter than expiry ({:?})",
-                self.op_timeout + self.max_clock_skew * 2,
-                self.expiry
-            )));
-        }
-        let landing = self.landing_bound();
-        if self.op_timeout + landing + self.max_clock_skew >= self.expiry {
-            return Err(bad(format!(
-                "expiry ({:?}) must be longer than op_timeout + cas_landing_bound + max_clock_skew \
-                 ({:?} + {landing:?} + {:?}): a CAS landing later than expiry - op_timeout \
-                 after its deadline check could link a recycled slot",
-                self.expiry, self.op_timeout, self.max_clock_skew
-            )));
-        }
-        if self.value_size_max > MAX_VALUE_SIZE {
-            return Err(bad(format!(
-                "value_size_max = {} is above the largest size class ({MAX_VALUE_SIZE} bytes)",
-                self.value_size_max
-            )));
-        }
-        self.validate_fabric()?;
-        let classes = self.size_classes();
-        if classes.len() > ite::MAX_CLASSES {
-            return Err(bad(format!(
-                "{} size classes exceed the {} an index entry can address",
-                classes.len(),
-                ite::MAX_CLASSES
-            )));
-        }
-        for (class, &bytes) in classes.iter().enumerate() {
-            let slots = self.class_slots(class);
-            if slots == 0 {
-                return Err(bad(format!(
-                    "data_bytes_per_node = {} leaves no slot for size class {} ({} bytes)",
-                    self.data_bytes_per_node, class, bytes
-                )));
-            }
-            if slots as u64 > ite::MAX_SLOTS {
-                return Err(bad(format!(
-                    "size class {class} has {slots} slots, more than an index entry can address"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn validate_fabric(&self) -> Result<(), Error> {
-        let (peers, secret, threads) = match &self.fabric {
-            FabricConfig::Verbs { peers, .. } => {
-                if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
-                    return Err(bad(format!(
-                        "fabric = verbs: the landing bound ({:?}; cas_landing_bound, or 4/5 of \
-                         expiry - op_timeout - max_clock_skew) is too short for any RDMA \
-                         retransmission setting; raise expiry",
-                        self.landing_bound()
-                    )));
-                }
-                return self.validate_peers(peers);
-            }
-            FabricConfig::Tcp {
-                peers,
-                secret,
-                threads,
-            } => (peers, secret, threads),
-            FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
-        };
-        self.validate_peers(peers)?;
-        if secret.is_empty() {
-            return Err(bad("fabric.secret must not be empty".into()));
-        }
-        if secret.len() < SHORT_SECRET {
-            tracing::warn!(
-                "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
-                secret.len()
-            );
-        }
-        if *threads == 0 || *threads > 1024 {
-            return Err(bad(format!(
-                "fabric.threads = {threads} must be between 1 and 1024"
-            )));
-        }
-        Ok(())
-    }
-
-    /// One `host:port` per node (`tcp` and `verbs` fabrics).
-    fn validate_peers(&self, peers: &[String]) -> Result<(), Error> {
-        if peers.len() != self.nodes {
-            return Err(bad(format!(
-                "fabric.peers lists {} addresses for {} nodes",
-                peers.len(),
-                self.nodes
-            )));
-        }
-        for (node, peer) in peers.iter().enumerate() {
-            let port = peer
-                .rsplit_once(':')
-                .map(|(host, port)| (host, port.parse::<u16>()));
-            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
-                return Err(bad(format!(
-                    "fabric.peers[{node}] = {peer:?} is not host:port"
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// The landing bound Δ₀ (DESIGN §4.4): from an operation's deadline
     /// check to its CAS taking effect at the target, at most this long
     /// passes. `validate()` demands `expiry > op_timeout + Δ₀ +
@@ -548,49 +362,29 @@ impl Config {
 
     /// Value capacities of the size classes: powers of two from
     /// [`MIN_CLASS_BYTES`] up to `value_size_max` rounded up to a power of
-    /// two. A slot of a class holds a DTE header, a key of up to
-    /// `key_size_max` bytes and a value of up to the class's capacity, so a
-    /// 16 KiB value takes a 16 KiB class, not a 32 KiB one.
+    /// two (see [`Geometry::new`] for the policy).
     #[must_use]
     pub fn size_classes(&self) -> Vec<usize> {
-        let top = self
-            .value_size_max
-            .max(1)
-            .next_power_of_two()
-            .max(MIN_CLASS_BYTES);
-        std::iter::successors(Some(MIN_CLASS_BYTES), |&c| (c < top).then_some(c * 2)).collect()
+        Geometry::new(self).capacities().to_vec()
     }
 
     /// Bytes of one slot of size class `class` (a whole number of words).
     #[must_use]
     pub fn class_slot_bytes(&self, class: usize) -> usize {
-        self.size_classes()
-            .get(class)
-            .map_or(0, |&cap| layout::dte::entry_bytes(self.key_size_max, cap))
+        u8::try_from(class).map_or(0, |c| Geometry::new(self).slot_bytes(c))
     }
 
     /// The smallest size class whose capacity holds `value_len` bytes.
     #[must_use]
     pub fn class_for(&self, value_len: usize) -> Option<usize> {
-        self.size_classes().iter().position(|&cap| cap >= value_len)
+        Geometry::new(self).class_for(value_len).map(usize::from)
     }
 
-    /// Slots of size class `class` on each node.
-    ///
-    /// Policy: every class gets an equal share of `data_bytes_per_node`, so
-    /// large classes have few slots and small ones many. An equal byte share
-    /// keeps every class usable whatever the workload's value sizes and needs
-    /// no knowledge of the workload; a workload of one value size leaves the
-    /// other classes' memory idle, which is the price of that. Memory is
-    /// touched only when used, so generous settings cost address space only.
+    /// Slots of size class `class` on each node: an equal share of
+    /// `data_bytes_per_node` per class (see [`Geometry::new`]).
     #[must_use]
     pub fn class_slots(&self, class: usize) -> usize {
-        let classes = self.size_classes().len();
-        let share = self.data_bytes_per_node / classes;
-        match self.class_slot_bytes(class) {
-            0 => 0,
-            bytes => share / bytes,
-        }
+        u8::try_from(class).map_or(0, |c| Geometry::new(self).slots(c))
     }
 
     /// Directory of the shared-memory region files.

@@ -4,6 +4,20 @@ use crate::fabric::VerbCounts;
 use serde::{Deserialize, Serialize};
 use std::ops::AddAssign;
 
+/// `AddAssign` adding counters field by field. The destructuring pattern
+/// names every field, so a counter added to the struct but not here fails
+/// to compile instead of silently staying out of sums.
+macro_rules! add_fields {
+    ($ty:ident { $($field:ident),* $(,)? }) => {
+        impl AddAssign for $ty {
+            fn add_assign(&mut self, o: $ty) {
+                let $ty { $($field),* } = o;
+                $(self.$field += $field;)*
+            }
+        }
+    };
+}
+
 /// Why an operation went around its loop again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryCounts {
@@ -37,17 +51,15 @@ impl RetryCounts {
     }
 }
 
-impl AddAssign for RetryCounts {
-    fn add_assign(&mut self, o: RetryCounts) {
-        self.cas_failed += o.cas_failed;
-        self.busy += o.busy;
-        self.changed += o.changed;
-        self.helped += o.helped;
-        self.torn += o.torn;
-        self.aborted_by_helper += o.aborted_by_helper;
-        self.no_free_slot += o.no_free_slot;
-    }
-}
+add_fields!(RetryCounts {
+    cas_failed,
+    busy,
+    changed,
+    helped,
+    torn,
+    aborted_by_helper,
+    no_free_slot,
+});
 
 /// Counters of one kind of operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,21 +92,19 @@ pub struct OpStats {
     pub stage_failures: u64,
 }
 
-impl AddAssign for OpStats {
-    fn add_assign(&mut self, o: OpStats) {
-        self.ops += o.ops;
-        self.errors += o.errors;
-        self.verbs += o.verbs;
-        self.retries += o.retries;
-        self.cache_hits += o.cache_hits;
-        self.migrations += o.migrations;
-        self.recoveries += o.recoveries;
-        self.marker_restores += o.marker_restores;
-        self.markers_left += o.markers_left;
-        self.late_cas += o.late_cas;
-        self.stage_failures += o.stage_failures;
-    }
-}
+add_fields!(OpStats {
+    ops,
+    errors,
+    verbs,
+    retries,
+    cache_hits,
+    migrations,
+    recoveries,
+    marker_restores,
+    markers_left,
+    late_cas,
+    stage_failures,
+});
 
 /// Which operation a counter belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -148,10 +158,4 @@ impl Stats {
     }
 }
 
-impl AddAssign for Stats {
-    fn add_assign(&mut self, o: Stats) {
-        self.get += o.get;
-        self.put += o.put;
-        self.delete += o.delete;
-    }
-}
+add_fields!(Stats { get, put, delete });

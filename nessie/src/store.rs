@@ -3,11 +3,10 @@
 
 use crate::client::Client;
 use crate::clock::{Clock, SkewVerdict};
-use crate::data::{data_regions, NodeData};
+use crate::data::{Geometry, NodeData};
 use crate::fabric::{Fabric, NodeId, RegionSpec};
 use crate::index::KeyHasher;
 use crate::layout::region;
-use crate::layout::WORD;
 use crate::protocol::Timing;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
@@ -20,17 +19,15 @@ use std::sync::Arc;
 /// table and one data table per size class.
 #[must_use]
 pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
+    let geometry = Geometry::new(config);
     let mut regions = vec![
-        RegionSpec {
-            id: region::INDEX,
-            len: (config.index_slots_per_node * WORD) as u64,
-        },
+        geometry.index_region(),
         RegionSpec {
             id: region::META,
             len: crate::clock::META_BYTES,
         },
     ];
-    regions.extend(data_regions(config));
+    regions.extend(geometry.data_regions());
     regions
 }
 

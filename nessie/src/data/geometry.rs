@@ -1,21 +1,30 @@
 //! The shape of the tables every node registers: size classes, slot sizes
-//! and counts, and where an index slot or a DTE lives.
+//! and counts, the regions they take, and where an index slot or a DTE
+//! lives. Everything that sizes or addresses these tables asks
+//! [`Geometry`] ([`Config`]'s size-class methods delegate to it).
 
-use crate::fabric::RemoteAddr;
+use crate::config::MIN_CLASS_BYTES;
+use crate::fabric::{NodeId, RegionSpec, RemoteAddr};
 use crate::index::Candidate;
 use crate::layout::region;
-use crate::layout::SlotRef;
+use crate::layout::{dte, SlotRef, WORD};
 use crate::Config;
+
+/// Where slot `slot` of a data table with `slot_bytes`-byte slots lives
+/// (unchecked).
+fn slot_addr(node: NodeId, class: u8, slot: u32, slot_bytes: usize) -> RemoteAddr {
+    RemoteAddr::new(
+        node,
+        region::data(class),
+        u64::from(slot) * slot_bytes as u64,
+    )
+}
 
 /// Where the DTE `r` lives, given the slot size of its class (unchecked; see
 /// [`Geometry::dte_addr`] for references read from memory).
 #[must_use]
 pub fn dte_addr(r: SlotRef, slot_bytes: usize) -> RemoteAddr {
-    RemoteAddr::new(
-        usize::from(r.node),
-        region::data(r.class),
-        u64::from(r.slot) * slot_bytes as u64,
-    )
+    slot_addr(usize::from(r.node), r.class, r.slot, slot_bytes)
 }
 
 /// Size classes, slot arithmetic and address checks of one configuration.
@@ -35,18 +44,49 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// The tables of a (validated) configuration.
+    /// The tables of a configuration (validated, for tables that are to be
+    /// registered).
+    ///
+    /// Size classes: value capacities are powers of two from
+    /// [`MIN_CLASS_BYTES`] up to `value_size_max` rounded up to a power of
+    /// two. A slot of a class holds a DTE header, a key of up to
+    /// `key_size_max` bytes and a value of up to the class's capacity, so a
+    /// 16 KiB value takes a 16 KiB class, not a 32 KiB one.
+    ///
+    /// Slots per class: every class gets an equal share of
+    /// `data_bytes_per_node`, so large classes have few slots and small ones
+    /// many. An equal byte share keeps every class usable whatever the
+    /// workload's value sizes and needs no knowledge of the workload; a
+    /// workload of one value size leaves the other classes' memory idle,
+    /// which is the price of that. Memory is touched only when used, so
+    /// generous settings cost address space only.
     #[must_use]
     pub fn new(config: &Config) -> Geometry {
-        let capacities = config.size_classes();
-        let classes = capacities.len();
+        let top = config
+            .value_size_max
+            .max(1)
+            .next_power_of_two()
+            .max(MIN_CLASS_BYTES);
+        let capacities: Vec<usize> =
+            std::iter::successors(Some(MIN_CLASS_BYTES), |&c| (c < top).then_some(c * 2)).collect();
+        let share = config.data_bytes_per_node / capacities.len();
+        let slot_bytes: Vec<usize> = capacities
+            .iter()
+            .map(|&cap| dte::entry_bytes(config.key_size_max, cap))
+            .collect();
         Geometry {
             nodes: config.nodes,
             index_slots: config.index_slots_per_node as u64,
-            slot_bytes: (0..classes).map(|c| config.class_slot_bytes(c)).collect(),
-            slots: (0..classes).map(|c| config.class_slots(c)).collect(),
+            slots: slot_bytes.iter().map(|&bytes| share / bytes).collect(),
+            slot_bytes,
             capacities,
         }
+    }
+
+    /// Value capacities of the size classes, smallest first.
+    #[must_use]
+    pub fn capacities(&self) -> &[usize] {
+        &self.capacities
     }
 
     /// Number of size classes.
@@ -59,6 +99,32 @@ impl Geometry {
     #[must_use]
     pub fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// Index slots of each node.
+    #[must_use]
+    pub fn index_slots(&self) -> u64 {
+        self.index_slots
+    }
+
+    /// The index table region of a node.
+    #[must_use]
+    pub fn index_region(&self) -> RegionSpec {
+        RegionSpec {
+            id: region::INDEX,
+            len: self.index_slots * WORD as u64,
+        }
+    }
+
+    /// The data-table regions of a node, one per size class.
+    #[must_use]
+    pub fn data_regions(&self) -> Vec<RegionSpec> {
+        (0..self.classes() as u8)
+            .map(|class| RegionSpec {
+                id: region::data(class),
+                len: (self.slots(class) * self.slot_bytes(class)) as u64,
+            })
+            .collect()
     }
 
     /// The smallest size class whose capacity holds `value_len` bytes.
@@ -94,6 +160,13 @@ impl Geometry {
         self.slots.get(usize::from(class)).copied().unwrap_or(0)
     }
 
+    /// Address of slot `slot` of `node`'s data table of `class` (unchecked:
+    /// for the node's own bookkeeping of slots it hands out).
+    #[must_use]
+    pub fn slot_addr(&self, node: NodeId, class: u8, slot: u32) -> RemoteAddr {
+        slot_addr(node, class, slot, self.slot_bytes(class))
+    }
+
     /// Address of the DTE `r`, or `None` if `r` names a node, class or slot
     /// that does not exist.
     #[must_use]
@@ -122,14 +195,7 @@ mod tests {
 
     #[test]
     fn references_outside_the_tables_have_no_address() {
-        let config = Config {
-            nodes: 2,
-            index_slots_per_node: 8,
-            value_size_max: 1024,
-            data_bytes_per_node: 1 << 20,
-            ..Config::default()
-        };
-        let g = Geometry::new(&config);
+        let g = Geometry::new(&super::super::small_config(2, 1024, 1 << 20));
         assert_eq!(g.nodes(), 2);
         assert_eq!(g.classes(), 3);
         assert_eq!(g.class_for(300), Some(1));

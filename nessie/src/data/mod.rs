@@ -1,8 +1,8 @@
 //! Data tables: fixed-size DTE slots per size class, their allocation and
 //! their reuse.
 //!
-//! Every node owns one data table per size class (see
-//! [`Config::size_classes`] for the classes and the policy that sizes them).
+//! Every node owns one data table per size class (see [`Geometry::new`] for
+//! the classes and the policy that sizes them).
 //! Clients write new DTEs only into their own node's tables, so allocation is
 //! node-local state ([`NodeData`]), shared by the node's clients.
 //!
@@ -40,7 +40,6 @@ use crate::clock::Clock;
 use crate::fabric::{Fabric, FabricError, NodeId, RegionSpec, RemoteAddr};
 use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
 use crate::layout::ite::next_generation;
-use crate::layout::region;
 use crate::layout::SlotRef;
 use crate::Config;
 use reclaim::{Pending, PendingGuard};
@@ -51,12 +50,7 @@ use std::sync::Mutex;
 /// The data-table regions a node registers for `config`.
 #[must_use]
 pub fn data_regions(config: &Config) -> Vec<RegionSpec> {
-    (0..config.size_classes().len())
-        .map(|class| RegionSpec {
-            id: region::data(class as u8),
-            len: (config.class_slots(class) * config.class_slot_bytes(class)) as u64,
-        })
-        .collect()
+    Geometry::new(config).data_regions()
 }
 
 /// How allocation and recycling reach memory and time.
@@ -81,34 +75,47 @@ impl fmt::Debug for TableAccess<'_> {
     }
 }
 
-/// What one node's recycling did so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecycleCounts {
-    /// Scans of a class for reusable slots.
-    pub scans: u64,
-    /// Published slots returned to a free list after their expiry.
-    pub reclaimed: u64,
-    /// `MOVED(copy)` markers of committed copies cleared before the copy's
-    /// slot was reused (the copy's predecessor was staged by the clear).
-    pub markers_cleared: u64,
-    /// `MOVED(copy)` markers of aborted copies put back to the copy's `prev`
-    /// before the copy's slot was reused.
-    pub markers_restored: u64,
-    /// Slots whose publishing CAS had an unknown outcome, freed once it was
-    /// certain the CAS never landed.
-    pub in_doubt_freed: u64,
-    /// Slots kept for a later scan because a verb resolving them failed.
-    pub kept_after_error: u64,
+/// Declares [`RecycleCounts`] and the atomic counters behind it from one
+/// list of fields, so that the two cannot drift apart.
+macro_rules! recycle_counts {
+    ($($(#[$doc:meta])* $field:ident,)*) => {
+        /// What one node's recycling did so far.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct RecycleCounts {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        #[derive(Debug, Default)]
+        struct Counters {
+            $($field: AtomicU64,)*
+        }
+
+        impl Counters {
+            fn snapshot(&self) -> RecycleCounts {
+                RecycleCounts {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    scans: AtomicU64,
-    reclaimed: AtomicU64,
-    markers_cleared: AtomicU64,
-    markers_restored: AtomicU64,
-    in_doubt_freed: AtomicU64,
-    kept_after_error: AtomicU64,
+recycle_counts! {
+    /// Scans of a class for reusable slots.
+    scans,
+    /// Published slots returned to a free list after their expiry.
+    reclaimed,
+    /// `MOVED(copy)` markers of committed copies cleared before the copy's
+    /// slot was reused (the copy's predecessor was staged by the clear).
+    markers_cleared,
+    /// `MOVED(copy)` markers of aborted copies put back to the copy's `prev`
+    /// before the copy's slot was reused.
+    markers_restored,
+    /// Slots whose publishing CAS had an unknown outcome, freed once it was
+    /// certain the CAS never landed.
+    in_doubt_freed,
+    /// Slots kept for a later scan because a verb resolving them failed.
+    kept_after_error,
 }
 
 fn bump(c: &AtomicU64) {
@@ -239,11 +246,7 @@ impl NodeData {
     }
 
     fn slot_addr(&self, class: u8, slot: u32) -> RemoteAddr {
-        RemoteAddr::new(
-            self.node,
-            region::data(class),
-            u64::from(slot) * self.slot_bytes(class) as u64,
-        )
+        self.geometry.slot_addr(self.node, class, slot)
     }
 
     /// Takes a free slot of `class`, recycling expired slots if none is free.
@@ -362,16 +365,7 @@ impl NodeData {
     /// What recycling did so far.
     #[must_use]
     pub fn recycle_counts(&self) -> RecycleCounts {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        RecycleCounts {
-            scans: get(&c.scans),
-            reclaimed: get(&c.reclaimed),
-            markers_cleared: get(&c.markers_cleared),
-            markers_restored: get(&c.markers_restored),
-            in_doubt_freed: get(&c.in_doubt_freed),
-            kept_after_error: get(&c.kept_after_error),
-        }
+        self.counters.snapshot()
     }
 
     /// Scans `class` for slots that may be reused, resolves the source
@@ -477,6 +471,19 @@ impl NodeData {
     }
 }
 
+/// A configuration of `nodes` nodes with 8 index slots each, for the tests
+/// of this module's tables.
+#[cfg(test)]
+fn small_config(nodes: usize, value_size_max: usize, data_bytes_per_node: usize) -> Config {
+    Config {
+        nodes,
+        index_slots_per_node: 8,
+        value_size_max,
+        data_bytes_per_node,
+        ..Config::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,13 +492,7 @@ mod tests {
 
     #[test]
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
-        let config = Config {
-            nodes: 1,
-            index_slots_per_node: 8,
-            value_size_max: 256,
-            data_bytes_per_node: 1 << 16,
-            ..Config::default()
-        };
+        let config = small_config(1, 256, 1 << 16);
         let data = NodeData::new(&config, 0);
         let fabric = LocalFabric::new(1, &crate::store_regions(&config));
         let clock = WallClock::default();
@@ -515,7 +516,11 @@ mod tests {
             generation: 1,
         };
         data.release_unpublished(stray);
-        data.note_in_doubt(stray, RemoteAddr::new(0, region::INDEX, 0), 1);
+        data.note_in_doubt(
+            stray,
+            RemoteAddr::new(0, crate::layout::region::INDEX, 0),
+            1,
+        );
         // The real class works, and an unpublished release keeps the
         // generation.
         let r = data.allocate(0, access).unwrap().unwrap();

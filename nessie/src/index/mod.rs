@@ -77,8 +77,8 @@ impl KeyHasher {
     pub fn candidates(&self, key: &[u8]) -> Vec<Candidate> {
         let total = self.nodes * self.slots_per_node;
         let mut out: Vec<Candidate> = Vec::with_capacity(self.hashes);
-        for &seed in &HASH_SEEDS[..self.hashes] {
-            let global = xxh3_64_with_seed(key, seed) % total;
+        for i in 0..self.hashes {
+            let global = self.hash(key, i) % total;
             let c = Candidate {
                 node: (global / self.slots_per_node) as NodeId,
                 slot: global % self.slots_per_node,
@@ -96,11 +96,15 @@ impl KeyHasher {
         (xxh3_64_with_seed(key, FILTER_SEED) as u8) & self.filter_mask
     }
 
-    /// The node a key belongs to in a partitioned (server-driven) design:
-    /// hash mod nodes, from the first hash function.
+    /// The key's hash under hash function `i` (the first is 0; at most 16
+    /// functions exist): candidates are these hashes mod the index slots of
+    /// the cluster, and partitioned designs place keys by them too.
+    ///
+    /// # Panics
+    /// If `i` is 16 or more.
     #[must_use]
-    pub fn home_node(&self, key: &[u8]) -> NodeId {
-        (xxh3_64_with_seed(key, HASH_SEEDS[0]) % self.nodes) as NodeId
+    pub fn hash(&self, key: &[u8], i: usize) -> u64 {
+        xxh3_64_with_seed(key, HASH_SEEDS[i])
     }
 }
 
@@ -110,12 +114,11 @@ mod tests {
 
     #[test]
     fn candidates_are_distinct_and_in_range() {
-        let config = Config {
+        let h = KeyHasher::new(&Config {
             nodes: 2,
             index_slots_per_node: 3,
             ..Config::default()
-        };
-        let h = KeyHasher::new(&config);
+        });
         for i in 0..1000u32 {
             let c = h.candidates(&i.to_le_bytes());
             assert!(!c.is_empty() && c.len() <= 3);
@@ -141,11 +144,10 @@ mod tests {
 
     #[test]
     fn filter_respects_bit_count() {
-        let config = Config {
+        let h = KeyHasher::new(&Config {
             filter_bits: 3,
             ..Config::default()
-        };
-        let h = KeyHasher::new(&config);
+        });
         assert!((0..500u32).all(|i| h.filter(&i.to_le_bytes()) < 8));
     }
 }

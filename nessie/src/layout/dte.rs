@@ -172,18 +172,18 @@ impl DteHeader {
     #[must_use]
     pub fn encode(&self) -> [u8; DTE_HEADER_BYTES] {
         let mut out = [0u8; DTE_HEADER_BYTES];
-        let words = [
-            self.state.0,
-            self.created_at,
-            self.expires_at,
-            self.prev,
-            self.replaced,
-            self.source,
-            self.checksum,
-        ];
-        for (chunk, w) in out.chunks_exact_mut(WORD).zip(words) {
-            chunk.copy_from_slice(&w.to_le_bytes());
-        }
+        write_words(
+            &mut out,
+            &[
+                self.state.0,
+                self.created_at,
+                self.expires_at,
+                self.prev,
+                self.replaced,
+                self.source,
+                self.checksum,
+            ],
+        );
         out
     }
 
@@ -228,6 +228,17 @@ impl DteHeader {
         h.update(key);
         h.update(value);
         h.digest()
+    }
+}
+
+/// Writes `words` little-endian into the first `8 × words.len()` bytes of
+/// `out` (the inverse of [`read_word`]).
+///
+/// # Panics
+/// If `out` is shorter than that.
+pub fn write_words(out: &mut [u8], words: &[u64]) {
+    for (chunk, w) in out[..words.len() * WORD].chunks_exact_mut(WORD).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
     }
 }
 

@@ -1,7 +1,8 @@
 //! Every byte layout the store keeps in remote memory: index table entries
 //! (ITEs) and data table entries (DTEs), and the ids of the regions that
 //! hold them. The fabric's own layouts (region file headers, wire frames)
-//! are in [`crate::fabric::wire`].
+//! are in [`crate::fabric::wire`]; the baselines' ring frames live with
+//! the baselines, in `nessie-sd`.
 //!
 //! All multi-byte fields are little-endian. Field widths are named constants,
 //! checked at compile time, so that processes of one build agree on every bit;
@@ -11,7 +12,6 @@
 pub mod dte;
 pub mod ite;
 pub mod region;
-pub mod ring;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
 pub use ite::{Ite, IteKind, SlotRef};

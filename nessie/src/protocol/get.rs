@@ -27,15 +27,15 @@ enum Pass {
 impl Ctx<'_> {
     /// GET `key` into `out`; returns whether it was found.
     pub(crate) fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
-        let cands = self.hasher.candidates(key);
-        let filter = self.hasher.filter(key);
+        let cands = self.env.hasher.candidates(key);
+        let filter = self.env.hasher.filter(key);
         // The first pass starts when the operation did (one clock read
         // fewer on the fast path); later passes read the clock again.
         let mut first = true;
         loop {
             if !first {
-                self.index_read_at = self.clock.mono_us();
-                self.check_deadline()?;
+                self.op.index_read_at = self.env.clock.mono_us();
+                self.gate.check_deadline()?;
             }
             first = false;
             let ites = self.read_ites(&cands, false)?;
@@ -61,7 +61,7 @@ impl Ctx<'_> {
         ites: &[Ite],
         out: &mut Vec<u8>,
     ) -> Result<Pass, Error> {
-        let opts = self.config.optimizations;
+        let opts = self.env.config.optimizations;
         // A cache entry is fresh if at most `expiry` passed between the
         // index read that last confirmed it and the end of this pass's index
         // read: the clock is read after the ITEs (review F6), once.
@@ -69,14 +69,14 @@ impl Ctx<'_> {
         let mut reqs = Vec::new();
         let mut slots = Vec::new();
         for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
-            let remote = usize::from(req.0.node) != self.ep.node();
+            let remote = usize::from(req.0.node) != self.gate.node();
             if opts.cache && remote && ites[i].is_occupied() {
-                let ended = *read_ended.get_or_insert_with(|| self.clock.mono_us());
-                if let Some(hit) = self.cache.get(ites[i].0, self.index_read_at, ended) {
+                let ended = *read_ended.get_or_insert_with(|| self.env.clock.mono_us());
+                if let Some(hit) = self.kept.cache.get(ites[i].0, self.op.index_read_at, ended) {
                     if &*hit.key != key {
                         continue;
                     }
-                    self.stats.cache_hits += 1;
+                    self.op.stats.cache_hits += 1;
                     out.clear();
                     return Ok(match &hit.value {
                         Some(v) => {
@@ -157,7 +157,7 @@ impl Ctx<'_> {
                     return Ok(Pass::Again(Retry::Helped));
                 }
                 // V1: a copy's `prev` is another slot's value; never follow it.
-                if view.state().is_migrated() || !self.config.optimizations.prev_versions {
+                if view.state().is_migrated() || !self.env.config.optimizations.prev_versions {
                     return Ok(Pass::Again(Retry::Busy));
                 }
                 let prev = Ite(view.header.prev);
@@ -197,8 +197,10 @@ impl Ctx<'_> {
     }
 
     fn cache_entry(&mut self, key: &[u8], ite: Ite, view: &DteView, value: Option<&[u8]>) {
-        if self.config.optimizations.cache && usize::from(view.at.node) != self.ep.node() {
-            self.cache.insert(ite.0, key, value, self.index_read_at);
+        if self.env.config.optimizations.cache && usize::from(view.at.node) != self.gate.node() {
+            self.kept
+                .cache
+                .insert(ite.0, key, value, self.op.index_read_at);
         }
     }
 
@@ -208,7 +210,8 @@ impl Ctx<'_> {
         let IteKind::Occupied { dte, .. } = prev.kind() else {
             return Ok(Pass::Again(Retry::Busy));
         };
-        let Some(mut view) = self.read_dte(dte, key.len(), self.config.optimizations.multi_read)?
+        let Some(mut view) =
+            self.read_dte(dte, key.len(), self.env.config.optimizations.multi_read)?
         else {
             return Ok(Pass::Again(Retry::Busy));
         };

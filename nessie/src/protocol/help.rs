@@ -37,7 +37,7 @@ impl Ctx<'_> {
                 self.restore((slot, ite), view)?;
                 Ok(Helped::Acted)
             }
-            DteStatus::Invalid if !self.is_dead(view.header.created_at) => Ok(Helped::Nothing),
+            DteStatus::Invalid if !self.env.is_dead(view.header.created_at) => Ok(Helped::Nothing),
             DteStatus::Invalid if view.state().is_migrated() => {
                 self.help_dead_copy(Some((slot, ite)), view)?;
                 Ok(Helped::Acted)
@@ -45,7 +45,7 @@ impl Ctx<'_> {
             DteStatus::Invalid => {
                 let found = self.cas_state(view.at, view.state(), DteStatus::Aborted)?;
                 if found.status() != DteStatus::Valid {
-                    self.stats.recoveries += 1;
+                    self.op.stats.recoveries += 1;
                     self.restore((slot, ite), view)?;
                 }
                 Ok(Helped::Acted)
@@ -65,8 +65,8 @@ impl Ctx<'_> {
         if !ite.is_occupied() || ite.target() != Some(entry.at) {
             return Ok(());
         }
-        if self.cas(slot, ite.0, entry.header.replaced)? == ite.0 {
-            self.stats.recoveries += 1;
+        if self.gate.cas(slot, ite.0, entry.header.replaced)? == ite.0 {
+            self.op.stats.recoveries += 1;
             self.stage(entry.at);
         }
         Ok(())
@@ -76,7 +76,7 @@ impl Ctx<'_> {
     /// (a header read through a stale reference may hold any bits).
     fn source_of(&self, copy: &DteView) -> Option<RemoteAddr> {
         let (node, slot) = decode_source(copy.header.source);
-        self.geometry.index_slot(node, slot)
+        self.env.geometry.index_slot(node, slot)
     }
 
     /// Helps a MIGRATE copy whose owner is dead, linked at `dest` if known.
@@ -90,9 +90,9 @@ impl Ctx<'_> {
             return Ok(());
         };
         let marker = Ite::moved(copy.at);
-        if self.ep.read_word(source)? == marker.0 {
+        if self.gate.read_word(source)? == marker.0 {
             let found = self.cas_state(copy.at, copy.state(), DteStatus::Valid)?;
-            self.stats.recoveries += 1;
+            self.op.stats.recoveries += 1;
             if found.status() != DteStatus::Aborted {
                 self.clear_marker(source, marker, copy)?;
             }
@@ -102,7 +102,7 @@ impl Ctx<'_> {
         if found.status() == DteStatus::Valid {
             return Ok(());
         }
-        self.stats.recoveries += 1;
+        self.op.stats.recoveries += 1;
         if let Some(dest) = dest {
             self.restore(dest, copy)?;
         }
@@ -117,7 +117,7 @@ impl Ctx<'_> {
         marker: Ite,
         copy: &DteView,
     ) -> Result<(), Error> {
-        if self.cas(source, marker.0, marker.emptied().0)? == marker.0 {
+        if self.gate.cas(source, marker.0, marker.emptied().0)? == marker.0 {
             if let Some(old) = Ite(copy.header.prev).target() {
                 self.stage(old);
             }
@@ -144,12 +144,12 @@ impl Ctx<'_> {
                 // by whoever restored its destination; this restorer stages
                 // nothing (a second stage could land after the slot's reuse
                 // and stamp its next occupant: review F4).
-                if self.cas(source, marker.0, copy.header.prev)? == marker.0 {
-                    self.stats.marker_restores += 1;
+                if self.gate.cas(source, marker.0, copy.header.prev)? == marker.0 {
+                    self.op.stats.marker_restores += 1;
                 }
                 Ok(Helped::Acted)
             }
-            DteStatus::Invalid if self.is_dead(copy.header.created_at) => {
+            DteStatus::Invalid if self.env.is_dead(copy.header.created_at) => {
                 let holder = self.find_holder(copy)?;
                 self.help_dead_copy(holder, copy)?;
                 Ok(Helped::Acted)
@@ -164,7 +164,7 @@ impl Ctx<'_> {
         let Some(key) = copy.key() else {
             return Ok(None);
         };
-        let cands = self.hasher.candidates(key);
+        let cands = self.env.hasher.candidates(key);
         let ites = self.read_ites(&cands, false)?;
         let points_at = |v: &Ite, at: SlotRef| v.is_occupied() && v.target() == Some(at);
         Ok(cands

@@ -64,7 +64,7 @@ impl Ctx<'_> {
             });
         };
         let Some(view) = self.read_dte(dte, 0, true)? else {
-            self.note(Retry::Torn);
+            self.op.note(Retry::Torn);
             return Ok(Freed::Yes);
         };
         let slot = src.addr();
@@ -77,16 +77,17 @@ impl Ctx<'_> {
         }
         if view.state().is_tombstone() {
             // A committed tombstone need not move: unlinking it frees the slot.
-            if self.cas(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
+            if self.gate.cas(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
                 self.stage(dte);
             }
             return Ok(Freed::Yes);
         }
         let Some(key) = view.key().filter(|_| view.checksum_ok()) else {
-            self.note(Retry::Torn);
+            self.op.note(Retry::Torn);
             return Ok(Freed::Yes);
         };
         let others: Vec<Candidate> = self
+            .env
             .hasher
             .candidates(key)
             .into_iter()
@@ -97,13 +98,13 @@ impl Ctx<'_> {
         }
         let mut other_ites = self.read_ites(&others, false)?;
         let mut dest = other_ites.iter().position(|i| i.is_empty());
-        if dest.is_none() && depth < self.config.max_migrate_depth {
+        if dest.is_none() && depth < self.env.config.max_migrate_depth {
             for j in 0..others.len() {
                 if !other_ites[j].is_occupied() {
                     continue;
                 }
                 if self.free_slot(others[j], other_ites[j], depth + 1)? == Freed::Yes {
-                    other_ites[j] = Ite(self.ep.read_word(others[j].addr())?);
+                    other_ites[j] = Ite(self.gate.read_word(others[j].addr())?);
                     if other_ites[j].is_empty() {
                         dest = Some(j);
                     }
@@ -117,7 +118,7 @@ impl Ctx<'_> {
         let (dest_slot, dest_ite) = (others[d].addr(), other_ites[d]);
         let source = encode_source(src.node as u16, src.slot);
         let class = view.at.class;
-        let created_at = self.created_at;
+        let created_at = self.op.created_at;
         let (key_len, value_len) = (key.len(), view.value().len());
         let Some(copy) = self.write_entry(
             class,
@@ -133,7 +134,7 @@ impl Ctx<'_> {
             view.value(),
         )?
         else {
-            self.note(Retry::NoFreeSlot);
+            self.op.note(Retry::NoFreeSlot);
             return Ok(Freed::NoSlot);
         };
         let state = DteState::new(copy.generation, key_len, value_len, false, true);
@@ -142,22 +143,22 @@ impl Ctx<'_> {
             return Ok(Freed::Yes);
         }
         let marker = Ite::moved(copy);
-        if self.cas(slot, src_ite.0, marker.0)? != src_ite.0 {
+        if self.gate.cas(slot, src_ite.0, marker.0)? != src_ite.0 {
             // The source changed under us: undo the copy. The winner of the
             // destination's restore stages the copy.
             self.cas_state(copy, state, DteStatus::Aborted)?;
-            if self.cas(dest_slot, copy_ite.0, dest_ite.0)? == copy_ite.0 {
+            if self.gate.cas(dest_slot, copy_ite.0, dest_ite.0)? == copy_ite.0 {
                 self.stage(copy);
             }
             return Ok(Freed::Yes);
         }
         let found = self.cas_state(copy, state, DteStatus::Valid)?;
-        self.stats.migrations += 1;
+        self.op.stats.migrations += 1;
         // CV: clear the marker only if the copy committed (by us or a
         // helper); if a helper aborted it, the marker is theirs to restore.
         if found.status() == DteStatus::Aborted {
-            self.stats.markers_left += 1;
-        } else if self.cas(slot, marker.0, marker.emptied().0)? == marker.0 {
+            self.op.stats.markers_left += 1;
+        } else if self.gate.cas(slot, marker.0, marker.emptied().0)? == marker.0 {
             self.stage(dte);
         }
         Ok(Freed::Yes)

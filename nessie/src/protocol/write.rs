@@ -43,18 +43,19 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<bool, Error> {
-        let cands = self.hasher.candidates(key);
-        let filter = self.hasher.filter(key);
+        let cands = self.env.hasher.candidates(key);
+        let filter = self.env.hasher.filter(key);
         // Callers checked `value.len() <= value_size_max`.
-        let class = self.geometry.class_for(value.len()).unwrap_or(0);
+        let class = self.env.geometry.class_for(value.len()).unwrap_or(0);
         loop {
             let attempt = self
+                .gate
                 .check_deadline()
                 .and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
             match attempt {
                 Ok(Step::Done(existed)) => return Ok(existed),
                 Ok(Step::Again(why)) => self.retry(why)?,
-                Err(Error::Timeout) => return Err(self.deadline_error()),
+                Err(Error::Timeout) => return Err(self.op.deadline_error()),
                 Err(e) => return Err(e),
             }
         }
@@ -140,7 +141,7 @@ impl Ctx<'_> {
             return Ok(Step::Again(self.make_room(cands, &ites)?));
         };
         let replaced = ites[target];
-        let created_at = self.created_at;
+        let created_at = self.op.created_at;
         let tombstone = kind == WriteKind::Delete;
         let (key_len, value_len) = (key.len(), value.len());
         let Some(mine) = self.write_entry(
@@ -171,7 +172,11 @@ impl Ctx<'_> {
         expected[target] = published;
         for &d in &plan.duplicates {
             expected[d] = ites[d].emptied();
-            if self.cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)? == ites[d].0 {
+            if self
+                .gate
+                .cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)?
+                == ites[d].0
+            {
                 if let Some(old) = ites[d].target() {
                     self.stage(old);
                 }
@@ -181,7 +186,7 @@ impl Ctx<'_> {
             // Someone changed a candidate meanwhile: abort and put back the
             // value we replaced. A helper may have done either step already.
             self.cas_state(mine, state, DteStatus::Aborted)?;
-            if self.cas(slot, published.0, replaced.0)? == published.0 {
+            if self.gate.cas(slot, published.0, replaced.0)? == published.0 {
                 self.stage(mine);
             }
             return Ok(Step::Again(Retry::Changed));
@@ -196,11 +201,11 @@ impl Ctx<'_> {
         if let Some(old) = replaced.target() {
             self.stage(old);
         }
-        if kind == WriteKind::Delete && !self.past_deadline() {
+        if kind == WriteKind::Delete && !self.gate.past_deadline() {
             // Unlink the committed tombstone. Best effort: readers treat a
             // linked tombstone as absent and writers replace it, and the
             // DELETE took effect whatever this CAS does.
-            if let Ok(old) = self.cas(slot, published.0, published.emptied().0) {
+            if let Ok(old) = self.gate.cas(slot, published.0, published.emptied().0) {
                 if old == published.0 {
                     self.stage(mine);
                 }

@@ -49,8 +49,9 @@
 //! slot and server node, in the client's node, where servers publish the
 //! head of the request ring they consume).
 
-use super::{round_up_words, RegionId, WORD};
-use crate::layout::region;
+use nessie::layout::read_word;
+use nessie::layout::region;
+use nessie::layout::{round_up_words, RegionId, WORD};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The request rings of a node: one per (client node, client slot).
@@ -149,63 +150,60 @@ pub fn ring_bytes(max_frame: usize) -> usize {
     (4 * max_frame).max(MIN_RING_BYTES)
 }
 
-/// What a request asks the home node to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RingOp {
-    /// Read a key.
-    Get = 1,
-    /// Store a value.
-    Put = 2,
-    /// Remove a key.
-    Delete = 3,
+/// Declares an enum carried as a `u8` code on the wire, and its decoder,
+/// from one list of variants and codes.
+macro_rules! wire_codes {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $code:literal,)*
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $code,)*
+        }
+
+        impl $name {
+            /// Decodes a code (`None` for an unknown one).
+            #[must_use]
+            pub fn from_code(code: u8) -> Option<$name> {
+                match code {
+                    $($code => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl RingOp {
-    /// Decodes an op code.
-    #[must_use]
-    pub fn from_code(code: u8) -> Option<RingOp> {
-        match code {
-            1 => Some(RingOp::Get),
-            2 => Some(RingOp::Put),
-            3 => Some(RingOp::Delete),
-            _ => None,
-        }
+wire_codes! {
+    /// What a request asks the home node to do.
+    pub enum RingOp {
+        /// Read a key.
+        Get = 1,
+        /// Store a value.
+        Put = 2,
+        /// Remove a key.
+        Delete = 3,
     }
 }
 
-/// How the home node answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplyStatus {
-    /// Done; a GET's body is the value, a DELETE found the key.
-    Ok = 1,
-    /// GET or DELETE: the key is absent.
-    NotFound = 2,
-    /// PUT: no candidate slot could be freed.
-    IndexFull = 3,
-    /// PUT: no free data slot before the deadline.
-    DataTableFull = 4,
-    /// The deadline passed (outcome unknown); the body may explain.
-    Timeout = 5,
-    /// An entry failed its checksum on every retry; the body explains.
-    Corrupt = 6,
-    /// The request was malformed or the server failed; the body explains.
-    Failed = 7,
-}
-
-impl ReplyStatus {
-    /// Decodes a status code.
-    #[must_use]
-    pub fn from_code(code: u8) -> Option<ReplyStatus> {
-        Some(match code {
-            1 => ReplyStatus::Ok,
-            2 => ReplyStatus::NotFound,
-            3 => ReplyStatus::IndexFull,
-            4 => ReplyStatus::DataTableFull,
-            5 => ReplyStatus::Timeout,
-            6 => ReplyStatus::Corrupt,
-            7 => ReplyStatus::Failed,
-            _ => return None,
-        })
+wire_codes! {
+    /// How the home node answered.
+    pub enum ReplyStatus {
+        /// Done; a GET's body is the value, a DELETE found the key.
+        Ok = 1,
+        /// GET or DELETE: the key is absent.
+        NotFound = 2,
+        /// PUT: no candidate slot could be freed.
+        IndexFull = 3,
+        /// PUT: no free data slot before the deadline.
+        DataTableFull = 4,
+        /// The deadline passed (outcome unknown); the body may explain.
+        Timeout = 5,
+        /// An entry failed its checksum on every retry; the body explains.
+        Corrupt = 6,
+        /// The request was malformed or the server failed; the body explains.
+        Failed = 7,
     }
 }
 
@@ -241,32 +239,30 @@ pub struct RequestHeader {
 impl RequestHeader {
     /// Appends the encoded fields to `buf`.
     pub fn encode_into(&self, buf: &mut Vec<u8>) {
-        for w in [
-            u64::from(self.op) | u64::from(self.key_len) << 8,
-            self.seq,
-            self.reply_offset,
-            self.created_at,
-            self.value_len,
-        ] {
-            buf.extend_from_slice(&w.to_le_bytes());
-        }
+        push_words(
+            buf,
+            [
+                u64::from(self.op) | u64::from(self.key_len) << 8,
+                self.seq,
+                self.reply_offset,
+                self.created_at,
+                self.value_len,
+            ],
+        );
     }
 
     /// Decodes the fields at the start of a payload; `None` if it is too
     /// short.
     #[must_use]
     pub fn decode(payload: &[u8]) -> Option<RequestHeader> {
-        if payload.len() < REQUEST_HEADER_BYTES {
-            return None;
-        }
-        let w = |i: usize| super::read_word(payload, i * WORD);
+        let [ops, seq, reply_offset, created_at, value_len] = first_words(payload)?;
         Some(RequestHeader {
-            op: w(0) as u8,
-            key_len: (w(0) >> 8) as u16,
-            seq: w(1),
-            reply_offset: w(2),
-            created_at: w(3),
-            value_len: w(4),
+            op: ops as u8,
+            key_len: (ops >> 8) as u16,
+            seq,
+            reply_offset,
+            created_at,
+            value_len,
         })
     }
 
@@ -287,6 +283,18 @@ impl RequestHeader {
     pub fn payload_bytes(&self) -> usize {
         self.value_offset() + round_up_words(self.value_len as usize)
     }
+}
+
+/// Appends `words` to `buf`, little-endian.
+fn push_words<const N: usize>(buf: &mut Vec<u8>, words: [u64; N]) {
+    for w in words {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The first `N` little-endian words of `payload`; `None` if it is shorter.
+fn first_words<const N: usize>(payload: &[u8]) -> Option<[u64; N]> {
+    (payload.len() >= N * WORD).then(|| std::array::from_fn(|i| read_word(payload, i * WORD)))
 }
 
 /// Bytes of a reply's fixed fields.
@@ -331,32 +339,29 @@ impl ReplyHeader {
     /// Appends the encoded fields to `buf`.
     pub fn encode_into(&self, buf: &mut Vec<u8>) {
         let n = self.notes;
-        for w in [
-            u64::from(self.status),
-            self.seq,
-            self.body_len,
-            u64::from(n.cas_failed)
-                | u64::from(n.torn) << 16
-                | u64::from(n.no_free_slot) << 32
-                | u64::from(n.migrations) << 48,
-        ] {
-            buf.extend_from_slice(&w.to_le_bytes());
-        }
+        push_words(
+            buf,
+            [
+                u64::from(self.status),
+                self.seq,
+                self.body_len,
+                u64::from(n.cas_failed)
+                    | u64::from(n.torn) << 16
+                    | u64::from(n.no_free_slot) << 32
+                    | u64::from(n.migrations) << 48,
+            ],
+        );
     }
 
     /// Decodes the fields at the start of a payload; `None` if it is too
     /// short.
     #[must_use]
     pub fn decode(payload: &[u8]) -> Option<ReplyHeader> {
-        if payload.len() < REPLY_HEADER_BYTES {
-            return None;
-        }
-        let w = |i: usize| super::read_word(payload, i * WORD);
-        let notes = w(3);
+        let [status, seq, body_len, notes] = first_words(payload)?;
         Some(ReplyHeader {
-            status: w(0) as u8,
-            seq: w(1),
-            body_len: w(2),
+            status: status as u8,
+            seq,
+            body_len,
             notes: ReplyNotes {
                 cas_failed: notes as u16,
                 torn: (notes >> 16) as u16,
@@ -482,10 +487,10 @@ mod tests {
         let n = finish_frame(&mut buf);
         assert_eq!(n, frame_bytes(5));
         assert_eq!(n, 24);
-        let header = super::super::read_word(&buf, 0);
+        let header = super::read_word(&buf, 0);
         assert_eq!(decode_frame_header(header), Some(5));
         assert_eq!(
-            super::super::read_word(&buf, n - WORD),
+            super::read_word(&buf, n - WORD),
             frame_trailer(header, &buf[WORD..n - WORD])
         );
         assert_eq!(&buf[WORD..WORD + 5], b"hello");

@@ -1,0 +1,122 @@
+//! Writing and publishing one's own entries: a fresh local DTE, the CAS that
+//! links it into an ITE, CASes on DTE state words, and staging an unlinked
+//! DTE for reuse.
+
+use super::Ctx;
+use crate::fabric::RemoteAddr;
+use crate::layout::dte::{self, DteHeader, DteState, DteStatus};
+use crate::layout::{Ite, SlotRef};
+use crate::Error;
+
+/// How a CAS that links a fresh DTE into an ITE ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Linked {
+    /// The ITE now points at the DTE.
+    Yes,
+    /// The ITE held another value; the DTE's slot is free again.
+    Lost,
+}
+
+impl Ctx<'_> {
+    /// CAS on a DTE's state word from `from` to the same word with `to`
+    /// status; returns the state found.
+    pub(crate) fn cas_state(
+        &mut self,
+        at: SlotRef,
+        from: DteState,
+        to: DteStatus,
+    ) -> Result<DteState, Error> {
+        let Some(addr) = self.env.geometry.dte_addr(at) else {
+            return Err(Error::Corrupt(format!("no DTE slot {at:?}")));
+        };
+        let expected = from.with_status(DteStatus::Invalid);
+        Ok(DteState(self.gate.cas(
+            addr,
+            expected.0,
+            expected.with_status(to).0,
+        )?))
+    }
+
+    /// CASes the ITE at `at` from `expected` to `new`, which links the fresh
+    /// DTE `mine`. A CAS that lost or was refused frees `mine` at once (it
+    /// was never published); one whose outcome is unknown leaves `mine` to
+    /// the recycler, which frees it once that CAS can no longer land and
+    /// never did.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] (refused: nothing happened) and fabric errors
+    /// (outcome unknown).
+    pub(crate) fn link(
+        &mut self,
+        at: RemoteAddr,
+        expected: Ite,
+        new: Ite,
+        mine: SlotRef,
+    ) -> Result<Linked, Error> {
+        let data = self.env.data;
+        match self.gate.cas(at, expected.0, new.0) {
+            Ok(old) if old == expected.0 => Ok(Linked::Yes),
+            Ok(_) => {
+                data.release_unpublished(mine);
+                Ok(Linked::Lost)
+            }
+            Err(Error::Timeout) => {
+                data.release_unpublished(mine);
+                Err(Error::Timeout)
+            }
+            Err(Error::Fabric(e)) if !e.may_have_executed() => {
+                data.release_unpublished(mine);
+                Err(Error::Fabric(e))
+            }
+            Err(e) => {
+                data.note_in_doubt(mine, at, new.0);
+                Err(e)
+            }
+        }
+    }
+
+    /// Stages an unlinked DTE: one WRITE of `expires_at = now + expiry`
+    /// (never a CAS'd word). Only the thread whose CAS unlinked the DTE
+    /// calls this, once (see the module docs). The operation's outcome no
+    /// longer depends on it, so a failed WRITE is logged and counted (the
+    /// slot leaks), not returned.
+    pub(crate) fn stage(&mut self, r: SlotRef) {
+        let Some(addr) = self.env.geometry.dte_addr(r) else {
+            return;
+        };
+        let at = self.env.data.expires_at(self.env.clock.now_us());
+        let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
+        if let Err(e) = self.gate.write(addr, &at.to_le_bytes()) {
+            self.op.stats.stage_failures += 1;
+            tracing::warn!(%addr, "staging an unlinked entry failed ({e}); its slot leaks");
+        }
+    }
+
+    /// Allocates a local DTE slot of `class` and writes a complete entry
+    /// into it. `None` when the data table has no free slot yet.
+    pub(crate) fn write_entry(
+        &mut self,
+        class: u8,
+        header: impl FnOnce(u16) -> DteHeader,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<SlotRef>, Error> {
+        let Some(slot) = self.gate.allocate(self.env.data, class)? else {
+            return Ok(None);
+        };
+        let Some(addr) = self.env.geometry.dte_addr(slot) else {
+            return Err(Error::Corrupt(format!(
+                "the allocator returned a slot outside the tables: {slot:?}"
+            )));
+        };
+        let h = header(slot.generation);
+        let mut bytes = vec![0u8; dte::entry_bytes(key.len(), value.len())];
+        dte::encode_entry(h, key, value, &mut bytes);
+        if let Err(e) = self.gate.write(addr, &bytes) {
+            // Never linked: the slot is free again whatever the WRITE did.
+            self.env.data.release_unpublished(slot);
+            return Err(e.into());
+        }
+        Ok(Some(slot))
+    }
+}

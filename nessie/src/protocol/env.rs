@@ -1,0 +1,71 @@
+//! What every operation of a client borrows from its node: configuration,
+//! hashing, the node's data tables and clock, and the time bounds of the
+//! configuration.
+
+use crate::clock::Clock;
+use crate::config::micros;
+use crate::data::{Geometry, NodeData};
+use crate::index::KeyHasher;
+use crate::Config;
+
+/// The time bounds of a configuration in microseconds, computed once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    pub(super) op_timeout_us: u64,
+    pub(super) expiry_us: u64,
+    /// An owner is dead once `created_at + dead_after_us < now`
+    /// (`op_timeout + 2·max_clock_skew`).
+    dead_after_us: u64,
+    /// Δ₀, see [`Config::landing_bound`].
+    pub(super) landing_us: u64,
+}
+
+impl Timing {
+    pub(crate) fn new(config: &Config) -> Timing {
+        Timing {
+            op_timeout_us: micros(config.op_timeout),
+            expiry_us: micros(config.expiry),
+            dead_after_us: micros(config.op_timeout + config.max_clock_skew * 2),
+            landing_us: micros(config.landing_bound()),
+        }
+    }
+}
+
+/// The node's resources an operation reads but does not own.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a> {
+    pub(crate) config: &'a Config,
+    pub(crate) timing: Timing,
+    pub(crate) hasher: &'a KeyHasher,
+    pub(crate) clock: &'a dyn Clock,
+    /// The node's data tables (allocation and release of its slots).
+    pub(crate) data: &'a NodeData,
+    /// Their shape (`data`'s geometry).
+    pub(crate) geometry: &'a Geometry,
+}
+
+impl<'a> Env<'a> {
+    /// The resources of a client on the node whose tables are `data`.
+    pub(crate) fn new(
+        config: &'a Config,
+        timing: Timing,
+        hasher: &'a KeyHasher,
+        clock: &'a dyn Clock,
+        data: &'a NodeData,
+    ) -> Env<'a> {
+        Env {
+            config,
+            timing,
+            hasher,
+            clock,
+            data,
+            geometry: data.geometry(),
+        }
+    }
+
+    /// Dead owner: `created_at + op_timeout + 2·max_clock_skew < now`
+    /// (wall clocks: `created_at` comes from the owner's node).
+    pub(crate) fn is_dead(&self, created_at: u64) -> bool {
+        created_at.saturating_add(self.timing.dead_after_us) < self.clock.now_us()
+    }
+}

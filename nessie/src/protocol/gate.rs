@@ -1,0 +1,161 @@
+//! The CAS gate: an operation's only access to remote memory.
+//!
+//! [`Gate`] owns the client's [`Endpoint`] for the length of one operation,
+//! together with the operation's deadline. It passes READs, WRITEs and
+//! batches of READs through, but its one CAS entry point, [`Gate::cas`],
+//! checks the deadline right before the CAS (DESIGN §4.4) and refuses late.
+//! The endpoint and the fabrics behind it never leave this module, so a
+//! protocol step cannot issue a CAS that skips the check.
+
+use super::Timing;
+use crate::clock::Clock;
+use crate::data::{NodeData, TableAccess};
+use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb};
+use crate::layout::SlotRef;
+use crate::Error;
+
+/// Verbs of one operation, with its deadline.
+pub(crate) struct Gate<'a> {
+    ep: &'a mut Endpoint,
+    /// The node's own memory without wrappers (allocation scans).
+    local: &'a dyn Fabric,
+    clock: &'a dyn Clock,
+    /// Monotonic µs at which the operation gives up.
+    deadline: u64,
+    /// Δ₀ in µs, see [`crate::Config::landing_bound`].
+    landing_us: u64,
+    /// CASes that returned later than the landing bound after their check.
+    pub(super) late_cas: u64,
+}
+
+impl<'a> Gate<'a> {
+    /// The gate of an operation that started at monotonic time `started_us`.
+    pub(super) fn new(
+        ep: &'a mut Endpoint,
+        local: &'a dyn Fabric,
+        clock: &'a dyn Clock,
+        timing: &Timing,
+        started_us: u64,
+    ) -> Gate<'a> {
+        Gate {
+            ep,
+            local,
+            clock,
+            deadline: started_us.saturating_add(timing.op_timeout_us),
+            landing_us: timing.landing_us,
+            late_cas: 0,
+        }
+    }
+
+    /// The node the client runs on.
+    pub(crate) fn node(&self) -> NodeId {
+        self.ep.node()
+    }
+
+    /// Whether the deadline has passed at monotonic time `at`: the deadline
+    /// itself is the last instant at which the operation may issue a CAS.
+    fn past_deadline_at(&self, at: u64) -> bool {
+        at > self.deadline
+    }
+
+    /// Whether the operation's deadline has passed now.
+    pub(crate) fn past_deadline(&self) -> bool {
+        self.past_deadline_at(self.clock.mono_us())
+    }
+
+    /// Fails with [`Error::Timeout`] once the deadline passed.
+    pub(crate) fn check_deadline(&self) -> Result<(), Error> {
+        if self.past_deadline() {
+            Err(Error::Timeout)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Microseconds left before the deadline (0 once it passed).
+    pub(crate) fn left_us(&self) -> u64 {
+        self.deadline.saturating_sub(self.clock.mono_us())
+    }
+
+    /// READ.
+    pub(crate) fn read(&mut self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.ep.read(addr, buf)
+    }
+
+    /// READ of one little-endian word.
+    pub(crate) fn read_word(&mut self, addr: RemoteAddr) -> Result<u64, FabricError> {
+        self.ep.read_word(addr)
+    }
+
+    /// WRITE (never of a CAS'd word: see the module docs of `protocol`).
+    pub(crate) fn write(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.ep.write(addr, data)
+    }
+
+    /// READs posted as one batch (READs only: a CAS goes through
+    /// [`Gate::cas`]).
+    pub(crate) fn read_batch<'b>(
+        &mut self,
+        reads: impl IntoIterator<Item = (RemoteAddr, &'b mut [u8])>,
+    ) -> Result<(), FabricError> {
+        let mut batch: Vec<Verb<'b>> = reads
+            .into_iter()
+            .map(|(addr, buf)| Verb::Read { addr, buf })
+            .collect();
+        self.ep.post(&mut batch)
+    }
+
+    /// Takes a local DTE slot of `class` from `data`, recycling if needed.
+    /// The recycler's own verbs are bookkeeping of the node, not steps of
+    /// this operation, so they are not gated.
+    pub(crate) fn allocate(
+        &self,
+        data: &NodeData,
+        class: u8,
+    ) -> Result<Option<SlotRef>, FabricError> {
+        let access = TableAccess {
+            local: self.local,
+            cluster: self.ep.fabric().as_ref(),
+            clock: self.clock,
+        };
+        data.allocate(class, access)
+    }
+
+    /// The only way the protocol issues a CAS: checks the deadline right
+    /// before it (a failed check issues nothing and returns
+    /// [`Error::Timeout`]), hands fabrics that can refuse a late CAS its
+    /// land-by time (a refused CAS also returns `Timeout`: it did not
+    /// execute), and reads the clock afterwards: a CAS that may have landed
+    /// later than the landing bound after its check breaks the time
+    /// assumption every recycling rule rests on, so it is counted and logged
+    /// loudly.
+    pub(crate) fn cas(&mut self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, Error> {
+        let checked = self.clock.mono_us();
+        if self.past_deadline_at(checked) {
+            return Err(Error::Timeout);
+        }
+        let result = if self.ep.enforces_land_by() {
+            let land_by = self.clock.now_us().saturating_add(self.landing_us);
+            self.ep.cas_by(addr, expected, new, land_by)
+        } else {
+            self.ep.cas(addr, expected, new)
+        };
+        let took = self.clock.mono_us().saturating_sub(checked);
+        if took > self.landing_us {
+            self.late_cas += 1;
+            tracing::error!(
+                target: "nessie::landing_bound",
+                %addr,
+                took_us = took,
+                bound_us = self.landing_us,
+                "a CAS returned later than the landing bound after its deadline check; \
+                 if it landed that late, slot recycling is unsafe (raise expiry or fix the stall)"
+            );
+        }
+        match result {
+            Ok(old) => Ok(old),
+            Err(FabricError::LateCas { .. }) => Err(Error::Timeout),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

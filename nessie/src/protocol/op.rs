@@ -1,0 +1,142 @@
+//! The state one operation keeps for itself: its timestamps, its retries
+//! and back-off, and its counters.
+
+use super::Ctx;
+use crate::stats::OpStats;
+use crate::Error;
+use rand::rngs::StdRng;
+use rand::Rng;
+use std::time::Duration;
+
+/// Consecutive torn reads of one entry after which an operation reports
+/// [`Error::Corrupt`] instead of retrying.
+const MAX_TORN: u32 = 64;
+/// First back-off delay.
+const BACKOFF_BASE: Duration = Duration::from_micros(2);
+/// Longest back-off delay, jitter included.
+const BACKOFF_CAP: Duration = Duration::from_millis(2);
+
+/// Why a pass over the candidates ended without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A live in-progress entry: back off first.
+    Busy,
+    /// Someone else's entry was helped.
+    Helped,
+    /// A CAS lost a race.
+    CasFailed,
+    /// A re-read saw a change.
+    Changed,
+    /// A torn or stale read.
+    Torn,
+    /// A helper aborted our entry.
+    AbortedByHelper,
+    /// No free DTE slot yet.
+    NoFreeSlot,
+}
+
+/// Per-operation state (the deadline lives in the operation's
+/// [`super::gate::Gate`]).
+pub(crate) struct Op<'a> {
+    /// `created_at` of the operation: wall-clock µs, which helpers on other
+    /// nodes compare with their clocks.
+    pub(crate) created_at: u64,
+    /// Monotonic µs just before the current pass read the index: entries
+    /// found linked then cannot be reused before `expiry` has passed.
+    pub(crate) index_read_at: u64,
+    torn: u32,
+    backoffs: u32,
+    /// Whether the operation waited for a free DTE slot.
+    starved: bool,
+    pub(crate) stats: &'a mut OpStats,
+}
+
+impl<'a> Op<'a> {
+    /// An operation created at wall time `created_at` whose first index
+    /// read starts at monotonic time `started_us`.
+    pub(super) fn new(created_at: u64, started_us: u64, stats: &'a mut OpStats) -> Op<'a> {
+        Op {
+            created_at,
+            index_read_at: started_us,
+            torn: 0,
+            backoffs: 0,
+            starved: false,
+            stats,
+        }
+    }
+
+    pub(crate) fn note(&mut self, why: Retry) {
+        let r = &mut self.stats.retries;
+        match why {
+            Retry::Busy => r.busy += 1,
+            Retry::Helped => r.helped += 1,
+            Retry::CasFailed => r.cas_failed += 1,
+            Retry::Changed => r.changed += 1,
+            Retry::Torn => r.torn += 1,
+            Retry::AbortedByHelper => r.aborted_by_helper += 1,
+            Retry::NoFreeSlot => r.no_free_slot += 1,
+        }
+        if why == Retry::NoFreeSlot {
+            self.starved = true;
+        }
+    }
+
+    /// Accounts a retry, turning too many torn reads in a row into
+    /// [`Error::Corrupt`].
+    fn count_retry(&mut self, why: Retry) -> Result<(), Error> {
+        self.note(why);
+        if why == Retry::Torn {
+            self.torn += 1;
+            if self.torn > MAX_TORN {
+                return Err(Error::Corrupt(format!(
+                    "an entry failed its checksum or generation check {MAX_TORN} times in a row"
+                )));
+            }
+        } else {
+            self.torn = 0;
+        }
+        Ok(())
+    }
+
+    /// The next back-off delay: drawn from the upper half of a ceiling that
+    /// doubles per back-off up to [`BACKOFF_CAP`].
+    fn next_backoff(&mut self, rng: &mut StdRng) -> Duration {
+        let ceiling = BACKOFF_BASE
+            .saturating_mul(1 << self.backoffs.min(16))
+            .min(BACKOFF_CAP);
+        self.backoffs += 1;
+        ceiling.mul_f64(rng.gen_range(0.5..=1.0))
+    }
+
+    /// The error of a write whose deadline passed: `DataTableFull` if it
+    /// waited for a free slot, else `Timeout`. A write takes effect only at
+    /// its own commit CAS, and a deadline error is returned only when that
+    /// CAS was never issued (a commit with an unknown outcome returns the
+    /// fabric's error at once), so `DataTableFull` truthfully means that
+    /// nothing changed (review F8).
+    pub(crate) fn deadline_error(&self) -> Error {
+        if self.starved {
+            Error::DataTableFull
+        } else {
+            Error::Timeout
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Accounts a retry and backs off (after every kind: two writers that
+    /// abort each other must not retry in lock step), turning too many torn
+    /// reads in a row into [`Error::Corrupt`].
+    pub(crate) fn retry(&mut self, why: Retry) -> Result<(), Error> {
+        self.op.count_retry(why)?;
+        self.backoff();
+        Ok(())
+    }
+
+    /// Exponential back-off with jitter, never past the deadline.
+    fn backoff(&mut self) {
+        let delay = self.op.next_backoff(&mut self.kept.rng);
+        let left = self.gate.left_us();
+        self.env.clock.sleep(delay.min(Duration::from_micros(left)));
+    }
+}

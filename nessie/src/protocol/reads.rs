@@ -1,0 +1,203 @@
+//! Reading candidates and entries: the ITEs of a key's candidates, the DTEs
+//! they point at (batched or one at a time), values, and the read buffers a
+//! client keeps between operations.
+
+use super::view::DteView;
+use super::Ctx;
+use crate::fabric::RemoteAddr;
+use crate::index::Candidate;
+use crate::layout::dte::{self, DteHeader, DTE_HEADER_BYTES};
+use crate::layout::{round_up_words, Ite, IteKind, SlotRef};
+use crate::Error;
+
+/// Read buffers a client keeps between operations.
+const MAX_KEPT_BUFFERS: usize = 8;
+
+/// A DTE to read: the slot, the key bytes to read, and whether to read the
+/// whole slot.
+pub(crate) type DteRead = (SlotRef, usize, bool);
+
+impl Ctx<'_> {
+    /// Whether a committed entry read in this pass must have its checksum
+    /// verified (see [`crate::ChecksumPolicy`]): the reader's stall since
+    /// its index read, measured on the monotonic clock.
+    pub(crate) fn must_verify(&self) -> bool {
+        match self.env.config.verify_checksums {
+            crate::ChecksumPolicy::Always => true,
+            crate::ChecksumPolicy::AfterStall => {
+                self.env
+                    .clock
+                    .mono_us()
+                    .saturating_sub(self.op.index_read_at)
+                    >= self.env.timing.expiry_us / 2
+            }
+        }
+    }
+
+    /// Reads the ITEs of `cands`: one batch, or one READ at a time when
+    /// batched reads are off; `reverse` reads them last to first (the
+    /// reverse pass; the order only matters when reads are sequential).
+    pub(crate) fn read_ites(
+        &mut self,
+        cands: &[Candidate],
+        reverse: bool,
+    ) -> Result<Vec<Ite>, Error> {
+        // At most 16 candidates (validated): the words live on the stack.
+        let mut all = [[0u8; 8]; 16];
+        let words = &mut all[..cands.len()];
+        if self.env.config.optimizations.batched_reads {
+            let reads = cands
+                .iter()
+                .zip(words.iter_mut())
+                .map(|(c, w)| (c.addr(), &mut w[..]));
+            self.gate.read_batch(reads)?;
+        } else {
+            for j in 0..cands.len() {
+                let i = if reverse { cands.len() - 1 - j } else { j };
+                self.gate.read(cands[i].addr(), &mut words[i])?;
+            }
+        }
+        Ok(words.iter().map(|w| Ite(u64::from_le_bytes(*w))).collect())
+    }
+
+    /// The DTEs a pass over the candidates must read, with the index of the
+    /// candidate each belongs to: the copies behind `MOVED` markers (Z1b: a
+    /// marker whose copy aborted must be restored before anyone answers "not
+    /// found") and the entries whose filter bits admit the key (all of them
+    /// when filters are off). `whole` reads those entries' whole slots.
+    pub(crate) fn entries_to_read(
+        &self,
+        ites: &[Ite],
+        filter: u8,
+        key_len: usize,
+        whole: bool,
+    ) -> Vec<(usize, DteRead)> {
+        let config = self.env.config;
+        let use_filter = config.optimizations.filter;
+        ites.iter()
+            .enumerate()
+            .filter_map(|(i, ite)| match ite.kind() {
+                IteKind::Empty => None,
+                IteKind::Moved { copy } => Some((i, (copy, config.key_size_max, false))),
+                IteKind::Occupied { dte, .. } => (!use_filter
+                    || ite.filter_matches(filter, config.filter_bits))
+                .then_some((i, (dte, key_len, whole))),
+            })
+            .collect()
+    }
+
+    /// Bytes to read of a DTE: header and `key_len` bytes of key, or the
+    /// whole slot when `whole`.
+    fn read_len(&self, r: SlotRef, key_len: usize, whole: bool) -> usize {
+        if whole {
+            self.env.geometry.slot_bytes(r.class)
+        } else {
+            DTE_HEADER_BYTES + round_up_words(key_len)
+        }
+    }
+
+    /// Reads DTEs in one batch, or one at a time when batched reads are
+    /// off. Returns `None` for a DTE that does not exist or whose header
+    /// fails the sanity checks (torn or reused slot).
+    pub(crate) fn read_dtes(&mut self, reqs: &[DteRead]) -> Result<Vec<Option<DteView>>, Error> {
+        let addrs: Vec<Option<RemoteAddr>> = reqs
+            .iter()
+            .map(|&(r, _, _)| self.env.geometry.dte_addr(r))
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = reqs
+            .iter()
+            .zip(&addrs)
+            .map(|(&(r, k, whole), addr)| {
+                let len = if addr.is_some() {
+                    self.read_len(r, k, whole)
+                } else {
+                    0
+                };
+                self.buffer(len)
+            })
+            .collect();
+        if self.env.config.optimizations.batched_reads {
+            let reads = addrs
+                .iter()
+                .zip(bufs.iter_mut())
+                .filter_map(|(addr, buf)| addr.map(|a| (a, &mut buf[..])));
+            self.gate.read_batch(reads)?;
+        } else {
+            for (addr, buf) in addrs.iter().zip(bufs.iter_mut()) {
+                if let Some(addr) = *addr {
+                    self.gate.read(addr, buf)?;
+                }
+            }
+        }
+        Ok(reqs
+            .iter()
+            .zip(bufs)
+            .map(|(&(r, _, _), bytes)| self.view(r, bytes))
+            .collect())
+    }
+
+    /// Reads one DTE (`None`: it does not exist, or the read was torn).
+    pub(crate) fn read_dte(
+        &mut self,
+        r: SlotRef,
+        key_len: usize,
+        whole: bool,
+    ) -> Result<Option<DteView>, Error> {
+        let Some(addr) = self.env.geometry.dte_addr(r) else {
+            return Ok(None);
+        };
+        let len = self.read_len(r, key_len, whole);
+        let mut bytes = self.buffer(len);
+        self.gate.read(addr, &mut bytes)?;
+        Ok(self.view(r, bytes))
+    }
+
+    /// A buffer of `len` bytes (contents unspecified: a READ overwrites
+    /// them), from the kept ones if any.
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.kept.buffers.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Keeps a view's buffer for later READs.
+    pub(crate) fn recycle(&mut self, view: DteView) {
+        if self.kept.buffers.len() < MAX_KEPT_BUFFERS {
+            self.kept.buffers.push(view.bytes);
+        }
+    }
+
+    /// Decodes and sanity-checks a DTE read: the generation must be the one
+    /// the ITE named (else the slot was reused since), lengths must fit.
+    /// The key need not have been read whole (see [`DteView::key`]).
+    fn view(&self, at: SlotRef, bytes: Vec<u8>) -> Option<DteView> {
+        if bytes.len() < DTE_HEADER_BYTES {
+            return None;
+        }
+        let header = DteHeader::decode(&bytes);
+        let s = header.state;
+        let sane = s.generation() == at.generation
+            && s.key_len() >= 1
+            && s.key_len() <= self.env.config.key_size_max
+            && s.value_len() <= self.env.geometry.capacity(at.class);
+        sane.then_some(DteView { at, header, bytes })
+    }
+
+    /// Reads the value of a DTE whose header and key were read before.
+    pub(crate) fn read_value(&mut self, view: &mut DteView) -> Result<(), Error> {
+        let s = view.header.state;
+        let off = dte::value_offset(s.key_len());
+        let need = off + round_up_words(s.value_len());
+        if view.bytes.len() >= need {
+            return Ok(());
+        }
+        let Some(addr) = self.env.geometry.dte_addr(view.at) else {
+            return Ok(());
+        };
+        let have = view.bytes.len();
+        view.bytes.resize(need, 0);
+        self.gate
+            .read(addr.add(have as u64), &mut view.bytes[have..need])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,62 @@
+//! A DTE as an operation read it.
+
+use crate::layout::dte::{self, DteHeader, DteState, DteStatus, KEY_OFFSET};
+use crate::layout::SlotRef;
+
+/// A DTE as read through an ITE value.
+#[derive(Debug, Clone)]
+pub(crate) struct DteView {
+    /// The DTE.
+    pub(crate) at: SlotRef,
+    /// Its decoded header.
+    pub(crate) header: DteHeader,
+    /// The bytes read: header, then as much of key and value as was read.
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl DteView {
+    pub(crate) fn state(&self) -> DteState {
+        self.header.state
+    }
+
+    pub(crate) fn status(&self) -> DteStatus {
+        self.header.state.status()
+    }
+
+    /// The stored key, if it was read whole. A read sized for a shorter key
+    /// stops inside a longer one: that entry holds another key, which is
+    /// all a caller looking for the shorter key needs to know (review F1).
+    pub(crate) fn key(&self) -> Option<&[u8]> {
+        let n = self.header.state.key_len();
+        self.bytes.get(KEY_OFFSET..KEY_OFFSET + n)
+    }
+
+    /// Whether the entry holds `key` (decided from the header's key length
+    /// first, so a longer stored key is a mismatch, never a torn read).
+    pub(crate) fn holds(&self, key: &[u8]) -> bool {
+        self.header.state.key_len() == key.len() && self.key() == Some(key)
+    }
+
+    pub(crate) fn has_value(&self) -> bool {
+        let s = self.header.state;
+        self.bytes.len() >= dte::value_offset(s.key_len()) + s.value_len()
+    }
+
+    /// The value; callers check [`DteView::has_value`] first.
+    pub(crate) fn value(&self) -> &[u8] {
+        let s = self.header.state;
+        let off = dte::value_offset(s.key_len());
+        self.bytes.get(off..off + s.value_len()).unwrap_or_default()
+    }
+
+    /// Whether key and value were read and match the checksum. Callers
+    /// decide when to verify: see [`super::Ctx::must_verify`].
+    pub(crate) fn checksum_ok(&self) -> bool {
+        match self.key() {
+            Some(key) if self.has_value() => {
+                self.header.compute_checksum(key, self.value()) == self.header.checksum
+            }
+            _ => false,
+        }
+    }
+}
