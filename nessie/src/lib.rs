@@ -81,6 +81,7 @@ pub mod index;
 mod kv;
 pub mod layout;
 mod node;
+mod periodic;
 mod protocol;
 pub mod runtime;
 mod stats;

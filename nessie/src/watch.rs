@@ -5,17 +5,15 @@
 use crate::clock::{alarms, verdict, SkewVerdict, ALARMS_OFFSET, HEARTBEAT_OFFSET};
 use crate::fabric::{NodeId, RemoteAddr};
 use crate::layout::region;
+use crate::periodic::Periodic;
 use crate::store::Shared;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// A running clock watch; stops and joins its thread when dropped.
 #[derive(Debug)]
 pub(crate) struct ClockWatch {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: Periodic,
 }
 
 /// How often heartbeats are written and checked: often enough that a
@@ -38,65 +36,47 @@ fn to_words(bytes: &[u8]) -> Vec<u64> {
 impl ClockWatch {
     /// Starts watching the nodes in `hosted`.
     pub(crate) fn start(shared: Arc<Shared>, hosted: Vec<NodeId>) -> std::io::Result<ClockWatch> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
         let nodes = shared.config().nodes;
         let max_skew_us = shared.config().max_clock_skew.as_micros() as u64;
         let period = heartbeat_period(shared.config().max_clock_skew);
-        let thread = std::thread::Builder::new()
-            .name("nessie-clock-watch".into())
-            .spawn(move || {
-                let fabric = Arc::clone(shared.scan_fabric());
-                let meta = |n: NodeId, off: u64| RemoteAddr::new(n, region::META, off);
-                while !flag.load(Ordering::Relaxed) {
-                    for &node in &hosted {
-                        let clock = shared.clock(node);
-                        let mut beats = vec![0u64; nodes];
-                        let mut about_me = vec![0u64; nodes];
-                        let _ = fabric
-                            .write(meta(node, HEARTBEAT_OFFSET), &clock.now_us().to_le_bytes());
-                        for peer in 0..nodes {
-                            let mut w = [0u8; 16];
-                            let _ = fabric.read(meta(peer, HEARTBEAT_OFFSET), &mut w[..8]);
-                            let _ = fabric
-                                .read(meta(peer, ALARMS_OFFSET + 8 * node as u64), &mut w[8..]);
-                            let w = to_words(&w);
-                            beats[peer] = w[0];
-                            about_me[peer] = w[1];
-                        }
-                        let own = alarms(node, clock.now_us(), &beats, max_skew_us);
-                        let _ = fabric.write(meta(node, ALARMS_OFFSET), &to_bytes(&own));
-                        let v = verdict(&own, &about_me);
-                        if let SkewVerdict::Skewed {
-                            node: peer,
-                            skew_us,
-                        } = v
-                        {
-                            tracing::error!(
-                                node,
-                                peer,
-                                skew_us,
-                                "clock skew beyond max_clock_skew; refusing operations"
-                            );
-                        }
-                        shared.set_skew(node, v);
+        let fabric = Arc::clone(shared.scan_fabric());
+        let thread = Periodic::start("nessie-clock-watch", period, move || {
+            let meta = |n: NodeId, off: u64| RemoteAddr::new(n, region::META, off);
+            {
+                for &node in &hosted {
+                    let clock = shared.clock(node);
+                    let mut beats = vec![0u64; nodes];
+                    let mut about_me = vec![0u64; nodes];
+                    let _ =
+                        fabric.write(meta(node, HEARTBEAT_OFFSET), &clock.now_us().to_le_bytes());
+                    for peer in 0..nodes {
+                        let mut w = [0u8; 16];
+                        let _ = fabric.read(meta(peer, HEARTBEAT_OFFSET), &mut w[..8]);
+                        let _ =
+                            fabric.read(meta(peer, ALARMS_OFFSET + 8 * node as u64), &mut w[8..]);
+                        let w = to_words(&w);
+                        beats[peer] = w[0];
+                        about_me[peer] = w[1];
                     }
-                    std::thread::park_timeout(period);
+                    let own = alarms(node, clock.now_us(), &beats, max_skew_us);
+                    let _ = fabric.write(meta(node, ALARMS_OFFSET), &to_bytes(&own));
+                    let v = verdict(&own, &about_me);
+                    if let SkewVerdict::Skewed {
+                        node: peer,
+                        skew_us,
+                    } = v
+                    {
+                        tracing::error!(
+                            node,
+                            peer,
+                            skew_us,
+                            "clock skew beyond max_clock_skew; refusing operations"
+                        );
+                    }
+                    shared.set_skew(node, v);
                 }
-            })?;
-        Ok(ClockWatch {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ClockWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+            }
+        })?;
+        Ok(ClockWatch { _thread: thread })
     }
 }
