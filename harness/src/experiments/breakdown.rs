@@ -10,9 +10,9 @@ use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
 use crate::paper;
 use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie::Optimizations;
+use nessie_examples::StoreKind;
 
 /// Flags of `breakdown`.
 #[derive(Clone, Debug, clap::Args)]
@@ -59,10 +59,10 @@ pub fn run(args: BreakdownArgs) -> Result<i32> {
     let mut ctx = Ctx::new("breakdown", args.common)?;
     let duration = ctx.duration_ms(4_000, 800);
     let system = ctx
-        .systems(&[System::Cd])
+        .systems(&[StoreKind::Cd])
         .first()
         .copied()
-        .unwrap_or(System::Cd);
+        .unwrap_or(StoreKind::Cd);
     let dist = KeyDistribution::Zipf { theta: args.theta };
     let steps = steps();
     let mut specs = Vec::new();

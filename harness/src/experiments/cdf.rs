@@ -8,8 +8,8 @@ use crate::error::Result;
 use crate::measure::Hist;
 use crate::paper;
 use crate::report::{num, pct, share, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
 use crate::workload::{KeyDistribution, OpKind};
+use nessie_examples::StoreKind;
 
 /// Flags of `cdf`.
 #[derive(Clone, Debug, clap::Args)]
@@ -89,7 +89,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_500);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let specs = systems
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
@@ -158,15 +158,15 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     }
     report.tables.push(table);
 
-    let mean = |s: System, kind: OpKind, pick: fn(&crate::measure::KindReport) -> &Hist| {
+    let mean = |s: StoreKind, kind: OpKind, pick: fn(&crate::measure::KindReport) -> &Hist| {
         measured
             .iter()
             .find(|d| d.record.system == s)
             .and_then(|d| d.merged.as_ref())
             .map(|m| pick(m.kind(kind)).0.mean())
     };
-    let cd_put_bytes = mean(System::Cd, OpKind::Put, |k| &k.remote_bytes);
-    let sd_put_bytes = mean(System::Sd, OpKind::Put, |k| &k.remote_bytes);
+    let cd_put_bytes = mean(StoreKind::Cd, OpKind::Put, |k| &k.remote_bytes);
+    let sd_put_bytes = mean(StoreKind::Sd, OpKind::Put, |k| &k.remote_bytes);
     let (ours, verdict) = match (cd_put_bytes, sd_put_bytes) {
         (Some(c), Some(s)) => (
             format!("mean net bytes/PUT: CD {} SD {}", num(c), num(s)),
@@ -180,8 +180,8 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         ours,
         verdict,
     });
-    let cd_put_verbs = mean(System::Cd, OpKind::Put, |k| &k.verbs);
-    let sd_put_verbs = mean(System::Sd, OpKind::Put, |k| &k.verbs);
+    let cd_put_verbs = mean(StoreKind::Cd, OpKind::Put, |k| &k.verbs);
+    let sd_put_verbs = mean(StoreKind::Sd, OpKind::Put, |k| &k.verbs);
     let (ours, verdict) = match (cd_put_verbs, sd_put_verbs) {
         (Some(c), Some(s)) => (
             format!("mean verbs/PUT: CD {} SD {}", num(c), num(s)),
@@ -198,8 +198,8 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         ours,
         verdict,
     });
-    let cd_get = mean(System::Cd, OpKind::Get, |k| &k.remote_bytes);
-    let sd_get = mean(System::Sd, OpKind::Get, |k| &k.remote_bytes);
+    let cd_get = mean(StoreKind::Cd, OpKind::Get, |k| &k.remote_bytes);
+    let sd_get = mean(StoreKind::Sd, OpKind::Get, |k| &k.remote_bytes);
     let (ours, verdict) = match (cd_get, sd_get) {
         (Some(c), Some(s)) if s > 0.0 => (
             format!(
@@ -220,7 +220,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     });
     let sd_local = measured
         .iter()
-        .find(|d| d.record.system == System::Sd)
+        .find(|d| d.record.system == StoreKind::Sd)
         .and_then(|d| d.merged.as_ref())
         .map(|m| {
             let h = &m.get.remote_verbs.0;

@@ -5,10 +5,10 @@
 
 use crate::{HarnessError, Result};
 use clap::Args;
+use nessie_check::chaos::{run as run_chaos, ChaosPlan};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use nessie_check::chaos::{run as run_chaos, ChaosPlan};
 
 /// Flags of `chaos`.
 #[derive(Debug, Args)]

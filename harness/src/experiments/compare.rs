@@ -7,8 +7,8 @@ use super::{
 use crate::error::Result;
 use crate::paper;
 use crate::report::{num, pct, Comparison, Verdict};
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+use nessie_examples::StoreKind;
 
 /// Flags of `compare`.
 #[derive(Clone, Debug, clap::Args)]
@@ -41,7 +41,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     let workload = ctx.workload(args.value_size, args.get_ratio, dist);
     workload.validate()?;
     let duration = ctx.duration_ms(10_000, 2_000);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let specs = systems
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
@@ -64,9 +64,9 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     report.figures.extend(summary_figures("", &done));
 
     let (cd, sd, hy) = (
-        throughput_of(&done, System::Cd),
-        throughput_of(&done, System::Sd),
-        throughput_of(&done, System::Hy),
+        throughput_of(&done, StoreKind::Cd),
+        throughput_of(&done, StoreKind::Sd),
+        throughput_of(&done, StoreKind::Hy),
     );
     let fig = if (args.get_ratio - 0.9).abs() < 1e-9 {
         "Fig. 6"
@@ -111,7 +111,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
             .next()
             .map(|(_, f)| f.put.remote_bytes_per_op)
     };
-    let (ours, verdict) = match (put_bytes(System::Cd), put_bytes(System::Sd)) {
+    let (ours, verdict) = match (put_bytes(StoreKind::Cd), put_bytes(StoreKind::Sd)) {
         (Some(c), Some(s)) => (
             format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
             Verdict::of(c < s),

@@ -5,8 +5,8 @@ use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
 use crate::paper;
 use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
 use crate::workload::KeyDistribution;
+use nessie_examples::StoreKind;
 
 /// Flags of `contention`.
 #[derive(Clone, Debug, clap::Args)]
@@ -44,7 +44,7 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
     let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_200);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let mut specs = Vec::new();
     for &s in &systems {
         for &h in &hogs {
@@ -126,11 +126,11 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
     report.tables.push(table);
     report.figures.push(fig);
 
-    let get = |s: System| retention.iter().find(|r| r.0 == s).copied();
+    let get = |s: StoreKind| retention.iter().find(|r| r.0 == s).copied();
     let max_hogs = hogs.iter().max().copied().unwrap_or(0);
-    let (ours, verdict) = match (get(System::Cd), get(System::Sd)) {
+    let (ours, verdict) = match (get(StoreKind::Cd), get(StoreKind::Sd)) {
         (Some(cd), Some(sd)) => {
-            let hy = get(System::Hy)
+            let hy = get(StoreKind::Hy)
                 .map(|h| format!(", HY keeps {}", pct(h.1 - 1.0)))
                 .unwrap_or_default();
             (

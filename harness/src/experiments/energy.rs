@@ -16,8 +16,8 @@ use crate::error::{HarnessError, Result};
 use crate::paper;
 use crate::report::{num, share, Comparison, Figure, FigureKind, Table, Verdict};
 use crate::spec::Load;
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
+use nessie_examples::StoreKind;
 
 /// Flags of `energy`.
 #[derive(Clone, Debug, clap::Args)]
@@ -68,7 +68,7 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_000);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let mut report = ctx.report(
         "energy",
         &format!("Fig. 14: cost vs offered load, {}", workload.describe()),
@@ -197,13 +197,13 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     report.tables.push(table);
 
     for (load, (sd_w, cd_w)) in [(0.2, paper::FIG14_AT_20), (0.8, paper::FIG14_AT_80)] {
-        let find = |s: System| {
+        let find = |s: StoreKind| {
             rel_at
                 .iter()
                 .find(|r| r.0 == s && (r.1 - load).abs() < 1e-9)
                 .map(|r| r.2)
         };
-        let (ours, verdict) = match (find(System::Cd), find(System::Sd)) {
+        let (ours, verdict) = match (find(StoreKind::Cd), find(StoreKind::Sd)) {
             (Some(c), Some(s)) => (
                 format!(
                     "CPU at {}% load, share of own peak: CD {} SD {}",

@@ -27,9 +27,9 @@ use crate::error::{HarnessError, Result};
 use crate::measure::{Merged, RunFigures};
 use crate::report::{num, Figure, FigureKind, Report, RunRecord, RunStatus, Table};
 use crate::spec::RunSpec;
-use crate::system::System;
 use crate::workload::{KeyDistribution, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nessie_examples::StoreKind;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ pub struct Common {
     pub json: bool,
     /// Systems to run (default: the experiment's own list).
     #[arg(long, value_delimiter = ',', value_name = "SYSTEM,...")]
-    pub systems: Option<Vec<System>>,
+    pub systems: Option<Vec<StoreKind>>,
     /// Node processes per cluster.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub nodes: u16,
@@ -219,7 +219,7 @@ impl Ctx {
 
     /// The systems to run: `--systems` or the experiment's default.
     #[must_use]
-    pub fn systems(&self, default: &[System]) -> Vec<System> {
+    pub fn systems(&self, default: &[StoreKind]) -> Vec<StoreKind> {
         self.common
             .systems
             .clone()
@@ -268,7 +268,7 @@ impl Ctx {
     pub fn spec(
         &self,
         label: String,
-        system: System,
+        system: StoreKind,
         workload: WorkloadSpec,
         duration_ms: u64,
     ) -> RunSpec {
@@ -293,7 +293,7 @@ impl Ctx {
     /// [`HarnessError::Usage`] for a workload that cannot be generated.
     pub fn grid(
         &self,
-        systems: &[System],
+        systems: &[StoreKind],
         sizes: &[usize],
         ratios: &[f64],
         distribution: KeyDistribution,
@@ -354,7 +354,7 @@ impl Ctx {
                 };
                 bar.set_message(format!("{head}: {}{rate}", p.phase));
             };
-            let result = match spec.system.check_available() {
+            let result = match crate::system::check_available(spec.system) {
                 Err(e) => Err(e),
                 Ok(()) => cluster::run(&self.exe, &spec, &dir, &mut on_progress),
             };
@@ -420,7 +420,7 @@ impl Ctx {
             .map(|r| r.system)
             .collect::<std::collections::BTreeSet<_>>()
         {
-            if let Err(e) = s.check_available() {
+            if let Err(e) = crate::system::check_available(s) {
                 report.notes.push(format!("skipped: {e}"));
             }
         }
@@ -499,7 +499,7 @@ fn check_sanity(record: &RunRecord, f: &RunFigures, report: &mut Report) {
 }
 
 /// The measured runs among `done` of `system`.
-pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec, &RunFigures)> {
+pub fn runs_of(done: &[Done], system: StoreKind) -> impl Iterator<Item = (&RunSpec, &RunFigures)> {
     done.iter()
         .filter(move |d| d.record.system == system)
         .filter_map(|d| d.figures().map(|f| (&d.record.spec, f)))
@@ -509,7 +509,7 @@ pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec,
 #[must_use]
 pub fn run_at(
     done: &[Done],
-    system: System,
+    system: StoreKind,
     value_size: usize,
     get_ratio: f64,
 ) -> Option<&RunFigures> {
@@ -632,7 +632,7 @@ pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
 
 /// Throughput of the first measured run of `system` among `done`.
 #[must_use]
-pub fn throughput_of(done: &[Done], system: System) -> Option<f64> {
+pub fn throughput_of(done: &[Done], system: StoreKind) -> Option<f64> {
     runs_of(done, system)
         .next()
         .map(|(_, f)| f.throughput_ops_s)

@@ -5,8 +5,8 @@
 
 use super::{parse_fraction, parse_size, summary_figures, summary_table, Common, Ctx};
 use crate::error::Result;
-use crate::system::System;
 use crate::workload::KeyDistribution;
+use nessie_examples::StoreKind;
 
 /// Flags of `peers`.
 #[derive(Clone, Debug, clap::Args)]
@@ -31,7 +31,7 @@ pub fn run(args: PeersArgs) -> Result<i32> {
     let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_500);
-    let systems = ctx.systems(&[System::Cd, System::Redis, System::Memcached]);
+    let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);
     let specs = systems
         .iter()
         .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))

@@ -9,8 +9,8 @@ use crate::paper::{self, Table1Row};
 use crate::report::{
     bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
 };
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
+use nessie_examples::StoreKind;
 
 /// Flags of `sweep`.
 #[derive(Clone, Debug, clap::Args)]
@@ -70,7 +70,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         }
     });
     let duration = ctx.duration_ms(4_000, 800);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let specs = ctx.grid(
         &systems,
         &sizes,
@@ -89,7 +89,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     );
     let done = ctx.run_all(specs, &mut report)?;
 
-    let at = |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio);
+    let at = |s: StoreKind, size: usize, ratio: f64| run_at(&done, s, size, ratio);
     let mut goodput = Table::new(
         "goodput",
         "Goodput (MB/s) by value size and GET ratio (Figs. 5–7)",
@@ -121,7 +121,10 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         report.figures.push(fig);
         for &size in &sizes {
             let g = |s| at(s, size, ratio).map_or("-".to_owned(), |f| num(f.goodput_mb_s));
-            let rel = match (at(System::Cd, size, ratio), at(System::Sd, size, ratio)) {
+            let rel = match (
+                at(StoreKind::Cd, size, ratio),
+                at(StoreKind::Sd, size, ratio),
+            ) {
                 (Some(c), Some(s)) if s.goodput_mb_s > 0.0 => {
                     pct(c.goodput_mb_s / s.goodput_mb_s - 1.0)
                 }
@@ -130,9 +133,9 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             goodput.row(vec![
                 percent(ratio),
                 bytes_label(size as f64),
-                g(System::Cd),
-                g(System::Sd),
-                g(System::Hy),
+                g(StoreKind::Cd),
+                g(StoreKind::Sd),
+                g(StoreKind::Hy),
                 rel,
             ]);
         }
@@ -152,11 +155,15 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 }
 
 /// Fig. 5's shape: CD's goodput relative to SD's grows with the value size.
-fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usize) -> Option<f64>) {
+fn crossover(
+    report: &mut Report,
+    sizes: &[usize],
+    goodput: impl Fn(StoreKind, usize) -> Option<f64>,
+) {
     let rel: Vec<(usize, f64)> = sizes
         .iter()
         .filter_map(
-            |&z| match (goodput(System::Cd, z), goodput(System::Sd, z)) {
+            |&z| match (goodput(StoreKind::Cd, z), goodput(StoreKind::Sd, z)) {
                 (Some(c), Some(s)) if s > 0.0 => Some((z, c / s - 1.0)),
                 _ => None,
             },
@@ -194,7 +201,7 @@ fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usiz
 /// Table 1: mean GET / PUT / all latencies and bytes sent, 50 % GETs, ours
 /// beside the paper's where the size matches.
 fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
-    let at = |s: System, size: usize| run_at(done, s, size, ratio);
+    let at = |s: StoreKind, size: usize| run_at(done, s, size, ratio);
     let mut cols = vec!["row".to_owned()];
     cols.extend(sizes.iter().map(|&z| bytes_label(z as f64)));
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
@@ -208,10 +215,10 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
         "Table 1 (paper, 15 nodes, RDMA) at the same sizes",
         &col_refs,
     );
-    let paper_rows: [(System, &Table1Row); 3] = [
-        (System::Cd, &paper::TABLE1_CD),
-        (System::Sd, &paper::TABLE1_SD),
-        (System::Hy, &paper::TABLE1_HY),
+    let paper_rows: [(StoreKind, &Table1Row); 3] = [
+        (StoreKind::Cd, &paper::TABLE1_CD),
+        (StoreKind::Sd, &paper::TABLE1_SD),
+        (StoreKind::Hy, &paper::TABLE1_HY),
     ];
     let paper_col = |size: usize| {
         paper::TABLE1_SIZES_KB
@@ -249,7 +256,7 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
     let per_op = |s, z| at(s, z).map(|f| f.all.remote_bytes_per_op);
     let pairs: Vec<(usize, f64, f64)> = sizes
         .iter()
-        .filter_map(|&z| Some((z, per_op(System::Cd, z)?, per_op(System::Sd, z)?)))
+        .filter_map(|&z| Some((z, per_op(StoreKind::Cd, z)?, per_op(StoreKind::Sd, z)?)))
         .collect();
     let (text, verdict) = if pairs.is_empty() {
         ("needs CD and SD".to_owned(), Verdict::Unknown)
@@ -271,7 +278,7 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
     });
     // Claim 2: at large values CD's GET latency is below SD's.
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    let (text, verdict) = match (at(System::Cd, largest), at(System::Sd, largest)) {
+    let (text, verdict) = match (at(StoreKind::Cd, largest), at(StoreKind::Sd, largest)) {
         (Some(c), Some(s)) => (
             format!(
                 "mean GET latency at {}: CD {} µs, SD {} µs",

@@ -5,8 +5,8 @@ use super::{parse_fraction, parse_size, run_at, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
 use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+use nessie_examples::StoreKind;
 
 /// Flags of `zipf`.
 #[derive(Clone, Debug, clap::Args)]
@@ -46,8 +46,8 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             paper::SWEEP_GET_RATIOS.to_vec()
         }
     });
-    let systems = ctx.systems(&[System::Cd, System::Sd]);
-    if !systems.contains(&System::Cd) || !systems.contains(&System::Sd) {
+    let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Sd]);
+    if !systems.contains(&StoreKind::Cd) || !systems.contains(&StoreKind::Sd) {
         return Err(HarnessError::Usage(
             "zipf compares CD with SD: --systems must include cd and sd".into(),
         ));
@@ -67,11 +67,12 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
-    let goodput =
-        |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s);
+    let goodput = |s: StoreKind, size: usize, ratio: f64| {
+        run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s)
+    };
     let rel = |size, ratio| match (
-        goodput(System::Cd, size, ratio),
-        goodput(System::Sd, size, ratio),
+        goodput(StoreKind::Cd, size, ratio),
+        goodput(StoreKind::Sd, size, ratio),
     ) {
         (Some(c), Some(s)) if s > 0.0 => Some(c / s - 1.0),
         _ => None,
@@ -100,8 +101,8 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             table.row(vec![
                 percent(ratio),
                 bytes_label(size as f64),
-                g(System::Cd),
-                g(System::Sd),
+                g(StoreKind::Cd),
+                g(StoreKind::Sd),
                 rel(size, ratio).map_or("-".into(), pct),
             ]);
         }

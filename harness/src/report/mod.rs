@@ -7,7 +7,9 @@ mod plot;
 use crate::error::{HarnessError, Result};
 use crate::measure::RunFigures;
 use crate::spec::RunSpec;
-use crate::system::System;
+/// Sizes are labelled by the workload module, which names runs by them.
+pub use crate::workload::bytes_label;
+use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,7 +34,7 @@ pub struct RunRecord {
     /// The run's label.
     pub label: String,
     /// The system.
-    pub system: System,
+    pub system: StoreKind,
     /// How it ended.
     pub status: RunStatus,
     /// Why it was skipped or failed.
@@ -458,23 +460,6 @@ pub fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
-}
-
-/// `16384` → `16KiB`, `256` → `256B`, `1.5e6` → `1.4MiB`.
-#[must_use]
-pub fn bytes_label(bytes: f64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{v:.0}{}", UNITS[u])
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
 }
 
 /// A number with three significant digits (tables).
