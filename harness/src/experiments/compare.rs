@@ -6,7 +6,8 @@ use super::{
 };
 use crate::error::Result;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Verdict};
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie_examples::StoreKind;
 
@@ -68,14 +69,19 @@ pub fn run(args: CompareArgs) -> Result<i32> {
         throughput_of(&done, StoreKind::Sd),
         throughput_of(&done, StoreKind::Hy),
     );
-    let fig = if (args.get_ratio - 0.9).abs() < 1e-9 {
-        "Fig. 6"
+    let claim = if (args.get_ratio - 0.9).abs() < 1e-9 {
+        ClaimId::Fig6GetHeavy
     } else if (args.get_ratio - 0.5).abs() < 1e-9 {
-        "Fig. 5"
+        ClaimId::Fig5GetHeavy
     } else {
-        "Figs. 5–7"
+        ClaimId::Figs5To7GetHeavy
     };
-    let (ours, verdict) = match (cd, sd, hy) {
+    let at = format!(
+        "at {} ({}% GET)",
+        bytes_label(args.value_size as f64),
+        percent(args.get_ratio)
+    );
+    let (ours, pairs) = match (cd, sd, hy) {
         (Some(cd), Some(sd), Some(hy)) => (
             format!(
                 "CD {} SD {} HY {} kops/s (CD vs SD {})",
@@ -84,7 +90,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 num(hy / 1e3),
                 pct(cd / sd - 1.0)
             ),
-            Verdict::of((0.75..=1.0 / 0.75).contains(&(cd / sd)) && hy < cd.min(sd)),
+            Some(vec![(cd, sd), (hy, cd.min(sd))]),
         ),
         (Some(cd), Some(sd), None) => (
             format!(
@@ -92,38 +98,34 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 num(cd / 1e3),
                 num(sd / 1e3)
             ),
-            Verdict::Unknown,
+            None,
         ),
-        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
+        _ => ("CD and SD not both measured".into(), None),
     };
-    report.comparisons.push(Comparison {
-        source: format!(
-            "{fig} at {} ({}% GET)",
-            crate::report::bytes_label(args.value_size as f64),
-            percent(args.get_ratio)
-        ),
-        paper: "GET-heavy, ≥16 KB: CD ≈ SD (judged: within ±25 %); HY below both".into(),
-        ours,
-        verdict,
-    });
+    report
+        .comparisons
+        .push(judge(claim, Some(&at), ours, pairs.as_deref()));
     let put_bytes = |s| {
         super::runs_of(&done, s)
             .next()
             .map(|(_, f)| f.put.remote_bytes_per_op)
     };
-    let (ours, verdict) = match (put_bytes(StoreKind::Cd), put_bytes(StoreKind::Sd)) {
-        (Some(c), Some(s)) => (
-            format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
-            Verdict::of(c < s),
-        ),
-        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
-    };
-    report.comparisons.push(Comparison {
-        source: "Figs. 10/11".into(),
-        paper: paper::FIG11_CLAIM.into(),
-        ours,
-        verdict,
-    });
+    report
+        .comparisons
+        .push(match (put_bytes(StoreKind::Cd), put_bytes(StoreKind::Sd)) {
+            (Some(c), Some(s)) => judge(
+                ClaimId::Figs10And11PutBytes,
+                None,
+                format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
+                Some(&[(c, s)]),
+            ),
+            _ => judge(
+                ClaimId::Figs10And11PutBytes,
+                None,
+                "CD and SD not both measured".into(),
+                None,
+            ),
+        });
     report.notes.push(format!(
         "the paper ran {} nodes with 12 cores each; this run has {} node processes sharing {} cores, each with {} worker threads",
         paper::NODES,

@@ -3,8 +3,8 @@
 
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
-use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
+use crate::paper::{judge, ClaimId};
+use crate::report::{num, pct, Figure, FigureKind, Table};
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
 
@@ -128,32 +128,27 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
 
     let get = |s: StoreKind| retention.iter().find(|r| r.0 == s).copied();
     let max_hogs = hogs.iter().max().copied().unwrap_or(0);
-    let (ours, verdict) = match (get(StoreKind::Cd), get(StoreKind::Sd)) {
+    let comparison = match (get(StoreKind::Cd), get(StoreKind::Sd)) {
         (Some(cd), Some(sd)) => {
             let hy = get(StoreKind::Hy)
                 .map(|h| format!(", HY keeps {}", pct(h.1 - 1.0)))
                 .unwrap_or_default();
-            (
-                format!(
-                    "at {max_hogs} hogs CD keeps {} of its throughput, SD {}{hy}; CD/SD = {}",
-                    pct(cd.1 - 1.0),
-                    pct(sd.1 - 1.0),
-                    num(cd.2 / sd.2)
-                ),
-                Verdict::of(cd.1 > sd.1),
-            )
+            let ours = format!(
+                "at {max_hogs} hogs CD keeps {} of its throughput, SD {}{hy}; CD/SD = {}",
+                pct(cd.1 - 1.0),
+                pct(sd.1 - 1.0),
+                num(cd.2 / sd.2)
+            );
+            judge(ClaimId::Fig4Hogs, None, ours, Some(&[(cd.1, sd.1)]))
         }
-        _ => (
+        _ => judge(
+            ClaimId::Fig4Hogs,
+            None,
             "CD and SD not both measured with and without hogs".into(),
-            Verdict::Unknown,
+            None,
         ),
     };
-    report.comparisons.push(Comparison {
-        source: "Fig. 4".into(),
-        paper: paper::FIG4_CLAIM.into(),
-        ours,
-        verdict,
-    });
+    report.comparisons.push(comparison);
     report.notes.push(
         "hogs are unpinned busy processes; node threads are not pinned either (the paper pinned server and client workers to separate cores)".into(),
     );

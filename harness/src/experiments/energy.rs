@@ -14,7 +14,8 @@
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{num, share, Comparison, Figure, FigureKind, Table, Verdict};
+use crate::paper::{judge, ClaimId};
+use crate::report::{num, share, Figure, FigureKind, Table};
 use crate::spec::Load;
 use crate::workload::{percent, KeyDistribution};
 use nessie_examples::StoreKind;
@@ -196,40 +197,30 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     report.figures.push(per_op);
     report.tables.push(table);
 
-    for (load, (sd_w, cd_w)) in [(0.2, paper::FIG14_AT_20), (0.8, paper::FIG14_AT_80)] {
+    for (load, claim) in [(0.2, ClaimId::Fig14At20), (0.8, ClaimId::Fig14At80)] {
         let find = |s: StoreKind| {
             rel_at
                 .iter()
                 .find(|r| r.0 == s && (r.1 - load).abs() < 1e-9)
                 .map(|r| r.2)
         };
-        let (ours, verdict) = match (find(StoreKind::Cd), find(StoreKind::Sd)) {
-            (Some(c), Some(s)) => (
-                format!(
-                    "CPU at {}% load, share of own peak: CD {} SD {}",
-                    percent(load),
-                    share(c),
-                    share(s)
-                ),
-                Verdict::of(c < s),
-            ),
-            _ => (
-                format!("needs CD and SD at {}% load", percent(load)),
-                Verdict::Unknown,
-            ),
-        };
-        report.comparisons.push(Comparison {
-            source: format!("Fig. 14 ({}% load)", percent(load)),
-            paper: format!(
-                "SD {sd_w} W vs CD {cd_w} W (idle {}, peak {}): share of dynamic power SD {} CD {}",
-                paper::FIG14_IDLE_W,
-                paper::FIG14_PEAK_W,
-                share(paper::fig14_dynamic_share(sd_w)),
-                share(paper::fig14_dynamic_share(cd_w))
-            ),
-            ours,
-            verdict,
-        });
+        report
+            .comparisons
+            .push(match (find(StoreKind::Cd), find(StoreKind::Sd)) {
+                (Some(c), Some(s)) => {
+                    let ours = format!(
+                        "CPU at {}% load, share of own peak: CD {} SD {}",
+                        percent(load),
+                        share(c),
+                        share(s)
+                    );
+                    judge(claim, None, ours, Some(&[(c, s)]))
+                }
+                _ => {
+                    let ours = format!("needs CD and SD at {}% load", percent(load));
+                    judge(claim, None, ours, None)
+                }
+            });
     }
     let mut unavailable: Vec<String> = done
         .iter()

@@ -6,9 +6,8 @@ use super::{parse_fraction, parse_size, run_at, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::RunFigures;
 use crate::paper::{self, Table1Row};
-use crate::report::{
-    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
-};
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct, Figure, FigureKind, Report, Table};
 use crate::workload::{percent, KeyDistribution};
 use nessie_examples::StoreKind;
 
@@ -169,32 +168,23 @@ fn crossover(
             },
         )
         .collect();
-    let (ours, verdict) = match (rel.first(), rel.last()) {
-        (Some(a), Some(b)) if rel.len() >= 2 => (
-            format!(
+    report.comparisons.push(match (rel.first(), rel.last()) {
+        (Some(a), Some(b)) if rel.len() >= 2 => {
+            let ours = format!(
                 "CD vs SD: {} at {}, {} at {}",
                 pct(a.1),
                 bytes_label(a.0 as f64),
                 pct(b.1),
                 bytes_label(b.0 as f64)
-            ),
-            Verdict::of(b.1 > a.1),
-        ),
-        _ => (
+            );
+            judge(ClaimId::Fig5Crossover, None, ours, Some(&[(b.1, a.1)]))
+        }
+        _ => judge(
+            ClaimId::Fig5Crossover,
+            None,
             "needs CD and SD at two sizes or more".into(),
-            Verdict::Unknown,
+            None,
         ),
-    };
-    report.comparisons.push(Comparison {
-        source: "Fig. 5 (50% GET)".into(),
-        paper: format!(
-            "CD vs SD {} at 2 KB, overtakes at {}, {} at 128 KB",
-            pct(paper::FIG5_CD_VS_SD_2KB),
-            bytes_label(paper::FIG5_CROSSOVER_BYTES as f64),
-            pct(paper::FIG5_CD_VS_SD_128KB)
-        ),
-        ours,
-        verdict,
     });
 }
 
@@ -258,42 +248,49 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
         .iter()
         .filter_map(|&z| Some((z, per_op(StoreKind::Cd, z)?, per_op(StoreKind::Sd, z)?)))
         .collect();
-    let (text, verdict) = if pairs.is_empty() {
-        ("needs CD and SD".to_owned(), Verdict::Unknown)
+    report.comparisons.push(if pairs.is_empty() {
+        judge(ClaimId::Table1Sent, None, "needs CD and SD".into(), None)
     } else {
         let ratios: Vec<String> = pairs
             .iter()
             .map(|(z, c, s)| format!("{} {}", bytes_label(*z as f64), num(c / s.max(1e-9))))
             .collect();
-        (
-            format!("net bytes/op CD÷SD: {}", ratios.join(", ")),
-            Verdict::of(pairs.iter().all(|(_, c, s)| c < s)),
+        let ours = format!("net bytes/op CD÷SD: {}", ratios.join(", "));
+        let not_below = pairs
+            .iter()
+            .filter(|(_, c, s)| c.partial_cmp(s) != Some(std::cmp::Ordering::Less))
+            .count();
+        judge(
+            ClaimId::Table1Sent,
+            None,
+            ours,
+            Some(&[(not_below as f64, 1.0)]),
         )
-    };
-    report.comparisons.push(Comparison {
-        source: "Table 1 (sent)".into(),
-        paper: "CD sends fewer bytes than SD and HY at every size (0.41–0.86× SD)".into(),
-        ours: text,
-        verdict,
     });
     // Claim 2: at large values CD's GET latency is below SD's.
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    let (text, verdict) = match (at(StoreKind::Cd, largest), at(StoreKind::Sd, largest)) {
-        (Some(c), Some(s)) => (
-            format!(
-                "mean GET latency at {}: CD {} µs, SD {} µs",
-                bytes_label(largest as f64),
-                num(c.get.mean_us),
-                num(s.get.mean_us)
+    report.comparisons.push(
+        match (at(StoreKind::Cd, largest), at(StoreKind::Sd, largest)) {
+            (Some(c), Some(s)) => {
+                let ours = format!(
+                    "mean GET latency at {}: CD {} µs, SD {} µs",
+                    bytes_label(largest as f64),
+                    num(c.get.mean_us),
+                    num(s.get.mean_us)
+                );
+                judge(
+                    ClaimId::Table1GetLatency,
+                    None,
+                    ours,
+                    Some(&[(c.get.mean_us, s.get.mean_us)]),
+                )
+            }
+            _ => judge(
+                ClaimId::Table1GetLatency,
+                None,
+                "needs CD and SD".into(),
+                None,
             ),
-            Verdict::of(c.get.mean_us < s.get.mean_us),
-        ),
-        _ => ("needs CD and SD".into(), Verdict::Unknown),
-    };
-    report.comparisons.push(Comparison {
-        source: "Table 1 (GET latency)".into(),
-        paper: "CD GET latency below SD's at every size (811 vs 1732 µs at 128 KB)".into(),
-        ours: text,
-        verdict,
-    });
+        },
+    );
 }

@@ -4,7 +4,8 @@
 use super::{parse_fraction, parse_size, run_at, Common, Ctx};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct, Figure, FigureKind, Table};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie_examples::StoreKind;
 
@@ -114,32 +115,25 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         sizes.iter().copied().min().unwrap_or(0),
         sizes.iter().copied().max().unwrap_or(0),
     );
-    for (ratio, claim) in [(0.5, paper::FIG12_LARGE_50), (0.99, paper::FIG12_LARGE_99)] {
+    for (ratio, claim) in [(0.5, ClaimId::Fig12At50), (0.99, ClaimId::Fig12At99)] {
         if !ratios.iter().any(|&r| (r - ratio).abs() < 1e-9) {
             continue;
         }
-        let (ours, verdict) = match (rel(small, ratio), rel(large, ratio)) {
-            (Some(a), Some(b)) if small != large => (
-                format!(
-                    "CD vs SD {} at {}, {} at {}",
-                    pct(a),
-                    bytes_label(small as f64),
-                    pct(b),
-                    bytes_label(large as f64)
-                ),
-                Verdict::of(b > a && b > 0.0),
-            ),
-            _ => ("needs CD and SD at two sizes".into(), Verdict::Unknown),
-        };
-        report.comparisons.push(Comparison {
-            source: format!("Fig. 12 ({}% GET)", percent(ratio)),
-            paper: format!(
-                "CD below SD at 256 B; large values: CD over {} above SD",
-                pct(claim)
-            ),
-            ours,
-            verdict,
-        });
+        report
+            .comparisons
+            .push(match (rel(small, ratio), rel(large, ratio)) {
+                (Some(a), Some(b)) if small != large => {
+                    let ours = format!(
+                        "CD vs SD {} at {}, {} at {}",
+                        pct(a),
+                        bytes_label(small as f64),
+                        pct(b),
+                        bytes_label(large as f64)
+                    );
+                    judge(claim, None, ours, Some(&[(b, a), (b, 0.0)]))
+                }
+                _ => judge(claim, None, "needs CD and SD at two sizes".into(), None),
+            });
     }
     ctx.finish(report)
 }
