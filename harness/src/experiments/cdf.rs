@@ -7,7 +7,7 @@ use super::{parse_fraction, parse_size, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::Hist;
 use crate::paper::{judge, ClaimId};
-use crate::report::{num, pct, share, Figure, FigureKind, Table};
+use crate::report::{num, pct, share, Figure, FigureKind, Report, Table};
 use crate::workload::{KeyDistribution, OpKind};
 use nessie_examples::StoreKind;
 
@@ -90,24 +90,24 @@ pub fn run(args: CdfArgs) -> Result<i32> {
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_500);
     let systems = ctx.systems(&StoreKind::PAPER);
-    let specs = systems
-        .iter()
-        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
-        .collect();
-    let mut report = ctx.report(
-        "cdf",
-        &format!(
-            "Figs. 8–11: verbs and bytes per operation, {}",
-            workload.describe()
-        ),
-        serde_json::json!({
-            "workload": workload, "systems": systems,
-             "duration_ms": duration,
-        }),
+    let title = format!(
+        "Figs. 8–11: verbs and bytes per operation, {}",
+        workload.describe()
     );
+    let (mut report, specs) = ctx.one_run_each("cdf", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     let measured: Vec<&Done> = done.iter().filter(|d| d.merged.is_some()).collect();
+    distributions(&mut report, &measured);
+    claims(&mut report, &measured, ctx.common.nodes);
+    report.notes.push(
+        "Figs. 8/9 count every verb, local ones included (the paper's CD reads ITEs with RDMA even on its own node); the remote-verbs plots count only verbs to other nodes. Bytes are those moved to or from other nodes.".into(),
+    );
+    ctx.finish(report)
+}
 
+/// A CDF per metric and a table of each distribution's mean and
+/// percentiles.
+fn distributions(report: &mut Report, measured: &[&Done]) {
     let mut table = Table::new(
         "cost",
         "Cost per operation: mean and percentiles of each distribution",
@@ -131,7 +131,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
             m.what,
             "fraction of operations",
         );
-        for d in &measured {
+        for d in measured {
             let Some(merged) = &d.merged else { continue };
             let h = (m.hist)(merged.kind(m.kind));
             if h.0.is_empty() {
@@ -157,7 +157,11 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         report.figures.push(fig);
     }
     report.tables.push(table);
+}
 
+/// The claims of Figs. 8–11: CD's PUTs move fewer bytes with more verbs
+/// than SD's, GETs similar bytes; SD serves 1 in `nodes` GETs locally.
+fn claims(report: &mut Report, measured: &[&Done], nodes: u16) {
     let mean = |s: StoreKind, kind: OpKind, pick: fn(&crate::measure::KindReport) -> &Hist| {
         measured
             .iter()
@@ -208,7 +212,7 @@ pub fn run(args: CdfArgs) -> Result<i32> {
             let h = &m.get.remote_verbs.0;
             h.count_between(0, 0) as f64 / h.len().max(1) as f64
         });
-    let nodes = f64::from(ctx.common.nodes);
+    let nodes = f64::from(nodes);
     report.comparisons.push(match sd_local {
         Some(local) => judge(
             ClaimId::Figs8And9Locality,
@@ -223,8 +227,4 @@ pub fn run(args: CdfArgs) -> Result<i32> {
         ),
         None => judge(ClaimId::Figs8And9Locality, None, "needs SD".into(), None),
     });
-    report.notes.push(
-        "Figs. 8/9 count every verb, local ones included (the paper's CD reads ITEs with RDMA even on its own node); the remote-verbs plots count only verbs to other nodes. Bytes are those moved to or from other nodes.".into(),
-    );
-    ctx.finish(report)
 }

@@ -43,19 +43,8 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     workload.validate()?;
     let duration = ctx.duration_ms(10_000, 2_000);
     let systems = ctx.systems(&StoreKind::PAPER);
-    let specs = systems
-        .iter()
-        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
-        .collect();
-    let mut report = ctx.report(
-        "compare",
-        &format!("CD vs SD vs HY, {}", workload.describe()),
-        serde_json::json!({
-            "workload": workload,
-            "systems": systems,
-            "duration_ms": duration,
-        }),
-    );
+    let title = format!("CD vs SD vs HY, {}", workload.describe());
+    let (mut report, specs) = ctx.one_run_each("compare", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     report.tables.push(summary_table(
         "summary",

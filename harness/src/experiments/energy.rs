@@ -11,11 +11,10 @@
 //! verdicts use the CPU proxy, which covers the store's processes only
 //! (power meters see the whole host, other tenants included).
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{parse_fraction, parse_size, runs_of, Common, Ctx, Done};
 use crate::error::{HarnessError, Result};
-use crate::paper;
-use crate::paper::{judge, ClaimId};
-use crate::report::{num, share, Figure, FigureKind, Table};
+use crate::paper::{self, judge, ClaimId};
+use crate::report::{num, share, Figure, FigureKind, Report, Table};
 use crate::spec::Load;
 use crate::workload::{percent, KeyDistribution};
 use nessie_examples::StoreKind;
@@ -111,6 +110,22 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut done = peak_runs;
     done.extend(ctx.run_all(specs, &mut report)?);
 
+    let rel_at = cost_tables(&mut report, &done, &systems);
+    fig14(&mut report, &rel_at);
+    meter_notes(&mut report, &done);
+    report.notes.push(
+        "\"host W\" is the first power meter that measured (IPMI, else RAPL) and covers the whole host; CPU cores/node and CPU µs/op count the node processes only (not hogs, the harness or other tenants)".into(),
+    );
+    ctx.finish(report)
+}
+
+/// Figures and table of cost against offered load; returns each system's
+/// CPU use at each load as a share of its use at its highest load.
+fn cost_tables(
+    report: &mut Report,
+    done: &[Done],
+    systems: &[StoreKind],
+) -> Vec<(StoreKind, f64, f64)> {
     let mut util = Figure::new(
         "fig14-cpu",
         "Fig. 14 (proxy): CPU cores busy per node vs offered load",
@@ -143,9 +158,9 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
         ],
     );
     let mut rel_at = Vec::new();
-    for &s in &systems {
-        let peak = super::throughput_of(&done, s);
-        let mut rows: Vec<(f64, &crate::measure::RunFigures)> = runs_of(&done, s)
+    for &s in systems {
+        let peak = super::throughput_of(done, s);
+        let mut rows: Vec<(f64, &crate::measure::RunFigures)> = runs_of(done, s)
             .map(|(spec, f)| match (spec.load, peak) {
                 (Load::Open { ops_per_sec }, Some(p)) if p > 0.0 => (ops_per_sec / p, f),
                 _ => (1.0, f),
@@ -197,6 +212,12 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     report.figures.push(per_op);
     report.tables.push(table);
 
+    rel_at
+}
+
+/// Fig. 14's claims: at 20 % and 80 % load CD uses less of its peak's CPU
+/// than SD.
+fn fig14(report: &mut Report, rel_at: &[(StoreKind, f64, f64)]) {
     for (load, claim) in [(0.2, ClaimId::Fig14At20), (0.8, ClaimId::Fig14At80)] {
         let find = |s: StoreKind| {
             rel_at
@@ -222,6 +243,10 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
                 }
             });
     }
+}
+
+/// Why the power meters that measured nothing did not.
+fn meter_notes(report: &mut Report, done: &[Done]) {
     let mut unavailable: Vec<String> = done
         .iter()
         .filter_map(|d| d.figures())
@@ -239,8 +264,4 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
             .notes
             .push(format!("power meter unavailable here — {u}"));
     }
-    report.notes.push(
-        "\"host W\" is the first power meter that measured (IPMI, else RAPL) and covers the whole host; CPU cores/node and CPU µs/op count the node processes only (not hogs, the harness or other tenants)".into(),
-    );
-    ctx.finish(report)
 }

@@ -286,6 +286,33 @@ impl Ctx {
         s
     }
 
+    /// The report and the runs of an experiment that runs `workload` once
+    /// on each of `systems` (each run named by its system); the report's
+    /// parameters are the workload, the systems and the duration.
+    pub fn one_run_each(
+        &self,
+        experiment: &str,
+        title: &str,
+        workload: &WorkloadSpec,
+        systems: &[StoreKind],
+        duration_ms: u64,
+    ) -> (Report, Vec<RunSpec>) {
+        let specs = systems
+            .iter()
+            .map(|&s| self.spec(s.label().to_owned(), s, workload.clone(), duration_ms))
+            .collect();
+        let report = self.report(
+            experiment,
+            title,
+            serde_json::json!({
+                "workload": workload,
+                "systems": systems,
+                "duration_ms": duration_ms,
+            }),
+        );
+        (report, specs)
+    }
+
     /// One run per GET ratio × value size × system (in that nesting), labelled
     /// `<system>-<size>-<ratio>get<suffix>`.
     ///

@@ -32,21 +32,11 @@ pub fn run(args: PeersArgs) -> Result<i32> {
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_500);
     let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);
-    let specs = systems
-        .iter()
-        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
-        .collect();
-    let mut report = ctx.report(
-        "peers",
-        &format!(
-            "CD beside Redis and memcached on loopback, {}",
-            workload.describe()
-        ),
-        serde_json::json!({
-            "workload": workload, "systems": systems,
-             "duration_ms": duration,
-        }),
+    let title = format!(
+        "CD beside Redis and memcached on loopback, {}",
+        workload.describe()
     );
+    let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     report.tables.push(summary_table(
         "summary",
