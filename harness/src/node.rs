@@ -498,8 +498,9 @@ mod tests {
     use crate::workload::WorkloadSpec;
     use nessie_examples::StoreKind;
 
-    #[test]
-    fn a_null_node_measures_its_workers() {
+    /// A one-node run of the `null` store over 100 keys of 64 bytes, and
+    /// two clients of its node.
+    fn null_run(warmup_ms: u64, duration_ms: u64) -> (RunSpec, Vec<Box<dyn KvClient>>) {
         let w = WorkloadSpec {
             keys: 100,
             value_size: 64,
@@ -507,10 +508,16 @@ mod tests {
         };
         let mut spec = RunSpec::new("t", StoreKind::Null, w);
         spec.nodes = 1;
-        spec.warmup_ms = 20;
-        spec.duration_ms = 100;
+        spec.warmup_ms = warmup_ms;
+        spec.duration_ms = duration_ms;
         let node = system::start_node(StoreKind::Null, &Config::default(), 0, None).unwrap();
-        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
+        let clients = (0..2).map(|_| node.client().unwrap()).collect();
+        (spec, clients)
+    }
+
+    #[test]
+    fn a_null_node_measures_its_workers() {
+        let (spec, mut clients) = null_run(20, 100);
         let pre = preload(&spec, 0, &mut clients);
         assert_eq!((pre.keys, pre.errors), (100, 0));
         let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
@@ -526,20 +533,10 @@ mod tests {
 
     #[test]
     fn open_loop_holds_the_rate() {
-        let w = WorkloadSpec {
-            keys: 100,
-            value_size: 64,
-            ..WorkloadSpec::default()
-        };
-        let mut spec = RunSpec::new("t", StoreKind::Null, w);
-        spec.nodes = 1;
-        spec.warmup_ms = 0;
-        spec.duration_ms = 500;
+        let (mut spec, mut clients) = null_run(0, 500);
         spec.load = Load::Open {
             ops_per_sec: 2000.0,
         };
-        let node = system::start_node(StoreKind::Null, &Config::default(), 0, None).unwrap();
-        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
         let report = measure(
             &spec,
             0,
