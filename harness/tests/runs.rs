@@ -2,18 +2,12 @@
 //! results are written and sane, and nothing is left behind — after a normal
 //! run, a crashed node, or Ctrl-C.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bench() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nessie-bench"))
-}
-
-fn results(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read(dir.join("results.json")).expect("results.json written");
-    serde_json::from_slice(&text).expect("results.json is JSON")
-}
+use support::{assert_ok, bench, leftover_shm, results, run};
 
 /// Node processes of a run whose files live under `dir` that still run.
 fn leftover_processes(dir: &Path) -> Vec<String> {
@@ -30,32 +24,6 @@ fn leftover_processes(dir: &Path) -> Vec<String> {
     found
 }
 
-fn leftover_shm(pid: u32) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(&format!("bench-{pid}-")))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn run(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Output, u32) {
-    let mut cmd = bench();
-    cmd.args(args).arg("--out").arg(dir);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
-
 fn assert_clean(dir: &Path, pid: u32) {
     assert!(
         leftover_processes(dir).is_empty(),
@@ -63,6 +31,17 @@ fn assert_clean(dir: &Path, pid: u32) {
         leftover_processes(dir)
     );
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
+}
+
+/// A quick `compare` of the `null` store only (no store: the
+/// orchestration alone), measured for `duration_ms`.
+fn null_compare(dir: &Path, duration_ms: &str, keys: &str, env: &[(&str, &str)]) -> (Output, u32) {
+    let args = ["compare", "--quick", "--duration-ms", duration_ms];
+    run(
+        &[&args[..], &["--systems", "null", "--keys", keys]].concat(),
+        dir,
+        env,
+    )
 }
 
 #[test]
@@ -83,8 +62,7 @@ fn compare_quick_measures_every_available_system() {
         &dir,
         &[],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert_ok(&out);
     // --json: stdout is exactly the results document.
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     let json = results(&dir);
@@ -115,25 +93,8 @@ fn compare_quick_measures_every_available_system() {
 fn the_orchestration_works_without_a_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("null");
-    let (out, pid) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "200",
-            "--systems",
-            "null",
-            "--keys",
-            "300",
-        ],
-        &dir,
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, pid) = null_compare(&dir, "200", "300", &[]);
+    assert_ok(&out);
     let json = results(&dir);
     let run = &json["runs"][0];
     assert_eq!(run["status"], "ok");
@@ -150,20 +111,7 @@ fn the_orchestration_works_without_a_store() {
 fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("crash");
-    let (out, pid) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "2000",
-            "--systems",
-            "null",
-            "--keys",
-            "300",
-        ],
-        &dir,
-        &[("NESSIE_BENCH_FAIL_NODE", "1")],
-    );
+    let (out, pid) = null_compare(&dir, "2000", "300", &[("NESSIE_BENCH_FAIL_NODE", "1")]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -281,21 +229,8 @@ fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     // SIGKILL leaves the shm files; the next harness sweeps them.
     assert!(!leftover_shm(pid).is_empty());
     let next = tmp.path().join("next");
-    let (out, _) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "50",
-            "--systems",
-            "null",
-            "--keys",
-            "100",
-        ],
-        &next,
-        &[],
-    );
-    assert!(out.status.success());
+    let (out, _) = null_compare(&next, "50", "100", &[]);
+    assert_ok(&out);
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
 }
 

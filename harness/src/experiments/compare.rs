@@ -1,9 +1,7 @@
 //! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
 //! 90 % GETs, uniform keys), with the summary table and plots.
 
-use super::{
-    parse_fraction, parse_size, summary_figures, summary_table, throughput_of, Common, Ctx,
-};
+use super::{summary_figures, summary_table, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper;
 use crate::paper::{judge, ClaimId};
@@ -17,12 +15,9 @@ pub struct CompareArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value size (e.g. 16KiB, 256, 2m).
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs (0.9 or 90%).
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
     /// Zipf-distributed keys (θ = 0.99) instead of uniform.
     #[arg(long)]
     pub zipf: bool,
@@ -39,7 +34,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     } else {
         KeyDistribution::Uniform
     };
-    let workload = ctx.workload(args.value_size, args.get_ratio, dist);
+    let workload = ctx.workload(args.point.value_size, args.point.get_ratio, dist);
     workload.validate()?;
     let duration = ctx.duration_ms(10_000, 2_000);
     let systems = ctx.systems(&StoreKind::PAPER);
@@ -58,17 +53,17 @@ pub fn run(args: CompareArgs) -> Result<i32> {
         throughput_of(&done, StoreKind::Sd),
         throughput_of(&done, StoreKind::Hy),
     );
-    let claim = if (args.get_ratio - 0.9).abs() < 1e-9 {
+    let claim = if (args.point.get_ratio - 0.9).abs() < 1e-9 {
         ClaimId::Fig6GetHeavy
-    } else if (args.get_ratio - 0.5).abs() < 1e-9 {
+    } else if (args.point.get_ratio - 0.5).abs() < 1e-9 {
         ClaimId::Fig5GetHeavy
     } else {
         ClaimId::Figs5To7GetHeavy
     };
     let at = format!(
         "at {} ({}% GET)",
-        bytes_label(args.value_size as f64),
-        percent(args.get_ratio)
+        bytes_label(args.point.value_size as f64),
+        percent(args.point.get_ratio)
     );
     let (ours, pairs) = match (cd, sd, hy) {
         (Some(cd), Some(sd), Some(hy)) => (

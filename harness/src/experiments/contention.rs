@@ -1,7 +1,7 @@
 //! `contention` (paper Fig. 4): throughput as background CPU hogs are added
 //! beside the cluster (16 KiB values, 90 % GETs, uniform keys).
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{runs_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper::{judge, ClaimId};
 use crate::report::{num, pct, Figure, FigureKind, Report, Table};
@@ -17,12 +17,9 @@ pub struct ContentionArgs {
     /// Numbers of background CPU hogs (default 0,1,2,4,8; --quick 0,2,4).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(0..=256))]
     pub hogs: Option<Vec<u16>>,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// Runs `contention`; returns the exit code.
@@ -35,13 +32,17 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
         .hogs
         .map(|h| h.into_iter().map(usize::from).collect())
         .unwrap_or_else(|| {
-            if ctx.common.quick {
+            if ctx.common.output.quick {
                 vec![0, 2, 4]
             } else {
                 vec![0, 1, 2, 4, 8]
             }
         });
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    let workload = ctx.workload(
+        args.point.value_size,
+        args.point.get_ratio,
+        KeyDistribution::Uniform,
+    );
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_200);
     let systems = ctx.systems(&StoreKind::PAPER);

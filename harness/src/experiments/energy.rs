@@ -11,7 +11,7 @@
 //! verdicts use the CPU proxy, which covers the store's processes only
 //! (power meters see the whole host, other tenants included).
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx, Done};
+use super::{parse_fraction, runs_of, Common, Ctx, Done, PointArgs};
 use crate::error::{HarnessError, Result};
 use crate::paper::{self, judge, ClaimId};
 use crate::report::{num, share, Figure, FigureKind, Report, Table};
@@ -29,12 +29,9 @@ pub struct EnergyArgs {
     /// --quick 0.2,0.8).
     #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
     pub loads: Option<Vec<f64>>,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// The power meter a row reports: IPMI (wall power, as in the paper) if it
@@ -54,7 +51,7 @@ fn meter(f: &crate::measure::RunFigures) -> Option<&crate::measure::PowerFigures
 /// Bad flags, Ctrl-C or a report that cannot be written.
 pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut ctx = Ctx::new("energy", args.common)?;
-    let quick = ctx.common.quick;
+    let quick = ctx.common.output.quick;
     let loads = args.loads.unwrap_or_else(|| {
         if quick {
             vec![0.2, 0.8]
@@ -65,7 +62,11 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     if loads.iter().any(|&l| l <= 0.0) {
         return Err(HarnessError::Usage("every load must be above 0".into()));
     }
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    let workload = ctx.workload(
+        args.point.value_size,
+        args.point.get_ratio,
+        KeyDistribution::Uniform,
+    );
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_000);
     let systems = ctx.systems(&StoreKind::PAPER);

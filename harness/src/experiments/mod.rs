@@ -33,11 +33,12 @@ use nessie_examples::StoreKind;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Flags every experiment takes.
+/// Flags of every subcommand that writes a report (the experiments, `job`
+/// and `chaos`).
 #[derive(Clone, Debug, clap::Args, serde::Serialize)]
-pub struct Common {
+pub struct OutputArgs {
     /// A complete but short run (under a minute on 2 cores): fewer points,
-    /// fewer keys, shorter phases.
+    /// fewer keys or less input, shorter phases.
     #[arg(long)]
     pub quick: bool,
     /// Where to write the report (default `results/<subcommand>-<timestamp>`).
@@ -46,6 +47,40 @@ pub struct Common {
     /// Print only machine-readable JSON (results.json) on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+impl OutputArgs {
+    /// `--out`, or `results/<name>-<local time>`.
+    #[must_use]
+    pub fn dir(&self, name: &str) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            PathBuf::from("results").join(format!(
+                "{name}-{}",
+                chrono::Local::now().format("%Y%m%d-%H%M%S")
+            ))
+        })
+    }
+}
+
+/// The workload point of the experiments that measure one (16 KiB values,
+/// 90 % GETs unless told otherwise).
+#[derive(Clone, Debug, clap::Args)]
+pub struct PointArgs {
+    /// Value size (e.g. 16KiB, 256, 2m).
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs (0.9 or 90%).
+    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+}
+
+/// Flags every experiment takes.
+#[derive(Clone, Debug, clap::Args, serde::Serialize)]
+pub struct Common {
+    /// Output flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub output: OutputArgs,
     /// Systems to run (default: the experiment's own list).
     #[arg(long, value_delimiter = ',', value_name = "SYSTEM,...")]
     pub systems: Option<Vec<StoreKind>>,
@@ -176,14 +211,9 @@ impl Ctx {
     pub fn new(name: &str, common: Common) -> Result<Self> {
         let exe = std::env::current_exe()
             .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
-        let out = common.out.clone().unwrap_or_else(|| {
-            PathBuf::from("results").join(format!(
-                "{name}-{}",
-                chrono::Local::now().format("%Y%m%d-%H%M%S")
-            ))
-        });
+        let out = common.output.dir(name);
         cluster::sweep_stale_shm();
-        let bar = if common.json {
+        let bar = if common.output.json {
             ProgressBar::hidden()
         } else {
             ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
@@ -231,7 +261,11 @@ impl Ctx {
     pub fn duration_ms(&self, full_ms: u64, quick_ms: u64) -> u64 {
         self.common
             .duration_ms
-            .unwrap_or(if self.common.quick { quick_ms } else { full_ms })
+            .unwrap_or(if self.common.output.quick {
+                quick_ms
+            } else {
+                full_ms
+            })
     }
 
     /// A workload with the common flags applied; the key count defaults to
@@ -243,7 +277,7 @@ impl Ctx {
         get_ratio: f64,
         distribution: KeyDistribution,
     ) -> WorkloadSpec {
-        let (budget, lo, hi) = if self.common.quick {
+        let (budget, lo, hi) = if self.common.output.quick {
             (8u64 << 20, 256, 4_096)
         } else {
             (256u64 << 20, 1_000, 200_000)
@@ -460,22 +494,10 @@ impl Ctx {
             ));
         }
         report.write(&self.out)?;
-        if self.common.json {
+        if self.common.output.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            for t in &report.tables {
-                println!("{}\n\n{}", t.title, t.markdown());
-            }
-            for c in &report.comparisons {
-                println!(
-                    "{}: paper {} | ours {} | {:?}",
-                    c.source, c.paper, c.ours, c.verdict
-                );
-            }
-            for n in &report.notes {
-                println!("note: {n}");
-            }
-            println!("\nreport: {}", self.out.join("report.md").display());
+            report.print(&self.out);
         }
         let failed = report.runs.iter().any(|r| r.status == RunStatus::Failed);
         Ok(i32::from(failed))

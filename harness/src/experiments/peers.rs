@@ -3,7 +3,7 @@
 //! with a note. The paper has no such experiment; this places the store
 //! among familiar ones.
 
-use super::{parse_fraction, parse_size, summary_figures, summary_table, Common, Ctx};
+use super::{summary_figures, summary_table, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -14,12 +14,9 @@ pub struct PeersArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// Runs `peers`; returns the exit code.
@@ -28,7 +25,11 @@ pub struct PeersArgs {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: PeersArgs) -> Result<i32> {
     let mut ctx = Ctx::new("peers", args.common)?;
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
+    let workload = ctx.workload(
+        args.point.value_size,
+        args.point.get_ratio,
+        KeyDistribution::Uniform,
+    );
     workload.validate()?;
     let duration = ctx.duration_ms(5_000, 1_500);
     let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);

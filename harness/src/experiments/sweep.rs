@@ -53,7 +53,7 @@ fn fig_file(ratio: f64) -> &'static str {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: SweepArgs) -> Result<i32> {
     let mut ctx = Ctx::new("sweep", args.common)?;
-    let quick = ctx.common.quick;
+    let quick = ctx.common.output.quick;
     let sizes = args.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![2 << 10, 16 << 10, 128 << 10]

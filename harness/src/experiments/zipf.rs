@@ -32,7 +32,7 @@ pub struct ZipfArgs {
 /// Bad flags, Ctrl-C or a report that cannot be written.
 pub fn run(args: ZipfArgs) -> Result<i32> {
     let mut ctx = Ctx::new("zipf", args.common)?;
-    let quick = ctx.common.quick;
+    let quick = ctx.common.output.quick;
     let sizes = args.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![256, 16 << 10]

@@ -289,6 +289,24 @@ impl Report {
             .filter_map(|r| r.figures.as_ref().map(|f| (r, f)))
     }
 
+    /// Prints the tables, the comparisons with the paper and the notes on
+    /// stdout, and where the full report (in `dir`) is.
+    pub fn print(&self, dir: &Path) {
+        for t in &self.tables {
+            println!("{}\n\n{}", t.title, t.markdown());
+        }
+        for c in &self.comparisons {
+            println!(
+                "{}: paper {} | ours {} | {:?}",
+                c.source, c.paper, c.ours, c.verdict
+            );
+        }
+        for n in &self.notes {
+            println!("note: {n}");
+        }
+        println!("\nreport: {}", dir.join("report.md").display());
+    }
+
     /// Writes results.json, the CSVs, the plots and report.md into `dir`;
     /// returns the files written.
     ///

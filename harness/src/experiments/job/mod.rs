@@ -23,7 +23,7 @@ pub use task::{App, JobTaskArgs};
 
 use crate::cluster;
 use crate::error::{HarnessError, Result};
-use crate::experiments::parse_size;
+use crate::experiments::{parse_size, OutputArgs};
 use crate::peers::PeerServer;
 use crate::proc::{interrupted, process_cpu_secs, tail, ChildGuard, Line};
 use crate::report::Report;
@@ -42,16 +42,9 @@ use task::{TaskOutcome, TaskPlan};
 /// Flags of `job`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct JobArgs {
-    /// 64 MiB of input instead of 512 MiB (well under a minute per store
-    /// on 2 cores).
-    #[arg(long)]
-    pub quick: bool,
-    /// Where to write the report (default `results/job-<timestamp>`).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Print only machine-readable JSON (results.json) on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// Output flags (`--quick`: 64 MiB of input instead of 512 MiB).
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Stores to run (cd, sd, hy, redis).
     #[arg(
         long,
@@ -147,18 +140,18 @@ struct Plan {
 /// # Errors
 /// Ctrl-C, bad flags, or a report that cannot be written.
 pub fn run(args: JobArgs) -> Result<i32> {
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("results").join(format!(
-            "job-{}",
-            chrono::Local::now().format("%Y%m%d-%H%M%S")
-        ))
-    });
+    let out = args.output.dir("job");
     cluster::sweep_stale_shm();
     let exe =
         std::env::current_exe().map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
-    let input_bytes = args
-        .input_size
-        .map_or(if args.quick { 64 << 20 } else { 512 << 20 }, |b| b as u64);
+    let input_bytes = args.input_size.map_or(
+        if args.output.quick {
+            64 << 20
+        } else {
+            512 << 20
+        },
+        |b| b as u64,
+    );
     if args.max_value < nessie_examples::job::MIN_VALUE
         || args.max_value > nessie_examples::job::MAX_VALUE
     {
@@ -197,7 +190,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
         let dir = out
             .join("runs")
             .join(format!("{:03}-{}", i + 1, store.label()));
-        if !args.json {
+        if !args.output.json {
             eprintln!(
                 "job: {} of {} on {store} ({} tasks)…",
                 crate::report::bytes_label(input_bytes as f64),
@@ -216,7 +209,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
                 StoreRun::not_run(store, "failed", e.to_string(), dir)
             }
         };
-        if !args.json {
+        if !args.output.json {
             if let Some(r) = &run.report {
                 eprintln!("job: {store} done, {:.2} s", r.wall_secs);
             }
@@ -224,7 +217,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
         runs.push(run);
     }
     let report = tables::report(&plan, &runs);
-    finish(report, &runs, &out, args.json)
+    finish(report, &runs, &out, args.output.json)
 }
 
 impl App {
@@ -250,19 +243,7 @@ fn finish(mut report: Report, runs: &[StoreRun], out: &Path, json: bool) -> Resu
     if json {
         println!("{}", String::from_utf8_lossy(&text));
     } else {
-        for t in &report.tables {
-            println!("{}\n\n{}", t.title, t.markdown());
-        }
-        for c in &report.comparisons {
-            println!(
-                "{}: paper {} | ours {} | {:?}",
-                c.source, c.paper, c.ours, c.verdict
-            );
-        }
-        for n in &report.notes {
-            println!("note: {n}");
-        }
-        println!("\nreport: {}", out.join("report.md").display());
+        report.print(out);
     }
     Ok(i32::from(runs.iter().any(|r| r.status == "failed")))
 }
