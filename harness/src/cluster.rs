@@ -27,16 +27,15 @@
 use crate::error::{HarnessError, Result};
 use crate::measure::{self, Merged, NodeReport, PowerFigures, RunFigures};
 use crate::peers::PeerServer;
-use crate::proc::{interrupted, process_cpu_secs, tail, ChildGuard, Line};
+use crate::proc::{failed, interrupted, process_cpu_secs, ChildGuard, Line, Talking};
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use nessie::Config;
-use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 static CLUSTERS: AtomicU64 = AtomicU64::new(0);
@@ -183,14 +182,7 @@ impl Running<'_> {
             .get_mut(node)
             .and_then(|c| c.wait_for(Duration::from_millis(200)))
             .map_or_else(String::new, |s| format!(" ({s})"));
-        HarnessError::NodeFailed {
-            node,
-            why: format!(
-                "{what}{status}; stderr ({}): {}",
-                self.logs[node].display(),
-                tail(&self.logs[node], 1200)
-            ),
-        }
+        failed(node, &format!("{what}{status}"), &self.logs[node])
     }
 
     fn report_progress(&mut self, phase: &'static str, run_elapsed: Duration) {
@@ -431,39 +423,31 @@ pub fn run(
         .map_err(HarnessError::io("writing", &config_path))?;
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)
         .map_err(HarnessError::io("writing", &spec_path))?;
-    let (tx, rx) = mpsc::channel();
-    let mut logs = Vec::new();
-    for node in 0..spec.nodes {
-        let log = run_dir.join(format!("node-{node}.stderr"));
-        let id = node.to_string();
-        let args: [&OsStr; 7] = [
-            "node".as_ref(),
-            "--config".as_ref(),
-            config_path.as_os_str(),
-            "--spec".as_ref(),
-            spec_path.as_os_str(),
-            "--node-id".as_ref(),
-            id.as_ref(),
-        ];
-        let child = ChildGuard::spawn_talking(
-            exe,
-            &args,
-            &log,
-            "starting a node process",
-            node,
-            tx.clone(),
-        )?;
-        guard.nodes.push(child);
-        logs.push(log);
-    }
-    drop(tx);
+    let talking = Talking::spawn(
+        exe,
+        spec.nodes,
+        "starting a node process",
+        |node| {
+            vec![
+                "node".into(),
+                "--config".into(),
+                config_path.clone().into(),
+                "--spec".into(),
+                spec_path.clone().into(),
+                "--node-id".into(),
+                node.to_string().into(),
+            ]
+        },
+        |node| run_dir.join(format!("node-{node}.stderr")),
+    )?;
+    guard.nodes = talking.children;
     let mut r = Running {
         closed: vec![false; spec.nodes],
         progress_ops: vec![0; spec.nodes],
         spec,
         guard,
-        events: rx,
-        logs,
+        events: talking.lines,
+        logs: talking.logs,
         progress,
     };
     r.start_and_preload(&config)?;

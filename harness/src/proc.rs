@@ -7,12 +7,13 @@
 use crate::error::{HarnessError, Result};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::unistd::Pid;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -111,42 +112,6 @@ impl ChildGuard {
         Ok(ChildGuard { child })
     }
 
-    /// Starts this binary (`exe`) with `args`, stdin and stdout piped and
-    /// stderr into the file `log`; a thread sends each non-empty stdout
-    /// line to `lines` as [`Line::Text`] tagged `index`, then
-    /// [`Line::Closed`].
-    ///
-    /// # Errors
-    /// [`HarnessError::Io`] if the log cannot be created or the process
-    /// not started.
-    pub fn spawn_talking(
-        exe: &Path,
-        args: &[&std::ffi::OsStr],
-        log: &Path,
-        what: &'static str,
-        index: usize,
-        lines: Sender<Line>,
-    ) -> Result<Self> {
-        let log_file = std::fs::File::create(log).map_err(HarnessError::io("creating", log))?;
-        let mut cmd = Command::new(exe);
-        cmd.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        let mut guard = ChildGuard::spawn(&mut cmd, what)?;
-        if let Some(out) = guard.child.stdout.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
-                    if !line.trim().is_empty() && lines.send(Line::Text(index, line)).is_err() {
-                        return;
-                    }
-                }
-                let _ = lines.send(Line::Closed(index));
-            });
-        }
-        Ok(guard)
-    }
-
     /// The process id.
     #[must_use]
     pub fn pid(&self) -> u32 {
@@ -195,7 +160,83 @@ impl Drop for ChildGuard {
     }
 }
 
-/// What the stdout thread of a [`ChildGuard::spawn_talking`] child sends.
+/// Processes of this binary that talk to the harness in lines on stdout
+/// and take commands on stdin (node processes, job tasks).
+#[derive(Debug)]
+pub struct Talking {
+    /// The processes, in order.
+    pub children: Vec<ChildGuard>,
+    /// Every process's stdout lines, tagged with its index.
+    pub lines: Receiver<Line>,
+    /// Each process's stderr file.
+    pub logs: Vec<PathBuf>,
+}
+
+impl Talking {
+    /// Starts `count` processes of `exe`, process `i` with `args(i)` and
+    /// its stderr in the file `log(i)`; `what` names them in errors ("a
+    /// node process"). If one cannot be started, those already started
+    /// are killed.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if a log cannot be created or a process not
+    /// started.
+    pub fn spawn(
+        exe: &Path,
+        count: usize,
+        what: &'static str,
+        args: impl Fn(usize) -> Vec<OsString>,
+        log: impl Fn(usize) -> PathBuf,
+    ) -> Result<Self> {
+        let (tx, lines) = mpsc::channel();
+        let mut talking = Talking {
+            children: Vec::with_capacity(count),
+            lines,
+            logs: Vec::with_capacity(count),
+        };
+        for index in 0..count {
+            let log = log(index);
+            let log_file =
+                std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
+            let mut cmd = Command::new(exe);
+            cmd.args(args(index))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(log_file);
+            let mut child = ChildGuard::spawn(&mut cmd, what)?;
+            if let Some(out) = child.child.stdout.take() {
+                let tx = tx.clone();
+                std::thread::spawn(move || forward(out, index, &tx));
+            }
+            talking.children.push(child);
+            talking.logs.push(log);
+        }
+        Ok(talking)
+    }
+}
+
+/// Node (or task) `node` failed: `what` happened; the error quotes the
+/// tail of its stderr file `log`.
+#[must_use]
+pub fn failed(node: usize, what: &str, log: &Path) -> HarnessError {
+    HarnessError::NodeFailed {
+        node,
+        why: format!("{what}; stderr ({}): {}", log.display(), tail(log, 1200)),
+    }
+}
+
+/// Sends each non-empty line of `out` to `lines` as [`Line::Text`] tagged
+/// `index`, then [`Line::Closed`].
+fn forward(out: ChildStdout, index: usize, lines: &Sender<Line>) {
+    for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
+        if !line.trim().is_empty() && lines.send(Line::Text(index, line)).is_err() {
+            return;
+        }
+    }
+    let _ = lines.send(Line::Closed(index));
+}
+
+/// What the stdout thread of a [`Talking`] process sends.
 #[derive(Debug)]
 pub enum Line {
     /// A line the child printed, with its index.

@@ -55,18 +55,18 @@ pub fn start_node(
 ) -> Result<Box<dyn NodeHandle>> {
     check_available(system)?;
     match system {
-        StoreKind::Cd => Ok(Box::new(CdNode(nessie::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
-        StoreKind::Sd => Ok(Box::new(SdNode(nessie_sd::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
-        StoreKind::Hy => Ok(Box::new(HyNode(nessie_hy::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
+        StoreKind::Cd => Ok(store_node(
+            nessie::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
+        StoreKind::Sd => Ok(store_node(
+            nessie_sd::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
+        StoreKind::Hy => Ok(store_node(
+            nessie_hy::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
         StoreKind::Redis | StoreKind::Memcached => {
             let target = peer.cloned().ok_or_else(|| {
                 HarnessError::Usage(format!("{system} needs the address of its server"))
@@ -77,35 +77,25 @@ pub fn start_node(
     }
 }
 
-/// A node of the client-driven store.
+/// A node of one of the nessie stores (CD, SD, HY), with how to get a
+/// client of it; SD's and HY's server workers run while it lives.
 #[derive(Debug)]
-struct CdNode(nessie::Node);
+struct StoreNode<N> {
+    node: N,
+    client: fn(&N) -> Result<Box<dyn KvClient>>,
+}
 
-impl NodeHandle for CdNode {
+impl<N: fmt::Debug + Send + Sync> NodeHandle for StoreNode<N> {
     fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
+        (self.client)(&self.node)
     }
 }
 
-/// A node of the server-driven baseline (its server workers run while it
-/// lives).
-#[derive(Debug)]
-struct SdNode(nessie_sd::Node);
-
-impl NodeHandle for SdNode {
-    fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
-    }
-}
-
-/// A node of the hybrid baseline (server workers for PUT and DELETE).
-#[derive(Debug)]
-struct HyNode(nessie_hy::Node);
-
-impl NodeHandle for HyNode {
-    fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
-    }
+fn store_node<N: fmt::Debug + Send + Sync + 'static>(
+    node: N,
+    client: fn(&N) -> Result<Box<dyn KvClient>>,
+) -> Box<dyn NodeHandle> {
+    Box::new(StoreNode { node, client })
 }
 
 /// A node process's handle on a peer server: it only knows where the

@@ -74,6 +74,20 @@ pub struct PointArgs {
     pub get_ratio: f64,
 }
 
+/// The value sizes and GET fractions of the experiments that measure a grid
+/// of them (`sweep`: 256 B … 128 KiB, --quick 2KiB,16KiB,128KiB; `zipf`:
+/// 256B,2KiB,16KiB,128KiB, --quick 256B,16KiB).
+#[derive(Clone, Debug, clap::Args)]
+pub struct GridArgs {
+    /// Value sizes (default: the experiment's; see its description).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub value_sizes: Option<Vec<usize>>,
+    /// GET fractions (default 0.5,0.9,0.99; --quick: sweep 0.5,0.9, zipf
+    /// 0.5,0.99).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
+    pub get_ratios: Option<Vec<f64>>,
+}
+
 /// Flags every experiment takes.
 #[derive(Clone, Debug, clap::Args, serde::Serialize)]
 pub struct Common {

@@ -2,7 +2,7 @@
 //! value sizes 256 B … 128 KiB at 50, 90 and 99 % GETs, uniform keys; and the
 //! latency and bytes table of the 50 % GET runs.
 
-use super::{parse_fraction, parse_size, run_at, Common, Ctx, Done};
+use super::{run_at, Common, Ctx, Done, GridArgs};
 use crate::error::Result;
 use crate::measure::RunFigures;
 use crate::paper::{self, Table1Row};
@@ -17,12 +17,10 @@ pub struct SweepArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value sizes (default 256 B … 128 KiB; --quick 2KiB,16KiB,128KiB).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    pub value_sizes: Option<Vec<usize>>,
-    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.9).
-    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
-    pub get_ratios: Option<Vec<f64>>,
+    /// Value sizes (default 256 B … 128 KiB; --quick 2KiB,16KiB,128KiB)
+    /// and GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.9).
+    #[command(flatten)]
+    pub grid: GridArgs,
 }
 
 fn fig_of(ratio: f64) -> &'static str {
@@ -54,14 +52,14 @@ fn fig_file(ratio: f64) -> &'static str {
 pub fn run(args: SweepArgs) -> Result<i32> {
     let mut ctx = Ctx::new("sweep", args.common)?;
     let quick = ctx.common.output.quick;
-    let sizes = args.value_sizes.unwrap_or_else(|| {
+    let sizes = args.grid.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![2 << 10, 16 << 10, 128 << 10]
         } else {
             paper::SWEEP_VALUE_SIZES.to_vec()
         }
     });
-    let ratios = args.get_ratios.unwrap_or_else(|| {
+    let ratios = args.grid.get_ratios.unwrap_or_else(|| {
         if quick {
             vec![0.5, 0.9]
         } else {

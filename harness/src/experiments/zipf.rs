@@ -1,7 +1,7 @@
 //! `zipf` (paper Fig. 12): CD's goodput relative to SD's under scrambled
 //! Zipf (θ = 0.99) keys, over value sizes and GET ratios.
 
-use super::{parse_fraction, parse_size, run_at, Common, Ctx};
+use super::{run_at, Common, Ctx, GridArgs};
 use crate::error::{HarnessError, Result};
 use crate::paper;
 use crate::paper::{judge, ClaimId};
@@ -15,12 +15,10 @@ pub struct ZipfArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value sizes (default 256B,2KiB,16KiB,128KiB; --quick 256B,16KiB).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    pub value_sizes: Option<Vec<usize>>,
-    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.99).
-    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
-    pub get_ratios: Option<Vec<f64>>,
+    /// Value sizes (default 256B,2KiB,16KiB,128KiB; --quick 256B,16KiB)
+    /// and GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.99).
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Zipf exponent.
     #[arg(long, default_value_t = YCSB_THETA)]
     pub theta: f64,
@@ -33,14 +31,14 @@ pub struct ZipfArgs {
 pub fn run(args: ZipfArgs) -> Result<i32> {
     let mut ctx = Ctx::new("zipf", args.common)?;
     let quick = ctx.common.output.quick;
-    let sizes = args.value_sizes.unwrap_or_else(|| {
+    let sizes = args.grid.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![256, 16 << 10]
         } else {
             vec![256, 2 << 10, 16 << 10, 128 << 10]
         }
     });
-    let ratios = args.get_ratios.unwrap_or_else(|| {
+    let ratios = args.grid.get_ratios.unwrap_or_else(|| {
         if quick {
             vec![0.5, 0.99]
         } else {

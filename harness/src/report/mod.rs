@@ -503,20 +503,21 @@ pub fn num(v: f64) -> String {
 /// `0.25` → `+25%`.
 #[must_use]
 pub fn pct(ratio: f64) -> String {
-    if ratio.is_finite() {
-        format!("{:+.0}%", ratio * 100.0)
-    } else {
-        "-".into()
-    }
+    percent_label(ratio, true)
 }
 
 /// `0.25` → `25%` (a share, no sign).
 #[must_use]
 pub fn share(ratio: f64) -> String {
-    if ratio.is_finite() {
-        format!("{:.0}%", ratio * 100.0)
-    } else {
-        "-".into()
+    percent_label(ratio, false)
+}
+
+/// `ratio` in whole percent, with a sign if `signed`; `-` if not finite.
+fn percent_label(ratio: f64, signed: bool) -> String {
+    match (ratio.is_finite(), signed) {
+        (false, _) => "-".into(),
+        (true, true) => format!("{:+.0}%", ratio * 100.0),
+        (true, false) => format!("{:.0}%", ratio * 100.0),
     }
 }
 

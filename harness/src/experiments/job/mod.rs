@@ -25,7 +25,7 @@ use crate::cluster;
 use crate::error::{HarnessError, Result};
 use crate::experiments::{parse_size, OutputArgs};
 use crate::peers::PeerServer;
-use crate::proc::{interrupted, process_cpu_secs, tail, ChildGuard, Line};
+use crate::proc::{failed, interrupted, process_cpu_secs, ChildGuard, Line, Talking};
 use crate::report::Report;
 use nessie::fabric::VerbCounts;
 use nessie::{Config, FabricConfig};
@@ -33,9 +33,8 @@ use nessie_examples::{
     job_config, run_threads, Input, JobReport, JobSpec, LocalCluster, Sizing, StoreKind,
 };
 use serde::Serialize;
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 use task::{TaskOutcome, TaskPlan};
 
@@ -382,42 +381,6 @@ fn run_threaded(plan: &TaskPlan) -> Result<(JobReport, f64)> {
     Ok((report, startup))
 }
 
-/// Starts one process per task (`nessie-bench job-task`), each with its
-/// stderr in the run's directory; their stdout lines arrive on the
-/// returned channel.
-fn spawn_tasks(
-    exe: &Path,
-    tasks: usize,
-    plan_path: &Path,
-    dir: &Path,
-    guard: &mut Guard,
-) -> Result<(Receiver<Line>, Vec<PathBuf>)> {
-    let (tx, rx) = mpsc::channel();
-    let mut logs = Vec::new();
-    for task in 0..tasks {
-        let log = dir.join(format!("task-{task}.stderr"));
-        let id = task.to_string();
-        let args: [&OsStr; 5] = [
-            "job-task".as_ref(),
-            "--plan".as_ref(),
-            plan_path.as_os_str(),
-            "--task".as_ref(),
-            id.as_ref(),
-        ];
-        let child = ChildGuard::spawn_talking(
-            exe,
-            &args,
-            &log,
-            "starting a task process",
-            task,
-            tx.clone(),
-        )?;
-        guard.children.push(child);
-        logs.push(log);
-    }
-    Ok((rx, logs))
-}
-
 fn run_processes(
     exe: &Path,
     plan: &Plan,
@@ -426,15 +389,28 @@ fn run_processes(
     dir: &Path,
     guard: &mut Guard,
 ) -> Result<(JobReport, f64)> {
-    let (rx, logs) = spawn_tasks(exe, plan.nodes, plan_path, dir, guard)?;
-    let failed = |task: usize, what: String| HarnessError::NodeFailed {
-        node: task,
-        why: format!(
-            "{what}; stderr ({}): {}",
-            logs[task].display(),
-            tail(&logs[task], 1200)
-        ),
-    };
+    let talking = Talking::spawn(
+        exe,
+        plan.nodes,
+        "starting a task process",
+        |task| {
+            vec![
+                "job-task".into(),
+                "--plan".into(),
+                plan_path.into(),
+                "--task".into(),
+                task.to_string().into(),
+            ]
+        },
+        |task| dir.join(format!("task-{task}.stderr")),
+    )?;
+    let Talking {
+        children,
+        lines: rx,
+        logs,
+    } = talking;
+    guard.children = children;
+    let failed = |task: usize, what: String| failed(task, &what, &logs[task]);
     let started = Instant::now();
     let deadline = started + plan.timeout;
     let mut outcomes: Vec<Option<TaskOutcome>> = (0..plan.nodes).map(|_| None).collect();
