@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::error::{read_text, PowerError};
 use crate::report::{CpuTimeReport, EnergyReport, ThreadCpuTime};
-use crate::sampler::EnergySampler;
+use crate::sampler::{check_idle, not_started, EnergySampler};
 
 /// Clock ticks per second, the unit of `/proc` CPU times
 /// (`sysconf(_SC_CLK_TCK)`).
@@ -247,11 +247,7 @@ impl EnergySampler for CpuTimeSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        if self.start.is_some() {
-            return Err(PowerError::AlreadyStarted {
-                sampler: NAME.into(),
-            });
-        }
+        check_idle(&self.start, NAME)?;
         if self.ticks.is_none() {
             self.ticks = Some(clock_ticks_per_second()?);
         }
@@ -261,9 +257,7 @@ impl EnergySampler for CpuTimeSampler {
 
     fn stop(&mut self) -> Result<EnergyReport, PowerError> {
         let (Some(start), Some(ticks)) = (self.start.take(), self.ticks) else {
-            return Err(PowerError::NotStarted {
-                sampler: NAME.into(),
-            });
+            return Err(not_started(NAME));
         };
         let end = self.snapshot()?;
         let t = ticks as f64;
