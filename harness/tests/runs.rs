@@ -7,7 +7,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{assert_ok, bench, leftover_shm, results, run};
+use support::{assert_ok, bench, leftover_shm, results, run, wait_until};
 
 /// Node processes of a run whose files live under `dir` that still run.
 fn leftover_processes(dir: &Path) -> Vec<String> {
@@ -147,10 +147,9 @@ fn ctrl_c_tears_everything_down() {
     let pid = child.id();
     // Wait until the run phase has started (a node's stderr file exists and
     // the nodes are up), then interrupt.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while leftover_processes(&dir).len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(20), || {
+        leftover_processes(&dir).len() >= 3
+    });
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         !leftover_processes(&dir).is_empty(),
@@ -205,22 +204,15 @@ fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     let dir = tmp.path().join("sigkill");
     let mut child = long_run("cd", &dir);
     let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut kids = Vec::new();
-    while Instant::now() < deadline {
+    wait_until(Duration::from_secs(20), || {
         kids = children_of(pid);
-        if kids.len() >= 4 && !leftover_shm(pid).is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        kids.len() >= 4 && !leftover_shm(pid).is_empty()
+    });
     assert!(kids.len() >= 4, "3 nodes and a hog should run: {kids:?}");
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while kids.iter().any(|&k| alive(k)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(5), || !kids.iter().any(|&k| alive(k)));
     let alive_kids: Vec<u32> = kids.iter().copied().filter(|&k| alive(k)).collect();
     assert!(
         alive_kids.is_empty(),

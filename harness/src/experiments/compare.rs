@@ -1,7 +1,7 @@
 //! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
 //! 90 % GETs, uniform keys), with the summary table and plots.
 
-use super::{summary_figures, summary_table, throughput_of, Common, Ctx, PointArgs};
+use super::{add_summary, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper;
 use crate::paper::{judge, ClaimId};
@@ -34,19 +34,13 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     } else {
         KeyDistribution::Uniform
     };
-    let workload = ctx.workload(args.point.value_size, args.point.get_ratio, dist);
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, dist)?;
     let duration = ctx.duration_ms(10_000, 2_000);
     let systems = ctx.systems(&StoreKind::PAPER);
     let title = format!("CD vs SD vs HY, {}", workload.describe());
     let (mut report, specs) = ctx.one_run_each("compare", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
-    report.tables.push(summary_table(
-        "summary",
-        &format!("Summary: {}", workload.describe()),
-        &done,
-    ));
-    report.figures.extend(summary_figures("", &done));
+    add_summary(&mut report, &workload, &done);
 
     let (cd, sd, hy) = (
         throughput_of(&done, StoreKind::Cd),

@@ -38,12 +38,7 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
                 vec![0, 1, 2, 4, 8]
             }
         });
-    let workload = ctx.workload(
-        args.point.value_size,
-        args.point.get_ratio,
-        KeyDistribution::Uniform,
-    );
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_200);
     let systems = ctx.systems(&StoreKind::PAPER);
     let mut specs = Vec::new();

@@ -62,12 +62,7 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     if loads.iter().any(|&l| l <= 0.0) {
         return Err(HarnessError::Usage("every load must be above 0".into()));
     }
-    let workload = ctx.workload(
-        args.point.value_size,
-        args.point.get_ratio,
-        KeyDistribution::Uniform,
-    );
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_000);
     let systems = ctx.systems(&StoreKind::PAPER);
     let mut report = ctx.report(

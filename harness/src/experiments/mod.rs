@@ -334,6 +334,20 @@ impl Ctx {
         s
     }
 
+    /// The workload at `point` with keys drawn from `distribution`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Usage`] for a workload that cannot be generated.
+    pub fn point_workload(
+        &self,
+        point: &PointArgs,
+        distribution: KeyDistribution,
+    ) -> Result<WorkloadSpec> {
+        let workload = self.workload(point.value_size, point.get_ratio, distribution);
+        workload.validate()?;
+        Ok(workload)
+    }
+
     /// The report and the runs of an experiment that runs `workload` once
     /// on each of `systems` (each run named by its system); the report's
     /// parameters are the workload, the systems and the duration.
@@ -582,6 +596,16 @@ pub fn run_at(
                 && (spec.workload.get_ratio - get_ratio).abs() < 1e-9
         })
         .map(|(_, f)| f)
+}
+
+/// Adds the summary table and figures of `done`, runs of `workload`.
+pub fn add_summary(report: &mut Report, workload: &WorkloadSpec, done: &[Done]) {
+    report.tables.push(summary_table(
+        "summary",
+        &format!("Summary: {}", workload.describe()),
+        done,
+    ));
+    report.figures.extend(summary_figures("", done));
 }
 
 /// The summary table of a set of runs (compare, peers): throughput,

@@ -3,7 +3,7 @@
 //! with a note. The paper has no such experiment; this places the store
 //! among familiar ones.
 
-use super::{summary_figures, summary_table, Common, Ctx, PointArgs};
+use super::{add_summary, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -25,12 +25,7 @@ pub struct PeersArgs {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: PeersArgs) -> Result<i32> {
     let mut ctx = Ctx::new("peers", args.common)?;
-    let workload = ctx.workload(
-        args.point.value_size,
-        args.point.get_ratio,
-        KeyDistribution::Uniform,
-    );
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_500);
     let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);
     let title = format!(
@@ -39,12 +34,7 @@ pub fn run(args: PeersArgs) -> Result<i32> {
     );
     let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
-    report.tables.push(summary_table(
-        "summary",
-        &format!("Summary: {}", workload.describe()),
-        &done,
-    ));
-    report.figures.extend(summary_figures("", &done));
+    add_summary(&mut report, &workload, &done);
     report.notes.push(format!(
         "Redis and memcached run as one server process on loopback TCP (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
         ctx.common.nodes

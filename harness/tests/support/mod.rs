@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `nessie-bench` binary.
 pub(crate) fn bench() -> Command {
@@ -54,4 +55,19 @@ pub(crate) fn assert_ok(out: &Output) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Polls `done` every 20 ms until it holds or `limit` has passed; whether
+/// it held.
+pub(crate) fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
