@@ -4,8 +4,8 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::{assert_ok, bench, leftover_shm, results, run, wait_until};
 
@@ -126,25 +126,27 @@ fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     assert_clean(&dir, pid);
 }
 
-/// A 20 s `contention` run of `system` with one hog, to be interrupted.
-fn long_run(system: &str, dir: &Path) -> std::process::Child {
-    bench()
+/// A 20 s `contention` run of `system` with one hog, to be interrupted,
+/// writing into `tmp/name`: that directory, the harness and its pid.
+fn long_run(system: &str, tmp: &Path, name: &str) -> (PathBuf, Child, u32) {
+    let dir = tmp.join(name);
+    let child = bench()
         .args(["contention", "--quick", "--duration-ms", "20000"])
         .args(["--systems", system, "--keys", "300", "--hogs", "1"])
         .arg("--out")
-        .arg(dir)
+        .arg(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    let pid = child.id();
+    (dir, child, pid)
 }
 
 #[test]
 fn ctrl_c_tears_everything_down() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sigint");
-    let mut child = long_run("null", &dir);
-    let pid = child.id();
+    let (dir, mut child, pid) = long_run("null", tmp.path(), "sigint");
     // Wait until the run phase has started (a node's stderr file exists and
     // the nodes are up), then interrupt.
     wait_until(Duration::from_secs(20), || {
@@ -201,9 +203,7 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sigkill");
-    let mut child = long_run("cd", &dir);
-    let pid = child.id();
+    let (_dir, mut child, pid) = long_run("cd", tmp.path(), "sigkill");
     let mut kids = Vec::new();
     wait_until(Duration::from_secs(20), || {
         kids = children_of(pid);
