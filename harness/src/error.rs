@@ -1,7 +1,7 @@
 //! The harness's error type: every way a benchmark can fail, each with a
 //! message that says what to do about it.
 
-use crate::system::System;
+use nessie_examples::StoreKind;
 use std::path::PathBuf;
 
 /// Why a harness command failed.
@@ -29,7 +29,7 @@ pub enum HarnessError {
     #[error("{system} is not available: {why}")]
     NotAvailable {
         /// The system.
-        system: System,
+        system: StoreKind,
         /// Why not.
         why: String,
     },

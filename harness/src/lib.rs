@@ -13,16 +13,24 @@
 //! Modules:
 //! * [`workload`] — keys, values, uniform and scrambled-Zipf key choice,
 //!   GET/PUT mix, Poisson arrivals; all seeded.
-//! * [`system`] — the stores behind one [`system::NodeHandle`] abstraction
-//!   that hands out boxed [`nessie::KvClient`]s.
+//! * [`proc`] — child processes (one guard that kills a process group),
+//!   signals, stderr tails.
+//! * [`peers`] — Redis and memcached servers.
+//! * [`system`] — the stores ([`nessie_examples::StoreKind`]) behind one
+//!   [`system::NodeHandle`] abstraction that hands out boxed
+//!   [`nessie::KvClient`]s.
 //! * [`spec`] — one run's parameters and the table sizing rules.
+//! * [`measure`] — histograms and counters, per node and merged.
+//! * [`protocol`] — the lines node processes and the harness exchange.
 //! * [`cluster`] — starting, coordinating and tearing down node processes.
 //! * [`node`] — the node process: preload, measured phase, report.
-//! * [`measure`] — histograms and counters, per node and merged.
-//! * [`experiments`] — the subcommands.
 //! * [`report`] — results.json, CSV, SVG/PNG plots and report.md.
 //! * [`paper`] — the paper's published numbers and claims.
-//! * [`peers`] — Redis and memcached servers and minimal protocol clients.
+//! * [`experiments`] — the subcommands.
+//!
+//! Modules depend downwards in this list's reverse order of use: error and
+//! workload at the bottom, then proc, peers, system, spec, measure,
+//! protocol, cluster and node, report and paper, experiments on top.
 
 pub mod cluster;
 pub mod error;
@@ -31,6 +39,8 @@ pub mod measure;
 pub mod node;
 pub mod paper;
 pub mod peers;
+pub mod proc;
+pub mod protocol;
 pub mod report;
 pub mod spec;
 pub mod system;

@@ -10,7 +10,7 @@ use harness::experiments::{
     ZipfArgs,
 };
 use harness::node::{self, NodeArgs};
-use harness::{cluster, HarnessError};
+use harness::{proc, HarnessError};
 
 /// Benchmarks for Nessie (CD) and its server-driven (SD) and hybrid (HY)
 /// baselines: each subcommand reproduces one experiment of the paper on a
@@ -70,7 +70,7 @@ fn main() {
         Cmd::ChaosNode => std::process::exit(experiments::chaos::node_main()),
         Cmd::JobTask(args) => std::process::exit(experiments::job::task::main(&args)),
         command => {
-            cluster::install_signal_handlers();
+            proc::install_signal_handlers();
             match command {
                 Cmd::Compare(a) => experiments::compare::run(a),
                 Cmd::Contention(a) => experiments::contention::run(a),

@@ -304,10 +304,7 @@ impl NodeReport {
     /// The report of one kind.
     #[must_use]
     pub fn kind(&self, kind: OpKind) -> &KindReport {
-        match kind {
-            OpKind::Get => &self.get,
-            OpKind::Put => &self.put,
-        }
+        of_kind(kind, &self.get, &self.put)
     }
 }
 
@@ -403,10 +400,15 @@ impl Merged {
     /// The merged report of one kind.
     #[must_use]
     pub fn kind(&self, kind: OpKind) -> &KindReport {
-        match kind {
-            OpKind::Get => &self.get,
-            OpKind::Put => &self.put,
-        }
+        of_kind(kind, &self.get, &self.put)
+    }
+}
+
+/// `get` or `put`, by `kind`.
+fn of_kind<'a>(kind: OpKind, get: &'a KindReport, put: &'a KindReport) -> &'a KindReport {
+    match kind {
+        OpKind::Get => get,
+        OpKind::Put => put,
     }
 }
 

@@ -8,9 +8,10 @@
 //! because its peers may still be reading its memory. See [`crate::cluster`]
 //! for the protocol.
 
-use crate::cluster::{die_with_parent, NodeCommand, NodeEvent};
 use crate::error::{HarnessError, Result};
 use crate::measure::{NodeReport, OpCounters, PreloadReport, Recorder};
+use crate::proc::die_with_parent;
+use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use crate::system;
 use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
@@ -235,13 +236,10 @@ fn preload(spec: &RunSpec, node: usize, clients: &mut [Box<dyn KvClient>]) -> Pr
     }
 }
 
-/// CPU seconds (user + system) of this process so far.
+/// CPU seconds (user + system) of this process so far (0 where unknown:
+/// a report figure, not worth failing a run for).
 fn cpu_secs() -> f64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
-        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-        t(u.user_time()) + t(u.system_time())
-    })
+    power_ipmi::own_process_cpu_times().map_or(0.0, |t| t.cpu_s())
 }
 
 struct Phase<'a> {
@@ -497,22 +495,29 @@ pub fn hog() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::System;
     use crate::workload::WorkloadSpec;
+    use nessie_examples::StoreKind;
 
-    #[test]
-    fn a_null_node_measures_its_workers() {
+    /// A one-node run of the `null` store over 100 keys of 64 bytes, and
+    /// two clients of its node.
+    fn null_run(warmup_ms: u64, duration_ms: u64) -> (RunSpec, Vec<Box<dyn KvClient>>) {
         let w = WorkloadSpec {
             keys: 100,
             value_size: 64,
             ..WorkloadSpec::default()
         };
-        let mut spec = RunSpec::new("t", System::Null, w);
+        let mut spec = RunSpec::new("t", StoreKind::Null, w);
         spec.nodes = 1;
-        spec.warmup_ms = 20;
-        spec.duration_ms = 100;
-        let node = system::start_node(System::Null, &Config::default(), 0, None).unwrap();
-        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
+        spec.warmup_ms = warmup_ms;
+        spec.duration_ms = duration_ms;
+        let node = system::start_node(StoreKind::Null, &Config::default(), 0, None).unwrap();
+        let clients = (0..2).map(|_| node.client().unwrap()).collect();
+        (spec, clients)
+    }
+
+    #[test]
+    fn a_null_node_measures_its_workers() {
+        let (spec, mut clients) = null_run(20, 100);
         let pre = preload(&spec, 0, &mut clients);
         assert_eq!((pre.keys, pre.errors), (100, 0));
         let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
@@ -528,20 +533,10 @@ mod tests {
 
     #[test]
     fn open_loop_holds_the_rate() {
-        let w = WorkloadSpec {
-            keys: 100,
-            value_size: 64,
-            ..WorkloadSpec::default()
-        };
-        let mut spec = RunSpec::new("t", System::Null, w);
-        spec.nodes = 1;
-        spec.warmup_ms = 0;
-        spec.duration_ms = 500;
+        let (mut spec, mut clients) = null_run(0, 500);
         spec.load = Load::Open {
             ops_per_sec: 2000.0,
         };
-        let node = system::start_node(System::Null, &Config::default(), 0, None).unwrap();
-        let mut clients: Vec<_> = (0..2).map(|_| node.client().unwrap()).collect();
         let report = measure(
             &spec,
             0,

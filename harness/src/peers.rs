@@ -1,25 +1,23 @@
 //! Redis and memcached as reference points, driven over loopback TCP with
-//! minimal protocol clients (RESP2 and the memcached text protocol) so that
-//! the harness needs no client crates. The clients ([`TextClient`]) live in
-//! `nessie-examples`, whose jobs run on Redis too.
+//! minimal protocol clients (RESP2 and the memcached text protocol, crate
+//! `text-kv`) so that the harness needs no client crates.
 //!
 //! The harness starts the server on a free loopback port ([`PeerServer`]),
-//! the node processes connect one client per worker ([`PeerNode`]), and the
-//! server is killed when its guard drops. Each client counts one round trip
+//! the node processes connect one client per worker
+//! ([`crate::system::start_node`]), and the server is killed when its guard
+//! drops. Each client counts one round trip
 //! per operation and the request and reply bytes in [`nessie::Stats`], so
 //! the report's bytes-per-operation columns mean the same for every system.
 
 use crate::error::{HarnessError, Result};
-use crate::system::{NodeHandle, System};
-use nessie::KvClient;
-/// The protocol client, which lives in `nessie-examples` (whose jobs run on
-/// Redis too) and is re-exported here.
-pub use nessie_examples::text::{TextClient, TextProtocol};
+use crate::proc::{interrupted, tail, ChildGuard};
+use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use text_kv::{TextClient, TextProtocol};
 
 /// Where a peer server listens.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,16 +26,17 @@ pub struct PeerTarget {
     pub addr: SocketAddr,
 }
 
-fn program(system: System) -> &'static str {
+/// The server program of `system` (Redis or memcached).
+pub(crate) fn program(system: StoreKind) -> &'static str {
     match system {
-        System::Redis => "redis-server",
+        StoreKind::Redis => "redis-server",
         _ => "memcached",
     }
 }
 
 /// The server binary of `system` on `PATH`, if any.
 #[must_use]
-pub fn find_program(system: System) -> Option<PathBuf> {
+pub fn find_program(system: StoreKind) -> Option<PathBuf> {
     let name = program(system);
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -56,7 +55,7 @@ fn is_executable(p: &Path) -> bool {
 ///
 /// # Errors
 /// [`HarnessError::NotAvailable`] naming the missing program.
-pub fn check_installed(system: System) -> Result<()> {
+pub fn check_installed(system: StoreKind) -> Result<()> {
     match find_program(system) {
         Some(_) => Ok(()),
         None => Err(HarnessError::NotAvailable {
@@ -64,7 +63,7 @@ pub fn check_installed(system: System) -> Result<()> {
             why: format!(
                 "`{}` is not installed (e.g. apt-get install {})",
                 program(system),
-                if system == System::Redis {
+                if system == StoreKind::Redis {
                     "redis-server"
                 } else {
                     "memcached"
@@ -77,7 +76,7 @@ pub fn check_installed(system: System) -> Result<()> {
 /// A running peer server, killed on drop.
 #[derive(Debug)]
 pub struct PeerServer {
-    child: Child,
+    child: ChildGuard,
     /// Where it listens.
     pub target: PeerTarget,
 }
@@ -90,7 +89,7 @@ impl PeerServer {
     /// # Errors
     /// [`HarnessError::NotAvailable`] if not installed, [`HarnessError::Peer`]
     /// if it does not come up within 10 s.
-    pub fn start(system: System, threads: usize, memory_bytes: u64, log: &Path) -> Result<Self> {
+    pub fn start(system: StoreKind, threads: usize, memory_bytes: u64, log: &Path) -> Result<Self> {
         let name = program(system);
         let path = find_program(system).ok_or_else(|| HarnessError::NotAvailable {
             system,
@@ -99,7 +98,7 @@ impl PeerServer {
         let port = free_port()?;
         let mut cmd = Command::new(&path);
         match system {
-            System::Redis => {
+            StoreKind::Redis => {
                 cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
                     .args(["--daemonize", "no", "--loglevel", "warning"]);
@@ -122,8 +121,7 @@ impl PeerServer {
                     .map_err(HarnessError::io("opening", log))?,
             )
             .stderr(log_file);
-        crate::cluster::tie_to_harness(&mut cmd);
-        let child = cmd.spawn().map_err(HarnessError::io("starting", &path))?;
+        let child = ChildGuard::spawn(&mut cmd, "starting")?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let mut server = PeerServer {
             child,
@@ -134,14 +132,14 @@ impl PeerServer {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 return Ok(server);
             }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                let tail = crate::cluster::tail(log, 800);
+            if let Some(status) = server.child.try_wait() {
+                let tail = tail(log, 800);
                 return Err(HarnessError::Peer {
                     name,
                     why: format!("exited with {status} before listening: {tail}"),
                 });
             }
-            if crate::cluster::interrupted() {
+            if interrupted() {
                 return Err(HarnessError::Interrupted);
             }
             if Instant::now() > deadline {
@@ -157,14 +155,7 @@ impl PeerServer {
     /// The server's process id (for its CPU time).
     #[must_use]
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for PeerServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.pid()
     }
 }
 
@@ -178,47 +169,35 @@ fn free_port() -> Result<u16> {
     Ok(port)
 }
 
-/// A node process's handle on a peer server.
-#[derive(Debug)]
-pub struct PeerNode {
-    /// Redis or memcached.
-    pub system: System,
-    /// Where the server listens.
-    pub target: PeerTarget,
-}
-
-impl NodeHandle for PeerNode {
-    fn client(&self) -> Result<Box<dyn KvClient>> {
-        let protocol = if self.system == System::Redis {
-            TextProtocol::Redis
-        } else {
-            TextProtocol::Memcached
-        };
-        let client =
-            TextClient::connect(self.target.addr, protocol).map_err(|e| HarnessError::Peer {
-                name: program(self.system),
-                why: format!("connecting to {}: {e}", self.target.addr),
-            })?;
-        Ok(Box::new(client))
-    }
+/// A client of the peer server at `target`, for one worker.
+///
+/// # Errors
+/// [`HarnessError::Peer`] if it cannot connect.
+pub fn connect(system: StoreKind, target: &PeerTarget) -> Result<TextClient> {
+    let protocol = if system == StoreKind::Redis {
+        TextProtocol::Redis
+    } else {
+        TextProtocol::Memcached
+    };
+    TextClient::connect(target.addr, protocol).map_err(|e| HarnessError::Peer {
+        name: program(system),
+        why: format!("connecting to {}: {e}", target.addr),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nessie::KvClient;
 
-    fn roundtrip(system: System) {
+    fn roundtrip(system: StoreKind) {
         if check_installed(system).is_err() {
             eprintln!("{system} not installed; skipped");
             return;
         }
         let dir = tempfile::tempdir().unwrap();
         let server = PeerServer::start(system, 1, 64 << 20, &dir.path().join("log")).unwrap();
-        let node = PeerNode {
-            system,
-            target: server.target.clone(),
-        };
-        let mut c = node.client().unwrap();
+        let mut c = connect(system, &server.target).unwrap();
         let key = crate::workload::key(3, 128);
         let value = vec![7u8; 20_000];
         assert_eq!(c.get(&key).unwrap(), None);
@@ -236,11 +215,11 @@ mod tests {
 
     #[test]
     fn redis_client_speaks_resp() {
-        roundtrip(System::Redis);
+        roundtrip(StoreKind::Redis);
     }
 
     #[test]
     fn memcached_client_speaks_text() {
-        roundtrip(System::Memcached);
+        roundtrip(StoreKind::Memcached);
     }
 }

@@ -4,9 +4,9 @@
 
 use crate::error::{HarnessError, Result};
 use crate::peers::PeerTarget;
-use crate::system::System;
 use crate::workload::WorkloadSpec;
 use nessie::{Config, FabricConfig, Optimizations, MIN_CLASS_BYTES};
+use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,7 +51,7 @@ pub struct RunSpec {
     /// Short name of the run (file names, tables).
     pub label: String,
     /// The store.
-    pub system: System,
+    pub system: StoreKind,
     /// What the workers do.
     pub workload: WorkloadSpec,
     /// Node processes.
@@ -83,7 +83,7 @@ pub struct RunSpec {
 impl RunSpec {
     /// A closed-loop run of `system` with the harness's defaults.
     #[must_use]
-    pub fn new(label: impl Into<String>, system: System, workload: WorkloadSpec) -> Self {
+    pub fn new(label: impl Into<String>, system: StoreKind, workload: WorkloadSpec) -> Self {
         RunSpec {
             label: label.into(),
             system,
@@ -236,7 +236,7 @@ mod tests {
                 get_ratio: 0.5,
                 ..WorkloadSpec::default()
             };
-            let spec = RunSpec::new("t", System::Cd, w.clone());
+            let spec = RunSpec::new("t", StoreKind::Cd, w.clone());
             let c = spec.config("bench-test").unwrap();
             let class = c.class_for(value_size).unwrap();
             assert!(c.class_slots(class) >= 2 * 5000 / 3, "{value_size}");
@@ -249,11 +249,11 @@ mod tests {
     #[test]
     fn server_driven_systems_split_their_threads() {
         let w = WorkloadSpec::default();
-        let cd = RunSpec::new("a", System::Cd, w.clone()).with_threads(4, 1);
-        let sd = RunSpec::new("b", System::Sd, w).with_threads(4, 1);
+        let cd = RunSpec::new("a", StoreKind::Cd, w.clone()).with_threads(4, 1);
+        let sd = RunSpec::new("b", StoreKind::Sd, w).with_threads(4, 1);
         assert_eq!((cd.clients_per_node, sd.clients_per_node), (4, 3));
         assert_eq!(
-            RunSpec::new("c", System::Hy, WorkloadSpec::default())
+            RunSpec::new("c", StoreKind::Hy, WorkloadSpec::default())
                 .with_threads(1, 1)
                 .clients_per_node,
             1

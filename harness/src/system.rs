@@ -1,6 +1,7 @@
 //! The stores the harness can drive, behind one small abstraction: a node of
-//! a [`System`] is started in a node process and hands out boxed
-//! [`KvClient`]s, one per worker thread.
+//! a store ([`StoreKind`], shared with the jobs of `nessie-examples`) is
+//! started in a node process and hands out boxed [`KvClient`]s, one per
+//! worker thread.
 //!
 //! CD, SD and HY are built in (`nessie`, `nessie-sd`, `nessie-hy`); Redis
 //! and memcached report [`HarnessError::NotAvailable`] when their server is
@@ -9,97 +10,21 @@
 use crate::error::{HarnessError, Result};
 use crate::peers::{self, PeerTarget};
 use nessie::{Config, KvClient};
-use serde::{Deserialize, Serialize};
+use nessie_examples::StoreKind;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-/// A store the harness can run.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum System {
-    /// Nessie, client-driven (`nessie`).
-    Cd,
-    /// Server-driven baseline (`nessie-sd`).
-    Sd,
-    /// Hybrid baseline (`nessie-hy`).
-    Hy,
-    /// Redis on loopback (peers experiment).
-    Redis,
-    /// memcached on loopback (peers experiment).
-    Memcached,
-    /// No store: a per-process in-memory map. Measures the harness's own
-    /// overhead and tests the orchestration without a store.
-    Null,
-}
-
-impl fmt::Display for System {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl System {
-    /// The three systems of the paper, in its order.
-    pub const PAPER: [System; 3] = [System::Cd, System::Sd, System::Hy];
-
-    /// The label the paper's figures use (`CD`, `SD`, `HY`) or the product
-    /// name.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            System::Cd => "CD",
-            System::Sd => "SD",
-            System::Hy => "HY",
-            System::Redis => "Redis",
-            System::Memcached => "memcached",
-            System::Null => "null",
-        }
-    }
-
-    /// Whether the system runs server worker threads (its node processes
-    /// then get `threads - server_workers` client workers).
-    #[must_use]
-    pub fn has_server_workers(self) -> bool {
-        matches!(self, System::Sd | System::Hy)
-    }
-
-    /// Whether all nodes see one data set. The `null` store is private to
-    /// each process, so every node preloads every key.
-    #[must_use]
-    pub fn shares_data(self) -> bool {
-        self != System::Null
-    }
-
-    /// Whether the system keeps its data in a nessie shm cluster (so the
-    /// harness must give it a cluster name and clean its directory).
-    #[must_use]
-    pub fn uses_shm(self) -> bool {
-        matches!(self, System::Cd | System::Sd | System::Hy)
-    }
-
-    /// Whether this machine can run the system: the stores are built in;
-    /// the peers need their server installed.
-    ///
-    /// # Errors
-    /// [`HarnessError::NotAvailable`] saying why not.
-    pub fn check_available(self) -> Result<()> {
-        match self {
-            System::Redis | System::Memcached => peers::check_installed(self),
-            System::Cd | System::Sd | System::Hy | System::Null => Ok(()),
-        }
+/// Whether this machine can run `system`: the stores are built in; the
+/// peers need their server installed.
+///
+/// # Errors
+/// [`HarnessError::NotAvailable`] saying why not.
+pub fn check_available(system: StoreKind) -> Result<()> {
+    if system.is_peer() {
+        peers::check_installed(system)
+    } else {
+        Ok(())
     }
 }
 
@@ -123,63 +48,67 @@ pub trait NodeHandle: Send + Sync + fmt::Debug {
 /// [`HarnessError::NotAvailable`] for a peer server that is not installed,
 /// or the store's start-up error.
 pub fn start_node(
-    system: System,
+    system: StoreKind,
     config: &Config,
     node_id: usize,
     peer: Option<&PeerTarget>,
 ) -> Result<Box<dyn NodeHandle>> {
-    system.check_available()?;
+    check_available(system)?;
     match system {
-        System::Cd => Ok(Box::new(CdNode(nessie::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
-        System::Sd => Ok(Box::new(SdNode(nessie_sd::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
-        System::Hy => Ok(Box::new(HyNode(nessie_hy::Node::start(
-            config.clone(),
-            node_id,
-        )?))),
-        System::Redis | System::Memcached => {
+        StoreKind::Cd => Ok(store_node(
+            nessie::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
+        StoreKind::Sd => Ok(store_node(
+            nessie_sd::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
+        StoreKind::Hy => Ok(store_node(
+            nessie_hy::Node::start(config.clone(), node_id)?,
+            |n| Ok(Box::new(n.client()?)),
+        )),
+        StoreKind::Redis | StoreKind::Memcached => {
             let target = peer.cloned().ok_or_else(|| {
                 HarnessError::Usage(format!("{system} needs the address of its server"))
             })?;
-            Ok(Box::new(peers::PeerNode { system, target }))
+            Ok(Box::new(PeerNode { system, target }))
         }
-        System::Null => Ok(Box::new(NullNode::default())),
+        StoreKind::Null => Ok(Box::new(NullNode::default())),
     }
 }
 
-/// A node of the client-driven store.
+/// A node of one of the nessie stores (CD, SD, HY), with how to get a
+/// client of it; SD's and HY's server workers run while it lives.
 #[derive(Debug)]
-struct CdNode(nessie::Node);
+struct StoreNode<N> {
+    node: N,
+    client: fn(&N) -> Result<Box<dyn KvClient>>,
+}
 
-impl NodeHandle for CdNode {
+impl<N: fmt::Debug + Send + Sync> NodeHandle for StoreNode<N> {
     fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
+        (self.client)(&self.node)
     }
 }
 
-/// A node of the server-driven baseline (its server workers run while it
-/// lives).
-#[derive(Debug)]
-struct SdNode(nessie_sd::Node);
-
-impl NodeHandle for SdNode {
-    fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
-    }
+fn store_node<N: fmt::Debug + Send + Sync + 'static>(
+    node: N,
+    client: fn(&N) -> Result<Box<dyn KvClient>>,
+) -> Box<dyn NodeHandle> {
+    Box::new(StoreNode { node, client })
 }
 
-/// A node of the hybrid baseline (server workers for PUT and DELETE).
+/// A node process's handle on a peer server: it only knows where the
+/// server listens.
 #[derive(Debug)]
-struct HyNode(nessie_hy::Node);
+struct PeerNode {
+    system: StoreKind,
+    target: PeerTarget,
+}
 
-impl NodeHandle for HyNode {
+impl NodeHandle for PeerNode {
     fn client(&self) -> Result<Box<dyn KvClient>> {
-        Ok(Box::new(self.0.client()?))
+        Ok(Box::new(peers::connect(self.system, &self.target)?))
     }
 }
 
@@ -254,7 +183,7 @@ mod tests {
 
     #[test]
     fn null_store_is_a_map() {
-        let node = start_node(System::Null, &Config::default(), 0, None).unwrap();
+        let node = start_node(StoreKind::Null, &Config::default(), 0, None).unwrap();
         let mut a = node.client().unwrap();
         let mut b = node.client().unwrap();
         a.put(b"k", b"v").unwrap();
@@ -266,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_cd_node_needs_the_shm_fabric() {
-        let e = start_node(System::Cd, &Config::default(), 0, None).unwrap_err();
+        let e = start_node(StoreKind::Cd, &Config::default(), 0, None).unwrap_err();
         assert!(e.to_string().contains("shm"), "{e}");
     }
 }

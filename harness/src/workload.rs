@@ -120,7 +120,7 @@ impl WorkloadSpec {
     pub fn describe(&self) -> String {
         format!(
             "{} {}%GET {} {} keys",
-            crate::report::bytes_label(self.value_size as f64),
+            bytes_label(self.value_size as f64),
             percent(self.get_ratio),
             self.distribution.name(),
             self.keys
@@ -425,6 +425,23 @@ impl Arrivals {
     /// Seconds until the next arrival.
     pub fn next_gap(&mut self) -> f64 {
         self.exp.sample(&mut self.rng)
+    }
+}
+
+/// `16384` → `16KiB`, `256` → `256B`, `1.5e6` → `1.4MiB`.
+#[must_use]
+pub fn bytes_label(bytes: f64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}{}", UNITS[u])
+    } else {
+        format!("{v:.1}{}", UNITS[u])
     }
 }
 

@@ -2,37 +2,14 @@
 //! task processes (shm fabric), a report in the usual format, and nothing
 //! left behind.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
+use support::{assert_ok, leftover_shm, results, run};
 
-fn results(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read(dir.join("results.json")).expect("results.json written");
-    serde_json::from_slice(&text).expect("results.json is JSON")
-}
-
-fn leftover_shm(pid: u32) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(&format!("bench-{pid}-")))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
+/// Runs `nessie-bench job <args> --out <dir>`.
 fn job(args: &[&str], dir: &Path) -> (std::process::Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_nessie-bench"))
-        .arg("job")
-        .args(args)
-        .arg("--out")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
+    run(&[&["job"][..], args].concat(), dir, &[])
 }
 
 #[test]
@@ -42,8 +19,7 @@ fn a_small_sort_runs_on_every_store_and_is_reported() {
         &["--quick", "--input-size", "2MiB", "--max-value", "256KiB"],
         dir.path(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert_ok(&out);
     let r = results(dir.path());
     assert_eq!(r["experiment"], "job");
     let jobs = r["jobs"].as_array().unwrap();
@@ -90,11 +66,7 @@ fn word_count_runs_in_process() {
         ],
         dir.path(),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(printed["params"]["app"], "wordcount");

@@ -2,18 +2,12 @@
 //! results are written and sane, and nothing is left behind — after a normal
 //! run, a crashed node, or Ctrl-C.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bench() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nessie-bench"))
-}
-
-fn results(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read(dir.join("results.json")).expect("results.json written");
-    serde_json::from_slice(&text).expect("results.json is JSON")
-}
+use support::{assert_ok, bench, leftover_shm, results, run, wait_until};
 
 /// Node processes of a run whose files live under `dir` that still run.
 fn leftover_processes(dir: &Path) -> Vec<String> {
@@ -30,32 +24,6 @@ fn leftover_processes(dir: &Path) -> Vec<String> {
     found
 }
 
-fn leftover_shm(pid: u32) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(&format!("bench-{pid}-")))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn run(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Output, u32) {
-    let mut cmd = bench();
-    cmd.args(args).arg("--out").arg(dir);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
-
 fn assert_clean(dir: &Path, pid: u32) {
     assert!(
         leftover_processes(dir).is_empty(),
@@ -63,6 +31,17 @@ fn assert_clean(dir: &Path, pid: u32) {
         leftover_processes(dir)
     );
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
+}
+
+/// A quick `compare` of the `null` store only (no store: the
+/// orchestration alone), measured for `duration_ms`.
+fn null_compare(dir: &Path, duration_ms: &str, keys: &str, env: &[(&str, &str)]) -> (Output, u32) {
+    let args = ["compare", "--quick", "--duration-ms", duration_ms];
+    run(
+        &[&args[..], &["--systems", "null", "--keys", keys]].concat(),
+        dir,
+        env,
+    )
 }
 
 #[test]
@@ -83,8 +62,7 @@ fn compare_quick_measures_every_available_system() {
         &dir,
         &[],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert_ok(&out);
     // --json: stdout is exactly the results document.
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     let json = results(&dir);
@@ -115,25 +93,8 @@ fn compare_quick_measures_every_available_system() {
 fn the_orchestration_works_without_a_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("null");
-    let (out, pid) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "200",
-            "--systems",
-            "null",
-            "--keys",
-            "300",
-        ],
-        &dir,
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, pid) = null_compare(&dir, "200", "300", &[]);
+    assert_ok(&out);
     let json = results(&dir);
     let run = &json["runs"][0];
     assert_eq!(run["status"], "ok");
@@ -150,20 +111,7 @@ fn the_orchestration_works_without_a_store() {
 fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("crash");
-    let (out, pid) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "2000",
-            "--systems",
-            "null",
-            "--keys",
-            "300",
-        ],
-        &dir,
-        &[("NESSIE_BENCH_FAIL_NODE", "1")],
-    );
+    let (out, pid) = null_compare(&dir, "2000", "300", &[("NESSIE_BENCH_FAIL_NODE", "1")]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -178,31 +126,32 @@ fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     assert_clean(&dir, pid);
 }
 
-/// A 20 s `contention` run of `system` with one hog, to be interrupted.
-fn long_run(system: &str, dir: &Path) -> std::process::Child {
-    bench()
+/// A 20 s `contention` run of `system` with one hog, to be interrupted,
+/// writing into `tmp/name`: that directory, the harness and its pid.
+fn long_run(system: &str, tmp: &Path, name: &str) -> (PathBuf, Child, u32) {
+    let dir = tmp.join(name);
+    let child = bench()
         .args(["contention", "--quick", "--duration-ms", "20000"])
         .args(["--systems", system, "--keys", "300", "--hogs", "1"])
         .arg("--out")
-        .arg(dir)
+        .arg(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    let pid = child.id();
+    (dir, child, pid)
 }
 
 #[test]
 fn ctrl_c_tears_everything_down() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sigint");
-    let mut child = long_run("null", &dir);
-    let pid = child.id();
+    let (dir, mut child, pid) = long_run("null", tmp.path(), "sigint");
     // Wait until the run phase has started (a node's stderr file exists and
     // the nodes are up), then interrupt.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while leftover_processes(&dir).len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(20), || {
+        leftover_processes(&dir).len() >= 3
+    });
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         !leftover_processes(&dir).is_empty(),
@@ -254,25 +203,16 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("sigkill");
-    let mut child = long_run("cd", &dir);
-    let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let (_dir, mut child, pid) = long_run("cd", tmp.path(), "sigkill");
     let mut kids = Vec::new();
-    while Instant::now() < deadline {
+    wait_until(Duration::from_secs(20), || {
         kids = children_of(pid);
-        if kids.len() >= 4 && !leftover_shm(pid).is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        kids.len() >= 4 && !leftover_shm(pid).is_empty()
+    });
     assert!(kids.len() >= 4, "3 nodes and a hog should run: {kids:?}");
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while kids.iter().any(|&k| alive(k)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(5), || !kids.iter().any(|&k| alive(k)));
     let alive_kids: Vec<u32> = kids.iter().copied().filter(|&k| alive(k)).collect();
     assert!(
         alive_kids.is_empty(),
@@ -281,21 +221,8 @@ fn a_killed_harness_takes_its_processes_along_and_its_files_are_swept() {
     // SIGKILL leaves the shm files; the next harness sweeps them.
     assert!(!leftover_shm(pid).is_empty());
     let next = tmp.path().join("next");
-    let (out, _) = run(
-        &[
-            "compare",
-            "--quick",
-            "--duration-ms",
-            "50",
-            "--systems",
-            "null",
-            "--keys",
-            "100",
-        ],
-        &next,
-        &[],
-    );
-    assert!(out.status.success());
+    let (out, _) = null_compare(&next, "50", "100", &[]);
+    assert_ok(&out);
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));
 }
 

@@ -229,6 +229,11 @@ mod tests {
     use crate::testing::MemStore;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    /// An empty store and the key space of stage `name`.
+    fn stage(name: &str) -> (MemStore, Keys) {
+        (MemStore::default(), Keys::new(name).unwrap())
+    }
+
     fn quick() -> BarrierConfig {
         BarrierConfig {
             timeout: Duration::from_secs(30),
@@ -239,8 +244,7 @@ mod tests {
 
     #[test]
     fn nobody_passes_before_a_late_task_arrives() {
-        let store = MemStore::default();
-        let keys = Keys::new("b1").unwrap();
+        let (store, keys) = stage("b1");
         let late_arrived = AtomicBool::new(false);
         std::thread::scope(|s| {
             for task in 0..4 {
@@ -269,8 +273,7 @@ mod tests {
 
     #[test]
     fn a_missing_task_times_out_and_is_named() {
-        let store = MemStore::default();
-        let keys = Keys::new("b2").unwrap();
+        let (store, keys) = stage("b2");
         let config = BarrierConfig {
             timeout: Duration::from_millis(30),
             ..quick()
@@ -293,8 +296,7 @@ mod tests {
 
     #[test]
     fn an_abort_stops_the_waiters() {
-        let store = MemStore::default();
-        let keys = Keys::new("b3").unwrap();
+        let (store, keys) = stage("b3");
         let mut c = store.client();
         c.put(keys.abort().as_bytes(), b"task 1: disk on fire")
             .unwrap();
@@ -306,8 +308,7 @@ mod tests {
 
     #[test]
     fn foreign_values_and_bad_tasks_are_refused() {
-        let store = MemStore::default();
-        let keys = Keys::new("b4").unwrap();
+        let (store, keys) = stage("b4");
         let mut c = store.client();
         let b = Barrier::new(&keys, "done", 2, quick());
         c.put(keys.arrival("done", 1).as_bytes(), b"something else")

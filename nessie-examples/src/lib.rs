@@ -46,11 +46,11 @@
 //!   a job and its value-size limit ([`job_config`]), an in-process cluster
 //!   ([`LocalCluster`]), one process's node ([`StoreNode`]), and
 //!   [`run_threads`].
-//! * [`text`] — [`TextClient`], a minimal Redis/memcached client.
+//! * Redis is reached through `text_kv::TextClient`, a minimal Redis and
+//!   memcached client.
 //! * [`ops`] — GET/PUT/DELETE with the retries that are safe in a job.
 //! * [`report`] — per-task, per-phase times and verb counts
 //!   ([`TaskReport`], [`JobReport`]).
-//! * [`cpu`] — thread and process CPU time.
 //!
 //! `examples/sort.rs` spells the sort out step by step (start a node, get a
 //! client, PUT partitions, barrier, GET partitions, merge, validate); the
@@ -70,7 +70,6 @@ mod error;
 
 pub mod barrier;
 pub mod chunk;
-pub mod cpu;
 pub mod digest;
 pub mod input;
 pub mod job;
@@ -81,7 +80,6 @@ pub mod partition;
 pub mod report;
 pub mod sort;
 pub mod store;
-pub mod text;
 pub mod wordcount;
 
 #[cfg(test)]
@@ -95,5 +93,4 @@ pub use job::{run_task, JobSpec, MapReduce, Output};
 pub use report::{JobReport, Phase, PhaseReport, TaskReport};
 pub use sort::Sort;
 pub use store::{job_config, run_threads, LocalCluster, Sizing, StoreKind, StoreNode};
-pub use text::TextClient;
 pub use wordcount::WordCount;

@@ -35,7 +35,6 @@
 use crate::job::{run_task, JobSpec, MapReduce};
 use crate::keys::Keys;
 use crate::report::JobReport;
-use crate::text::TextClient;
 use crate::JobError;
 use nessie::fabric::VerbCounts;
 use nessie::{Config, KvClient};
@@ -44,12 +43,18 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
+use text_kv::TextClient;
 
-/// A store a job can run on.
+/// A store: the three of the paper, the two reference servers, and no
+/// store at all. The one list of stores for the jobs here and for the
+/// harness (`nessie-bench`), whose spec files and flags use the lowercase
+/// names (`cd`, `sd`, `hy`, `redis`, `memcached`, `null`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     /// Nessie, client-driven (`nessie`).
+    #[cfg_attr(feature = "clap", value(alias = "nessie"))]
     Cd,
     /// The server-driven baseline (`nessie-sd`).
     Sd,
@@ -57,10 +62,15 @@ pub enum StoreKind {
     Hy,
     /// A Redis server, over its text protocol.
     Redis,
+    /// A memcached server, over its text protocol (the harness only).
+    Memcached,
+    /// No store: a per-process in-memory map, which measures the harness's
+    /// own overhead (the harness only).
+    Null,
 }
 
 impl StoreKind {
-    /// Every store.
+    /// Every store a job can run on.
     pub const ALL: [StoreKind; 4] = [
         StoreKind::Cd,
         StoreKind::Sd,
@@ -68,7 +78,11 @@ impl StoreKind {
         StoreKind::Redis,
     ];
 
-    /// The label of reports (`CD`, `SD`, `HY`, `Redis`).
+    /// The three systems of the paper, in its order.
+    pub const PAPER: [StoreKind; 3] = [StoreKind::Cd, StoreKind::Sd, StoreKind::Hy];
+
+    /// The label of reports and of the paper's figures (`CD`, `SD`, `HY`)
+    /// or the product's name.
     #[must_use]
     pub fn label(self) -> &'static str {
         match self {
@@ -76,14 +90,44 @@ impl StoreKind {
             StoreKind::Sd => "SD",
             StoreKind::Hy => "HY",
             StoreKind::Redis => "Redis",
+            StoreKind::Memcached => "memcached",
+            StoreKind::Null => "null",
         }
     }
 
-    /// Whether it is one of the nessie stores (whose nodes live in the
-    /// job's processes).
+    /// Whether it is one of the nessie stores, whose nodes live in the
+    /// job's (or the benchmark's) processes, in a nessie shm cluster on
+    /// that fabric.
     #[must_use]
     pub fn is_nessie(self) -> bool {
-        self != StoreKind::Redis
+        matches!(self, StoreKind::Cd | StoreKind::Sd | StoreKind::Hy)
+    }
+
+    /// Whether it is a reference server reached over its text protocol
+    /// (Redis, memcached).
+    #[must_use]
+    pub fn is_peer(self) -> bool {
+        matches!(self, StoreKind::Redis | StoreKind::Memcached)
+    }
+
+    /// Whether the store runs server worker threads (a node process then
+    /// gets `threads - server_workers` client workers).
+    #[must_use]
+    pub fn has_server_workers(self) -> bool {
+        matches!(self, StoreKind::Sd | StoreKind::Hy)
+    }
+
+    /// Whether all nodes see one data set. The `null` store is private to
+    /// each process, so every node preloads every key.
+    #[must_use]
+    pub fn shares_data(self) -> bool {
+        self != StoreKind::Null
+    }
+
+    /// Whether jobs run on it ([`StoreKind::ALL`]).
+    #[must_use]
+    pub fn runs_jobs(self) -> bool {
+        StoreKind::ALL.contains(&self)
     }
 }
 
@@ -102,8 +146,10 @@ impl FromStr for StoreKind {
             "sd" => Ok(StoreKind::Sd),
             "hy" => Ok(StoreKind::Hy),
             "redis" => Ok(StoreKind::Redis),
+            "memcached" => Ok(StoreKind::Memcached),
+            "null" => Ok(StoreKind::Null),
             _ => Err(JobError::Spec(format!(
-                "unknown store {s:?} (cd, sd, hy or redis)"
+                "unknown store {s:?} (cd, sd, hy, redis, memcached or null)"
             ))),
         }
     }
@@ -177,11 +223,20 @@ fn start_error(kind: StoreKind) -> impl FnOnce(nessie::Error) -> JobError {
     }
 }
 
-fn redis_client(addr: Option<SocketAddr>) -> Result<Box<dyn KvClient>, JobError> {
-    let addr = addr.ok_or_else(|| JobError::Spec("Redis needs a server address".into()))?;
+fn redis_client(addr: SocketAddr) -> Result<Box<dyn KvClient>, JobError> {
     TextClient::connect_redis(addr)
         .map(|c| Box::new(c) as Box<dyn KvClient>)
         .map_err(|e| start_error(StoreKind::Redis)(nessie::Error::Io(e)))
+}
+
+/// The Redis server's address, for a job on Redis.
+fn redis_addr(redis: Option<SocketAddr>) -> Result<SocketAddr, JobError> {
+    redis.ok_or_else(|| JobError::Spec("Redis needs a server address".into()))
+}
+
+/// The error for a store jobs do not run on.
+fn no_jobs_on(kind: StoreKind) -> JobError {
+    JobError::Spec(format!("jobs do not run on {kind} (cd, sd, hy or redis)"))
 }
 
 /// All nodes of a store in this process (the `local` fabric), or a Redis
@@ -221,9 +276,10 @@ impl LocalCluster {
             StoreKind::Sd => LocalCluster::Sd(nessie_sd::Cluster::local(config).map_err(err)?),
             StoreKind::Hy => LocalCluster::Hy(nessie_hy::Cluster::local(config).map_err(err)?),
             StoreKind::Redis => LocalCluster::Redis {
-                addr: redis.ok_or_else(|| JobError::Spec("Redis needs a server address".into()))?,
+                addr: redis_addr(redis)?,
                 nodes: config.nodes,
             },
+            StoreKind::Memcached | StoreKind::Null => return Err(no_jobs_on(kind)),
         })
     }
 
@@ -260,7 +316,7 @@ impl LocalCluster {
             LocalCluster::Cd(c) => Box::new(c.client(node).map_err(err)?),
             LocalCluster::Sd(c) => Box::new(c.client(node).map_err(err)?),
             LocalCluster::Hy(c) => Box::new(c.client(node).map_err(err)?),
-            LocalCluster::Redis { addr, .. } => redis_client(Some(*addr))?,
+            LocalCluster::Redis { addr, .. } => redis_client(*addr)?,
         })
     }
 
@@ -307,9 +363,8 @@ impl StoreNode {
             StoreKind::Cd => StoreNode::Cd(nessie::Node::start(config, node_id).map_err(err)?),
             StoreKind::Sd => StoreNode::Sd(nessie_sd::Node::start(config, node_id).map_err(err)?),
             StoreKind::Hy => StoreNode::Hy(nessie_hy::Node::start(config, node_id).map_err(err)?),
-            StoreKind::Redis => StoreNode::Redis(
-                redis.ok_or_else(|| JobError::Spec("Redis needs a server address".into()))?,
-            ),
+            StoreKind::Redis => StoreNode::Redis(redis_addr(redis)?),
+            StoreKind::Memcached | StoreKind::Null => return Err(no_jobs_on(kind)),
         })
     }
 
@@ -322,7 +377,7 @@ impl StoreNode {
             StoreNode::Cd(n) => Box::new(n.client().map_err(start_error(StoreKind::Cd))?),
             StoreNode::Sd(n) => Box::new(n.client().map_err(start_error(StoreKind::Sd))?),
             StoreNode::Hy(n) => Box::new(n.client().map_err(start_error(StoreKind::Hy))?),
-            StoreNode::Redis(addr) => redis_client(Some(*addr))?,
+            StoreNode::Redis(addr) => redis_client(*addr)?,
         })
     }
 
@@ -454,7 +509,10 @@ mod tests {
     fn store_names_parse() {
         assert_eq!("CD".parse::<StoreKind>().unwrap(), StoreKind::Cd);
         assert_eq!("redis".parse::<StoreKind>().unwrap(), StoreKind::Redis);
+        assert_eq!("null".parse::<StoreKind>().unwrap(), StoreKind::Null);
         assert!("mongo".parse::<StoreKind>().is_err());
+        assert!(!StoreKind::Memcached.runs_jobs());
+        assert!(StoreKind::Redis.runs_jobs() && !StoreKind::Redis.is_nessie());
         assert_eq!(StoreKind::Hy.to_string(), "HY");
     }
 }

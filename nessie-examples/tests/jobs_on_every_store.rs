@@ -37,6 +37,15 @@ fn spec(stage: &str, tasks: usize) -> JobSpec {
     }
 }
 
+/// A job of three tasks: its configuration (with room for the output in
+/// the store if `output_in_store`) and a cluster of `kind` in this process.
+fn three_tasks(kind: StoreKind, output_in_store: bool) -> (usize, Config, LocalCluster) {
+    let tasks = 3;
+    let config = config(tasks, output_in_store);
+    let cluster = LocalCluster::start(kind, config.clone(), None).unwrap();
+    (tasks, config, cluster)
+}
+
 fn generated(seed: u64) -> Input {
     Input::Generated { bytes: INPUT, seed }
 }
@@ -62,9 +71,7 @@ fn check_counts(report: &JobReport, tasks: usize) {
 #[test]
 fn sort_runs_and_validates_on_cd_sd_and_hy() {
     for kind in [StoreKind::Cd, StoreKind::Sd, StoreKind::Hy] {
-        let tasks = 3;
-        let config = config(tasks, true);
-        let cluster = LocalCluster::start(kind, config.clone(), None).unwrap();
+        let (tasks, config, cluster) = three_tasks(kind, true);
         let sort = Sort {
             input: generated(11),
         };
@@ -127,9 +134,7 @@ fn sort_runs_and_validates_on_cd_sd_and_hy() {
 #[test]
 fn word_count_runs_and_validates_on_cd_sd_and_hy() {
     for kind in [StoreKind::Cd, StoreKind::Sd, StoreKind::Hy] {
-        let tasks = 3;
-        let config = config(tasks, false);
-        let cluster = LocalCluster::start(kind, config.clone(), None).unwrap();
+        let (tasks, config, cluster) = three_tasks(kind, false);
         let dir = tempfile::tempdir().unwrap();
         let wc = WordCount {
             input: generated(5),

@@ -133,6 +133,9 @@ pub enum PowerError {
     /// `sysconf(_SC_CLK_TCK)` failed.
     #[error("cannot get clock ticks per second: {0}")]
     ClockTicks(String),
+    /// `getrusage(2)` failed.
+    #[error("getrusage: {0}")]
+    Rusage(String),
     /// `stop` was called on a sampler that is not running.
     #[error("sampler {sampler} is not started")]
     NotStarted {

@@ -60,7 +60,9 @@
 //!     ([`counter_delta_uj`]).
 //!   * `sampler/cpu.rs` — [`CpuTimeSampler`]: `utime + stime` of
 //!     `/proc/PID/stat` and of every `/proc/PID/task/TID/stat`, in ticks of
-//!     `sysconf(_SC_CLK_TCK)`.
+//!     `sysconf(_SC_CLK_TCK)`; [`own_process_cpu_times`] and
+//!     [`own_thread_cpu_times`] for the calling process and thread, from
+//!     `getrusage`. The harness and the jobs read CPU time only here.
 //! * `ipmitool` — [`IpmiTool`]: builds `ipmitool` command lines for a local
 //!   or LAN BMC (password through the environment, not argv), runs them
 //!   with a time limit, and parses `dcmi power reading`, `sdr get` and
@@ -105,7 +107,8 @@ pub use report::{
     RaplZoneEnergy, ThreadCpuTime,
 };
 pub use sampler::cpu::{
-    clock_ticks_per_second, process_cpu_times, thread_cpu_times, CpuTimeSampler, CpuTimes,
+    clock_ticks_per_second, own_process_cpu_times, own_thread_cpu_times, process_cpu_times,
+    thread_cpu_times, CpuTimeSampler, CpuTimes,
 };
 pub use sampler::ipmi::{IdleBaseline, IpmiConfig, IpmiSampler, PowerSource};
 pub use sampler::rapl::{

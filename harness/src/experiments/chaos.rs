@@ -3,6 +3,7 @@
 //! crowded index), then the linearizability and wedge verdicts. The engine
 //! is `nessie_check::chaos`, shared with the bounded run of the test suite.
 
+use super::OutputArgs;
 use crate::{HarnessError, Result};
 use clap::Args;
 use nessie_check::chaos::{run as run_chaos, ChaosPlan};
@@ -13,15 +14,10 @@ use std::time::Duration;
 /// Flags of `chaos`.
 #[derive(Debug, Args)]
 pub struct ChaosArgs {
-    /// The bounded run of the test suite (about half a minute).
-    #[arg(long)]
-    pub quick: bool,
-    /// Where to write the report (default `results/chaos-<timestamp>`).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Print only machine-readable JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// Output flags (`--quick`: the bounded run of the test suite, about
+    /// half a minute).
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Seconds of fault injection (default 25 with --quick, else 120).
     #[arg(long)]
     pub seconds: Option<u64>,
@@ -40,7 +36,11 @@ pub struct ChaosArgs {
 pub fn run(args: ChaosArgs) -> Result<i32> {
     let mut plan = ChaosPlan::quick(args.seed);
     plan.nodes = usize::from(args.nodes);
-    plan.duration = Duration::from_secs(args.seconds.unwrap_or(if args.quick { 25 } else { 120 }));
+    plan.duration =
+        Duration::from_secs(
+            args.seconds
+                .unwrap_or(if args.output.quick { 25 } else { 120 }),
+        );
     let exe = std::env::current_exe()
         .map_err(|e| HarnessError::Usage(format!("cannot find this binary: {e}")))?;
     let report = run_chaos(plan, || {
@@ -49,7 +49,7 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
         c
     })
     .map_err(|e| HarnessError::Usage(format!("chaos run failed to start: {e}")))?;
-    let out = args.out.unwrap_or_else(|| {
+    let out = args.output.out.unwrap_or_else(|| {
         PathBuf::from(format!(
             "results/chaos-{}",
             chrono::Utc::now().format("%Y%m%d-%H%M%S")
@@ -90,7 +90,7 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
         md.push_str(&format!("\n* violation: {v}"));
     }
     write("report.md", &md)?;
-    if args.json {
+    if args.output.json {
         println!("{text}");
     } else {
         println!("{}", report.summary());

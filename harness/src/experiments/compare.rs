@@ -1,14 +1,13 @@
 //! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
 //! 90 % GETs, uniform keys), with the summary table and plots.
 
-use super::{
-    parse_fraction, parse_size, summary_figures, summary_table, throughput_of, Common, Ctx,
-};
+use super::{add_summary, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper;
-use crate::report::{num, pct, Comparison, Verdict};
-use crate::system::System;
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+use nessie_examples::StoreKind;
 
 /// Flags of `compare`.
 #[derive(Clone, Debug, clap::Args)]
@@ -16,12 +15,9 @@ pub struct CompareArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value size (e.g. 16KiB, 256, 2m).
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs (0.9 or 90%).
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
     /// Zipf-distributed keys (θ = 0.99) instead of uniform.
     #[arg(long)]
     pub zipf: bool,
@@ -38,44 +34,32 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     } else {
         KeyDistribution::Uniform
     };
-    let workload = ctx.workload(args.value_size, args.get_ratio, dist);
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, dist)?;
     let duration = ctx.duration_ms(10_000, 2_000);
-    let systems = ctx.systems(&System::PAPER);
-    let specs = systems
-        .iter()
-        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
-        .collect();
-    let mut report = ctx.report(
-        "compare",
-        &format!("CD vs SD vs HY, {}", workload.describe()),
-        serde_json::json!({
-            "workload": workload,
-            "systems": systems,
-            "duration_ms": duration,
-        }),
-    );
+    let systems = ctx.systems(&StoreKind::PAPER);
+    let title = format!("CD vs SD vs HY, {}", workload.describe());
+    let (mut report, specs) = ctx.one_run_each("compare", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
-    report.tables.push(summary_table(
-        "summary",
-        &format!("Summary: {}", workload.describe()),
-        &done,
-    ));
-    report.figures.extend(summary_figures("", &done));
+    add_summary(&mut report, &workload, &done);
 
     let (cd, sd, hy) = (
-        throughput_of(&done, System::Cd),
-        throughput_of(&done, System::Sd),
-        throughput_of(&done, System::Hy),
+        throughput_of(&done, StoreKind::Cd),
+        throughput_of(&done, StoreKind::Sd),
+        throughput_of(&done, StoreKind::Hy),
     );
-    let fig = if (args.get_ratio - 0.9).abs() < 1e-9 {
-        "Fig. 6"
-    } else if (args.get_ratio - 0.5).abs() < 1e-9 {
-        "Fig. 5"
+    let claim = if (args.point.get_ratio - 0.9).abs() < 1e-9 {
+        ClaimId::Fig6GetHeavy
+    } else if (args.point.get_ratio - 0.5).abs() < 1e-9 {
+        ClaimId::Fig5GetHeavy
     } else {
-        "Figs. 5–7"
+        ClaimId::Figs5To7GetHeavy
     };
-    let (ours, verdict) = match (cd, sd, hy) {
+    let at = format!(
+        "at {} ({}% GET)",
+        bytes_label(args.point.value_size as f64),
+        percent(args.point.get_ratio)
+    );
+    let (ours, pairs) = match (cd, sd, hy) {
         (Some(cd), Some(sd), Some(hy)) => (
             format!(
                 "CD {} SD {} HY {} kops/s (CD vs SD {})",
@@ -84,7 +68,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 num(hy / 1e3),
                 pct(cd / sd - 1.0)
             ),
-            Verdict::of((0.75..=1.0 / 0.75).contains(&(cd / sd)) && hy < cd.min(sd)),
+            Some(vec![(cd, sd), (hy, cd.min(sd))]),
         ),
         (Some(cd), Some(sd), None) => (
             format!(
@@ -92,38 +76,34 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 num(cd / 1e3),
                 num(sd / 1e3)
             ),
-            Verdict::Unknown,
+            None,
         ),
-        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
+        _ => ("CD and SD not both measured".into(), None),
     };
-    report.comparisons.push(Comparison {
-        source: format!(
-            "{fig} at {} ({}% GET)",
-            crate::report::bytes_label(args.value_size as f64),
-            percent(args.get_ratio)
-        ),
-        paper: "GET-heavy, ≥16 KB: CD ≈ SD (judged: within ±25 %); HY below both".into(),
-        ours,
-        verdict,
-    });
+    report
+        .comparisons
+        .push(judge(claim, Some(&at), ours, pairs.as_deref()));
     let put_bytes = |s| {
         super::runs_of(&done, s)
             .next()
             .map(|(_, f)| f.put.remote_bytes_per_op)
     };
-    let (ours, verdict) = match (put_bytes(System::Cd), put_bytes(System::Sd)) {
-        (Some(c), Some(s)) => (
-            format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
-            Verdict::of(c < s),
-        ),
-        _ => ("CD and SD not both measured".into(), Verdict::Unknown),
-    };
-    report.comparisons.push(Comparison {
-        source: "Figs. 10/11".into(),
-        paper: paper::FIG11_CLAIM.into(),
-        ours,
-        verdict,
-    });
+    report
+        .comparisons
+        .push(match (put_bytes(StoreKind::Cd), put_bytes(StoreKind::Sd)) {
+            (Some(c), Some(s)) => judge(
+                ClaimId::Figs10And11PutBytes,
+                None,
+                format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
+                Some(&[(c, s)]),
+            ),
+            _ => judge(
+                ClaimId::Figs10And11PutBytes,
+                None,
+                "CD and SD not both measured".into(),
+                None,
+            ),
+        });
     report.notes.push(format!(
         "the paper ran {} nodes with 12 cores each; this run has {} node processes sharing {} cores, each with {} worker threads",
         paper::NODES,

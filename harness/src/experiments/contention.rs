@@ -1,12 +1,12 @@
 //! `contention` (paper Fig. 4): throughput as background CPU hogs are added
 //! beside the cluster (16 KiB values, 90 % GETs, uniform keys).
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{runs_of, Common, Ctx, PointArgs};
 use crate::error::Result;
-use crate::paper;
-use crate::report::{num, pct, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
+use crate::paper::{judge, ClaimId};
+use crate::report::{num, pct, Figure, FigureKind, Report, Table};
 use crate::workload::KeyDistribution;
+use nessie_examples::StoreKind;
 
 /// Flags of `contention`.
 #[derive(Clone, Debug, clap::Args)]
@@ -17,12 +17,9 @@ pub struct ContentionArgs {
     /// Numbers of background CPU hogs (default 0,1,2,4,8; --quick 0,2,4).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(0..=256))]
     pub hogs: Option<Vec<u16>>,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// Runs `contention`; returns the exit code.
@@ -35,16 +32,15 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
         .hogs
         .map(|h| h.into_iter().map(usize::from).collect())
         .unwrap_or_else(|| {
-            if ctx.common.quick {
+            if ctx.common.output.quick {
                 vec![0, 2, 4]
             } else {
                 vec![0, 1, 2, 4, 8]
             }
         });
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_200);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let mut specs = Vec::new();
     for &s in &systems {
         for &h in &hogs {
@@ -126,36 +122,37 @@ pub fn run(args: ContentionArgs) -> Result<i32> {
     report.tables.push(table);
     report.figures.push(fig);
 
-    let get = |s: System| retention.iter().find(|r| r.0 == s).copied();
-    let max_hogs = hogs.iter().max().copied().unwrap_or(0);
-    let (ours, verdict) = match (get(System::Cd), get(System::Sd)) {
-        (Some(cd), Some(sd)) => {
-            let hy = get(System::Hy)
-                .map(|h| format!(", HY keeps {}", pct(h.1 - 1.0)))
-                .unwrap_or_default();
-            (
-                format!(
-                    "at {max_hogs} hogs CD keeps {} of its throughput, SD {}{hy}; CD/SD = {}",
-                    pct(cd.1 - 1.0),
-                    pct(sd.1 - 1.0),
-                    num(cd.2 / sd.2)
-                ),
-                Verdict::of(cd.1 > sd.1),
-            )
-        }
-        _ => (
-            "CD and SD not both measured with and without hogs".into(),
-            Verdict::Unknown,
-        ),
-    };
-    report.comparisons.push(Comparison {
-        source: "Fig. 4".into(),
-        paper: paper::FIG4_CLAIM.into(),
-        ours,
-        verdict,
-    });
+    fig4(&mut report, &retention, &hogs);
     report.notes.push(
         "hogs are unpinned busy processes; node threads are not pinned either (the paper pinned server and client workers to separate cores)".into(),
     );
     ctx.finish(report)
+}
+
+/// Fig. 4's claim: with the most hogs CD keeps more of its throughput than
+/// SD. `retention` holds (system, share kept, throughput with the most hogs).
+fn fig4(report: &mut Report, retention: &[(StoreKind, f64, f64)], hogs: &[usize]) {
+    let get = |s: StoreKind| retention.iter().find(|r| r.0 == s).copied();
+    let max_hogs = hogs.iter().max().copied().unwrap_or(0);
+    let comparison = match (get(StoreKind::Cd), get(StoreKind::Sd)) {
+        (Some(cd), Some(sd)) => {
+            let hy = get(StoreKind::Hy)
+                .map(|h| format!(", HY keeps {}", pct(h.1 - 1.0)))
+                .unwrap_or_default();
+            let ours = format!(
+                "at {max_hogs} hogs CD keeps {} of its throughput, SD {}{hy}; CD/SD = {}",
+                pct(cd.1 - 1.0),
+                pct(sd.1 - 1.0),
+                num(cd.2 / sd.2)
+            );
+            judge(ClaimId::Fig4Hogs, None, ours, Some(&[(cd.1, sd.1)]))
+        }
+        _ => judge(
+            ClaimId::Fig4Hogs,
+            None,
+            "CD and SD not both measured with and without hogs".into(),
+            None,
+        ),
+    };
+    report.comparisons.push(comparison);
 }

@@ -11,13 +11,13 @@
 //! verdicts use the CPU proxy, which covers the store's processes only
 //! (power meters see the whole host, other tenants included).
 
-use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
+use super::{parse_fraction, runs_of, Common, Ctx, Done, PointArgs};
 use crate::error::{HarnessError, Result};
-use crate::paper;
-use crate::report::{num, share, Comparison, Figure, FigureKind, Table, Verdict};
+use crate::paper::{self, judge, ClaimId};
+use crate::report::{num, share, Figure, FigureKind, Report, Table};
 use crate::spec::Load;
-use crate::system::System;
 use crate::workload::{percent, KeyDistribution};
+use nessie_examples::StoreKind;
 
 /// Flags of `energy`.
 #[derive(Clone, Debug, clap::Args)]
@@ -29,12 +29,9 @@ pub struct EnergyArgs {
     /// --quick 0.2,0.8).
     #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
     pub loads: Option<Vec<f64>>,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// The power meter a row reports: IPMI (wall power, as in the paper) if it
@@ -54,7 +51,7 @@ fn meter(f: &crate::measure::RunFigures) -> Option<&crate::measure::PowerFigures
 /// Bad flags, Ctrl-C or a report that cannot be written.
 pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut ctx = Ctx::new("energy", args.common)?;
-    let quick = ctx.common.quick;
+    let quick = ctx.common.output.quick;
     let loads = args.loads.unwrap_or_else(|| {
         if quick {
             vec![0.2, 0.8]
@@ -65,10 +62,9 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     if loads.iter().any(|&l| l <= 0.0) {
         return Err(HarnessError::Usage("every load must be above 0".into()));
     }
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_000);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let mut report = ctx.report(
         "energy",
         &format!("Fig. 14: cost vs offered load, {}", workload.describe()),
@@ -110,6 +106,22 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     let mut done = peak_runs;
     done.extend(ctx.run_all(specs, &mut report)?);
 
+    let rel_at = cost_tables(&mut report, &done, &systems);
+    fig14(&mut report, &rel_at);
+    meter_notes(&mut report, &done);
+    report.notes.push(
+        "\"host W\" is the first power meter that measured (IPMI, else RAPL) and covers the whole host; CPU cores/node and CPU µs/op count the node processes only (not hogs, the harness or other tenants)".into(),
+    );
+    ctx.finish(report)
+}
+
+/// Figures and table of cost against offered load; returns each system's
+/// CPU use at each load as a share of its use at its highest load.
+fn cost_tables(
+    report: &mut Report,
+    done: &[Done],
+    systems: &[StoreKind],
+) -> Vec<(StoreKind, f64, f64)> {
     let mut util = Figure::new(
         "fig14-cpu",
         "Fig. 14 (proxy): CPU cores busy per node vs offered load",
@@ -142,9 +154,9 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
         ],
     );
     let mut rel_at = Vec::new();
-    for &s in &systems {
-        let peak = super::throughput_of(&done, s);
-        let mut rows: Vec<(f64, &crate::measure::RunFigures)> = runs_of(&done, s)
+    for &s in systems {
+        let peak = super::throughput_of(done, s);
+        let mut rows: Vec<(f64, &crate::measure::RunFigures)> = runs_of(done, s)
             .map(|(spec, f)| match (spec.load, peak) {
                 (Load::Open { ops_per_sec }, Some(p)) if p > 0.0 => (ops_per_sec / p, f),
                 _ => (1.0, f),
@@ -196,41 +208,41 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
     report.figures.push(per_op);
     report.tables.push(table);
 
-    for (load, (sd_w, cd_w)) in [(0.2, paper::FIG14_AT_20), (0.8, paper::FIG14_AT_80)] {
-        let find = |s: System| {
+    rel_at
+}
+
+/// Fig. 14's claims: at 20 % and 80 % load CD uses less of its peak's CPU
+/// than SD.
+fn fig14(report: &mut Report, rel_at: &[(StoreKind, f64, f64)]) {
+    for (load, claim) in [(0.2, ClaimId::Fig14At20), (0.8, ClaimId::Fig14At80)] {
+        let find = |s: StoreKind| {
             rel_at
                 .iter()
                 .find(|r| r.0 == s && (r.1 - load).abs() < 1e-9)
                 .map(|r| r.2)
         };
-        let (ours, verdict) = match (find(System::Cd), find(System::Sd)) {
-            (Some(c), Some(s)) => (
-                format!(
-                    "CPU at {}% load, share of own peak: CD {} SD {}",
-                    percent(load),
-                    share(c),
-                    share(s)
-                ),
-                Verdict::of(c < s),
-            ),
-            _ => (
-                format!("needs CD and SD at {}% load", percent(load)),
-                Verdict::Unknown,
-            ),
-        };
-        report.comparisons.push(Comparison {
-            source: format!("Fig. 14 ({}% load)", percent(load)),
-            paper: format!(
-                "SD {sd_w} W vs CD {cd_w} W (idle {}, peak {}): share of dynamic power SD {} CD {}",
-                paper::FIG14_IDLE_W,
-                paper::FIG14_PEAK_W,
-                share(paper::fig14_dynamic_share(sd_w)),
-                share(paper::fig14_dynamic_share(cd_w))
-            ),
-            ours,
-            verdict,
-        });
+        report
+            .comparisons
+            .push(match (find(StoreKind::Cd), find(StoreKind::Sd)) {
+                (Some(c), Some(s)) => {
+                    let ours = format!(
+                        "CPU at {}% load, share of own peak: CD {} SD {}",
+                        percent(load),
+                        share(c),
+                        share(s)
+                    );
+                    judge(claim, None, ours, Some(&[(c, s)]))
+                }
+                _ => {
+                    let ours = format!("needs CD and SD at {}% load", percent(load));
+                    judge(claim, None, ours, None)
+                }
+            });
     }
+}
+
+/// Why the power meters that measured nothing did not.
+fn meter_notes(report: &mut Report, done: &[Done]) {
     let mut unavailable: Vec<String> = done
         .iter()
         .filter_map(|d| d.figures())
@@ -248,8 +260,4 @@ pub fn run(args: EnergyArgs) -> Result<i32> {
             .notes
             .push(format!("power meter unavailable here — {u}"));
     }
-    report.notes.push(
-        "\"host W\" is the first power meter that measured (IPMI, else RAPL) and covers the whole host; CPU cores/node and CPU µs/op count the node processes only (not hogs, the harness or other tenants)".into(),
-    );
-    ctx.finish(report)
 }

@@ -27,17 +27,18 @@ use crate::error::{HarnessError, Result};
 use crate::measure::{Merged, RunFigures};
 use crate::report::{num, Figure, FigureKind, Report, RunRecord, RunStatus, Table};
 use crate::spec::RunSpec;
-use crate::system::System;
 use crate::workload::{KeyDistribution, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nessie_examples::StoreKind;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Flags every experiment takes.
+/// Flags of every subcommand that writes a report (the experiments, `job`
+/// and `chaos`).
 #[derive(Clone, Debug, clap::Args, serde::Serialize)]
-pub struct Common {
+pub struct OutputArgs {
     /// A complete but short run (under a minute on 2 cores): fewer points,
-    /// fewer keys, shorter phases.
+    /// fewer keys or less input, shorter phases.
     #[arg(long)]
     pub quick: bool,
     /// Where to write the report (default `results/<subcommand>-<timestamp>`).
@@ -46,9 +47,57 @@ pub struct Common {
     /// Print only machine-readable JSON (results.json) on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+impl OutputArgs {
+    /// `--out`, or `results/<name>-<local time>`.
+    #[must_use]
+    pub fn dir(&self, name: &str) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            PathBuf::from("results").join(format!(
+                "{name}-{}",
+                chrono::Local::now().format("%Y%m%d-%H%M%S")
+            ))
+        })
+    }
+}
+
+/// The workload point of the experiments that measure one (16 KiB values,
+/// 90 % GETs unless told otherwise).
+#[derive(Clone, Debug, clap::Args)]
+pub struct PointArgs {
+    /// Value size (e.g. 16KiB, 256, 2m).
+    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
+    pub value_size: usize,
+    /// Fraction of GETs (0.9 or 90%).
+    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
+    pub get_ratio: f64,
+}
+
+/// The value sizes and GET fractions of the experiments that measure a grid
+/// of them (`sweep`: 256 B … 128 KiB, --quick 2KiB,16KiB,128KiB; `zipf`:
+/// 256B,2KiB,16KiB,128KiB, --quick 256B,16KiB).
+#[derive(Clone, Debug, clap::Args)]
+pub struct GridArgs {
+    /// Value sizes (default: the experiment's; see its description).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub value_sizes: Option<Vec<usize>>,
+    /// GET fractions (default 0.5,0.9,0.99; --quick: sweep 0.5,0.9, zipf
+    /// 0.5,0.99).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
+    pub get_ratios: Option<Vec<f64>>,
+}
+
+/// Flags every experiment takes.
+#[derive(Clone, Debug, clap::Args, serde::Serialize)]
+pub struct Common {
+    /// Output flags.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub output: OutputArgs,
     /// Systems to run (default: the experiment's own list).
     #[arg(long, value_delimiter = ',', value_name = "SYSTEM,...")]
-    pub systems: Option<Vec<System>>,
+    pub systems: Option<Vec<StoreKind>>,
     /// Node processes per cluster.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub nodes: u16,
@@ -176,14 +225,9 @@ impl Ctx {
     pub fn new(name: &str, common: Common) -> Result<Self> {
         let exe = std::env::current_exe()
             .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
-        let out = common.out.clone().unwrap_or_else(|| {
-            PathBuf::from("results").join(format!(
-                "{name}-{}",
-                chrono::Local::now().format("%Y%m%d-%H%M%S")
-            ))
-        });
+        let out = common.output.dir(name);
         cluster::sweep_stale_shm();
-        let bar = if common.json {
+        let bar = if common.output.json {
             ProgressBar::hidden()
         } else {
             ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
@@ -219,7 +263,7 @@ impl Ctx {
 
     /// The systems to run: `--systems` or the experiment's default.
     #[must_use]
-    pub fn systems(&self, default: &[System]) -> Vec<System> {
+    pub fn systems(&self, default: &[StoreKind]) -> Vec<StoreKind> {
         self.common
             .systems
             .clone()
@@ -231,7 +275,11 @@ impl Ctx {
     pub fn duration_ms(&self, full_ms: u64, quick_ms: u64) -> u64 {
         self.common
             .duration_ms
-            .unwrap_or(if self.common.quick { quick_ms } else { full_ms })
+            .unwrap_or(if self.common.output.quick {
+                quick_ms
+            } else {
+                full_ms
+            })
     }
 
     /// A workload with the common flags applied; the key count defaults to
@@ -243,7 +291,7 @@ impl Ctx {
         get_ratio: f64,
         distribution: KeyDistribution,
     ) -> WorkloadSpec {
-        let (budget, lo, hi) = if self.common.quick {
+        let (budget, lo, hi) = if self.common.output.quick {
             (8u64 << 20, 256, 4_096)
         } else {
             (256u64 << 20, 1_000, 200_000)
@@ -268,7 +316,7 @@ impl Ctx {
     pub fn spec(
         &self,
         label: String,
-        system: System,
+        system: StoreKind,
         workload: WorkloadSpec,
         duration_ms: u64,
     ) -> RunSpec {
@@ -286,6 +334,47 @@ impl Ctx {
         s
     }
 
+    /// The workload at `point` with keys drawn from `distribution`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Usage`] for a workload that cannot be generated.
+    pub fn point_workload(
+        &self,
+        point: &PointArgs,
+        distribution: KeyDistribution,
+    ) -> Result<WorkloadSpec> {
+        let workload = self.workload(point.value_size, point.get_ratio, distribution);
+        workload.validate()?;
+        Ok(workload)
+    }
+
+    /// The report and the runs of an experiment that runs `workload` once
+    /// on each of `systems` (each run named by its system); the report's
+    /// parameters are the workload, the systems and the duration.
+    pub fn one_run_each(
+        &self,
+        experiment: &str,
+        title: &str,
+        workload: &WorkloadSpec,
+        systems: &[StoreKind],
+        duration_ms: u64,
+    ) -> (Report, Vec<RunSpec>) {
+        let specs = systems
+            .iter()
+            .map(|&s| self.spec(s.label().to_owned(), s, workload.clone(), duration_ms))
+            .collect();
+        let report = self.report(
+            experiment,
+            title,
+            serde_json::json!({
+                "workload": workload,
+                "systems": systems,
+                "duration_ms": duration_ms,
+            }),
+        );
+        (report, specs)
+    }
+
     /// One run per GET ratio × value size × system (in that nesting), labelled
     /// `<system>-<size>-<ratio>get<suffix>`.
     ///
@@ -293,7 +382,7 @@ impl Ctx {
     /// [`HarnessError::Usage`] for a workload that cannot be generated.
     pub fn grid(
         &self,
-        systems: &[System],
+        systems: &[StoreKind],
         sizes: &[usize],
         ratios: &[f64],
         distribution: KeyDistribution,
@@ -354,7 +443,7 @@ impl Ctx {
                 };
                 bar.set_message(format!("{head}: {}{rate}", p.phase));
             };
-            let result = match spec.system.check_available() {
+            let result = match crate::system::check_available(spec.system) {
                 Err(e) => Err(e),
                 Ok(()) => cluster::run(&self.exe, &spec, &dir, &mut on_progress),
             };
@@ -420,7 +509,7 @@ impl Ctx {
             .map(|r| r.system)
             .collect::<std::collections::BTreeSet<_>>()
         {
-            if let Err(e) = s.check_available() {
+            if let Err(e) = crate::system::check_available(s) {
                 report.notes.push(format!("skipped: {e}"));
             }
         }
@@ -433,22 +522,10 @@ impl Ctx {
             ));
         }
         report.write(&self.out)?;
-        if self.common.json {
+        if self.common.output.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            for t in &report.tables {
-                println!("{}\n\n{}", t.title, t.markdown());
-            }
-            for c in &report.comparisons {
-                println!(
-                    "{}: paper {} | ours {} | {:?}",
-                    c.source, c.paper, c.ours, c.verdict
-                );
-            }
-            for n in &report.notes {
-                println!("note: {n}");
-            }
-            println!("\nreport: {}", self.out.join("report.md").display());
+            report.print(&self.out);
         }
         let failed = report.runs.iter().any(|r| r.status == RunStatus::Failed);
         Ok(i32::from(failed))
@@ -499,7 +576,7 @@ fn check_sanity(record: &RunRecord, f: &RunFigures, report: &mut Report) {
 }
 
 /// The measured runs among `done` of `system`.
-pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec, &RunFigures)> {
+pub fn runs_of(done: &[Done], system: StoreKind) -> impl Iterator<Item = (&RunSpec, &RunFigures)> {
     done.iter()
         .filter(move |d| d.record.system == system)
         .filter_map(|d| d.figures().map(|f| (&d.record.spec, f)))
@@ -509,7 +586,7 @@ pub fn runs_of(done: &[Done], system: System) -> impl Iterator<Item = (&RunSpec,
 #[must_use]
 pub fn run_at(
     done: &[Done],
-    system: System,
+    system: StoreKind,
     value_size: usize,
     get_ratio: f64,
 ) -> Option<&RunFigures> {
@@ -519,6 +596,16 @@ pub fn run_at(
                 && (spec.workload.get_ratio - get_ratio).abs() < 1e-9
         })
         .map(|(_, f)| f)
+}
+
+/// Adds the summary table and figures of `done`, runs of `workload`.
+pub fn add_summary(report: &mut Report, workload: &WorkloadSpec, done: &[Done]) {
+    report.tables.push(summary_table(
+        "summary",
+        &format!("Summary: {}", workload.describe()),
+        done,
+    ));
+    report.figures.extend(summary_figures("", done));
 }
 
 /// The summary table of a set of runs (compare, peers): throughput,
@@ -632,7 +719,7 @@ pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
 
 /// Throughput of the first measured run of `system` among `done`.
 #[must_use]
-pub fn throughput_of(done: &[Done], system: System) -> Option<f64> {
+pub fn throughput_of(done: &[Done], system: StoreKind) -> Option<f64> {
     runs_of(done, system)
         .next()
         .map(|(_, f)| f.throughput_ops_s)

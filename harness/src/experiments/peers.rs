@@ -3,10 +3,10 @@
 //! with a note. The paper has no such experiment; this places the store
 //! among familiar ones.
 
-use super::{parse_fraction, parse_size, summary_figures, summary_table, Common, Ctx};
+use super::{add_summary, Common, Ctx, PointArgs};
 use crate::error::Result;
-use crate::system::System;
 use crate::workload::KeyDistribution;
+use nessie_examples::StoreKind;
 
 /// Flags of `peers`.
 #[derive(Clone, Debug, clap::Args)]
@@ -14,12 +14,9 @@ pub struct PeersArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value size.
-    #[arg(long, default_value = "16KiB", value_parser = parse_size)]
-    pub value_size: usize,
-    /// Fraction of GETs.
-    #[arg(long, default_value = "0.9", value_parser = parse_fraction)]
-    pub get_ratio: f64,
+    /// The workload point.
+    #[command(flatten)]
+    pub point: PointArgs,
 }
 
 /// Runs `peers`; returns the exit code.
@@ -28,32 +25,16 @@ pub struct PeersArgs {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: PeersArgs) -> Result<i32> {
     let mut ctx = Ctx::new("peers", args.common)?;
-    let workload = ctx.workload(args.value_size, args.get_ratio, KeyDistribution::Uniform);
-    workload.validate()?;
+    let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_500);
-    let systems = ctx.systems(&[System::Cd, System::Redis, System::Memcached]);
-    let specs = systems
-        .iter()
-        .map(|&s| ctx.spec(s.label().to_owned(), s, workload.clone(), duration))
-        .collect();
-    let mut report = ctx.report(
-        "peers",
-        &format!(
-            "CD beside Redis and memcached on loopback, {}",
-            workload.describe()
-        ),
-        serde_json::json!({
-            "workload": workload, "systems": systems,
-             "duration_ms": duration,
-        }),
+    let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);
+    let title = format!(
+        "CD beside Redis and memcached on loopback, {}",
+        workload.describe()
     );
+    let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
-    report.tables.push(summary_table(
-        "summary",
-        &format!("Summary: {}", workload.describe()),
-        &done,
-    ));
-    report.figures.extend(summary_figures("", &done));
+    add_summary(&mut report, &workload, &done);
     report.notes.push(format!(
         "Redis and memcached run as one server process on loopback TCP (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
         ctx.common.nodes

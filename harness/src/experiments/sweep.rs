@@ -2,15 +2,14 @@
 //! value sizes 256 B … 128 KiB at 50, 90 and 99 % GETs, uniform keys; and the
 //! latency and bytes table of the 50 % GET runs.
 
-use super::{parse_fraction, parse_size, run_at, Common, Ctx, Done};
+use super::{run_at, Common, Ctx, Done, GridArgs};
 use crate::error::Result;
 use crate::measure::RunFigures;
 use crate::paper::{self, Table1Row};
-use crate::report::{
-    bytes_label, num, pct, Comparison, Figure, FigureKind, Report, Table, Verdict,
-};
-use crate::system::System;
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct, Figure, FigureKind, Report, Table};
 use crate::workload::{percent, KeyDistribution};
+use nessie_examples::StoreKind;
 
 /// Flags of `sweep`.
 #[derive(Clone, Debug, clap::Args)]
@@ -18,12 +17,10 @@ pub struct SweepArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value sizes (default 256 B … 128 KiB; --quick 2KiB,16KiB,128KiB).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    pub value_sizes: Option<Vec<usize>>,
-    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.9).
-    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
-    pub get_ratios: Option<Vec<f64>>,
+    /// Value sizes (default 256 B … 128 KiB; --quick 2KiB,16KiB,128KiB)
+    /// and GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.9).
+    #[command(flatten)]
+    pub grid: GridArgs,
 }
 
 fn fig_of(ratio: f64) -> &'static str {
@@ -54,15 +51,15 @@ fn fig_file(ratio: f64) -> &'static str {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: SweepArgs) -> Result<i32> {
     let mut ctx = Ctx::new("sweep", args.common)?;
-    let quick = ctx.common.quick;
-    let sizes = args.value_sizes.unwrap_or_else(|| {
+    let quick = ctx.common.output.quick;
+    let sizes = args.grid.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![2 << 10, 16 << 10, 128 << 10]
         } else {
             paper::SWEEP_VALUE_SIZES.to_vec()
         }
     });
-    let ratios = args.get_ratios.unwrap_or_else(|| {
+    let ratios = args.grid.get_ratios.unwrap_or_else(|| {
         if quick {
             vec![0.5, 0.9]
         } else {
@@ -70,7 +67,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         }
     });
     let duration = ctx.duration_ms(4_000, 800);
-    let systems = ctx.systems(&System::PAPER);
+    let systems = ctx.systems(&StoreKind::PAPER);
     let specs = ctx.grid(
         &systems,
         &sizes,
@@ -89,7 +86,7 @@ pub fn run(args: SweepArgs) -> Result<i32> {
     );
     let done = ctx.run_all(specs, &mut report)?;
 
-    let at = |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio);
+    let at = |s: StoreKind, size: usize, ratio: f64| run_at(&done, s, size, ratio);
     let mut goodput = Table::new(
         "goodput",
         "Goodput (MB/s) by value size and GET ratio (Figs. 5–7)",
@@ -121,7 +118,10 @@ pub fn run(args: SweepArgs) -> Result<i32> {
         report.figures.push(fig);
         for &size in &sizes {
             let g = |s| at(s, size, ratio).map_or("-".to_owned(), |f| num(f.goodput_mb_s));
-            let rel = match (at(System::Cd, size, ratio), at(System::Sd, size, ratio)) {
+            let rel = match (
+                at(StoreKind::Cd, size, ratio),
+                at(StoreKind::Sd, size, ratio),
+            ) {
                 (Some(c), Some(s)) if s.goodput_mb_s > 0.0 => {
                     pct(c.goodput_mb_s / s.goodput_mb_s - 1.0)
                 }
@@ -130,9 +130,9 @@ pub fn run(args: SweepArgs) -> Result<i32> {
             goodput.row(vec![
                 percent(ratio),
                 bytes_label(size as f64),
-                g(System::Cd),
-                g(System::Sd),
-                g(System::Hy),
+                g(StoreKind::Cd),
+                g(StoreKind::Sd),
+                g(StoreKind::Hy),
                 rel,
             ]);
         }
@@ -152,49 +152,44 @@ pub fn run(args: SweepArgs) -> Result<i32> {
 }
 
 /// Fig. 5's shape: CD's goodput relative to SD's grows with the value size.
-fn crossover(report: &mut Report, sizes: &[usize], goodput: impl Fn(System, usize) -> Option<f64>) {
+fn crossover(
+    report: &mut Report,
+    sizes: &[usize],
+    goodput: impl Fn(StoreKind, usize) -> Option<f64>,
+) {
     let rel: Vec<(usize, f64)> = sizes
         .iter()
         .filter_map(
-            |&z| match (goodput(System::Cd, z), goodput(System::Sd, z)) {
+            |&z| match (goodput(StoreKind::Cd, z), goodput(StoreKind::Sd, z)) {
                 (Some(c), Some(s)) if s > 0.0 => Some((z, c / s - 1.0)),
                 _ => None,
             },
         )
         .collect();
-    let (ours, verdict) = match (rel.first(), rel.last()) {
-        (Some(a), Some(b)) if rel.len() >= 2 => (
-            format!(
+    report.comparisons.push(match (rel.first(), rel.last()) {
+        (Some(a), Some(b)) if rel.len() >= 2 => {
+            let ours = format!(
                 "CD vs SD: {} at {}, {} at {}",
                 pct(a.1),
                 bytes_label(a.0 as f64),
                 pct(b.1),
                 bytes_label(b.0 as f64)
-            ),
-            Verdict::of(b.1 > a.1),
-        ),
-        _ => (
+            );
+            judge(ClaimId::Fig5Crossover, None, ours, Some(&[(b.1, a.1)]))
+        }
+        _ => judge(
+            ClaimId::Fig5Crossover,
+            None,
             "needs CD and SD at two sizes or more".into(),
-            Verdict::Unknown,
+            None,
         ),
-    };
-    report.comparisons.push(Comparison {
-        source: "Fig. 5 (50% GET)".into(),
-        paper: format!(
-            "CD vs SD {} at 2 KB, overtakes at {}, {} at 128 KB",
-            pct(paper::FIG5_CD_VS_SD_2KB),
-            bytes_label(paper::FIG5_CROSSOVER_BYTES as f64),
-            pct(paper::FIG5_CD_VS_SD_128KB)
-        ),
-        ours,
-        verdict,
     });
 }
 
 /// Table 1: mean GET / PUT / all latencies and bytes sent, 50 % GETs, ours
 /// beside the paper's where the size matches.
 fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
-    let at = |s: System, size: usize| run_at(done, s, size, ratio);
+    let at = |s: StoreKind, size: usize| run_at(done, s, size, ratio);
     let mut cols = vec!["row".to_owned()];
     cols.extend(sizes.iter().map(|&z| bytes_label(z as f64)));
     let col_refs: Vec<&str> = cols.iter().map(String::as_str).collect();
@@ -208,10 +203,10 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
         "Table 1 (paper, 15 nodes, RDMA) at the same sizes",
         &col_refs,
     );
-    let paper_rows: [(System, &Table1Row); 3] = [
-        (System::Cd, &paper::TABLE1_CD),
-        (System::Sd, &paper::TABLE1_SD),
-        (System::Hy, &paper::TABLE1_HY),
+    let paper_rows: [(StoreKind, &Table1Row); 3] = [
+        (StoreKind::Cd, &paper::TABLE1_CD),
+        (StoreKind::Sd, &paper::TABLE1_SD),
+        (StoreKind::Hy, &paper::TABLE1_HY),
     ];
     let paper_col = |size: usize| {
         paper::TABLE1_SIZES_KB
@@ -249,44 +244,51 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
     let per_op = |s, z| at(s, z).map(|f| f.all.remote_bytes_per_op);
     let pairs: Vec<(usize, f64, f64)> = sizes
         .iter()
-        .filter_map(|&z| Some((z, per_op(System::Cd, z)?, per_op(System::Sd, z)?)))
+        .filter_map(|&z| Some((z, per_op(StoreKind::Cd, z)?, per_op(StoreKind::Sd, z)?)))
         .collect();
-    let (text, verdict) = if pairs.is_empty() {
-        ("needs CD and SD".to_owned(), Verdict::Unknown)
+    report.comparisons.push(if pairs.is_empty() {
+        judge(ClaimId::Table1Sent, None, "needs CD and SD".into(), None)
     } else {
         let ratios: Vec<String> = pairs
             .iter()
             .map(|(z, c, s)| format!("{} {}", bytes_label(*z as f64), num(c / s.max(1e-9))))
             .collect();
-        (
-            format!("net bytes/op CD÷SD: {}", ratios.join(", ")),
-            Verdict::of(pairs.iter().all(|(_, c, s)| c < s)),
+        let ours = format!("net bytes/op CD÷SD: {}", ratios.join(", "));
+        let not_below = pairs
+            .iter()
+            .filter(|(_, c, s)| c.partial_cmp(s) != Some(std::cmp::Ordering::Less))
+            .count();
+        judge(
+            ClaimId::Table1Sent,
+            None,
+            ours,
+            Some(&[(not_below as f64, 1.0)]),
         )
-    };
-    report.comparisons.push(Comparison {
-        source: "Table 1 (sent)".into(),
-        paper: "CD sends fewer bytes than SD and HY at every size (0.41–0.86× SD)".into(),
-        ours: text,
-        verdict,
     });
     // Claim 2: at large values CD's GET latency is below SD's.
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    let (text, verdict) = match (at(System::Cd, largest), at(System::Sd, largest)) {
-        (Some(c), Some(s)) => (
-            format!(
-                "mean GET latency at {}: CD {} µs, SD {} µs",
-                bytes_label(largest as f64),
-                num(c.get.mean_us),
-                num(s.get.mean_us)
+    report.comparisons.push(
+        match (at(StoreKind::Cd, largest), at(StoreKind::Sd, largest)) {
+            (Some(c), Some(s)) => {
+                let ours = format!(
+                    "mean GET latency at {}: CD {} µs, SD {} µs",
+                    bytes_label(largest as f64),
+                    num(c.get.mean_us),
+                    num(s.get.mean_us)
+                );
+                judge(
+                    ClaimId::Table1GetLatency,
+                    None,
+                    ours,
+                    Some(&[(c.get.mean_us, s.get.mean_us)]),
+                )
+            }
+            _ => judge(
+                ClaimId::Table1GetLatency,
+                None,
+                "needs CD and SD".into(),
+                None,
             ),
-            Verdict::of(c.get.mean_us < s.get.mean_us),
-        ),
-        _ => ("needs CD and SD".into(), Verdict::Unknown),
-    };
-    report.comparisons.push(Comparison {
-        source: "Table 1 (GET latency)".into(),
-        paper: "CD GET latency below SD's at every size (811 vs 1732 µs at 128 KB)".into(),
-        ours: text,
-        verdict,
-    });
+        },
+    );
 }

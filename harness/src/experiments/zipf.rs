@@ -1,12 +1,13 @@
 //! `zipf` (paper Fig. 12): CD's goodput relative to SD's under scrambled
 //! Zipf (θ = 0.99) keys, over value sizes and GET ratios.
 
-use super::{parse_fraction, parse_size, run_at, Common, Ctx};
+use super::{run_at, Common, Ctx, GridArgs};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::report::{bytes_label, num, pct, Comparison, Figure, FigureKind, Table, Verdict};
-use crate::system::System;
+use crate::paper::{judge, ClaimId};
+use crate::report::{bytes_label, num, pct, Figure, FigureKind, Table};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
+use nessie_examples::StoreKind;
 
 /// Flags of `zipf`.
 #[derive(Clone, Debug, clap::Args)]
@@ -14,12 +15,10 @@ pub struct ZipfArgs {
     /// Common flags.
     #[command(flatten)]
     pub common: Common,
-    /// Value sizes (default 256B,2KiB,16KiB,128KiB; --quick 256B,16KiB).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    pub value_sizes: Option<Vec<usize>>,
-    /// GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.99).
-    #[arg(long, value_delimiter = ',', value_parser = parse_fraction)]
-    pub get_ratios: Option<Vec<f64>>,
+    /// Value sizes (default 256B,2KiB,16KiB,128KiB; --quick 256B,16KiB)
+    /// and GET fractions (default 0.5,0.9,0.99; --quick 0.5,0.99).
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Zipf exponent.
     #[arg(long, default_value_t = YCSB_THETA)]
     pub theta: f64,
@@ -31,23 +30,23 @@ pub struct ZipfArgs {
 /// Bad flags, Ctrl-C or a report that cannot be written.
 pub fn run(args: ZipfArgs) -> Result<i32> {
     let mut ctx = Ctx::new("zipf", args.common)?;
-    let quick = ctx.common.quick;
-    let sizes = args.value_sizes.unwrap_or_else(|| {
+    let quick = ctx.common.output.quick;
+    let sizes = args.grid.value_sizes.unwrap_or_else(|| {
         if quick {
             vec![256, 16 << 10]
         } else {
             vec![256, 2 << 10, 16 << 10, 128 << 10]
         }
     });
-    let ratios = args.get_ratios.unwrap_or_else(|| {
+    let ratios = args.grid.get_ratios.unwrap_or_else(|| {
         if quick {
             vec![0.5, 0.99]
         } else {
             paper::SWEEP_GET_RATIOS.to_vec()
         }
     });
-    let systems = ctx.systems(&[System::Cd, System::Sd]);
-    if !systems.contains(&System::Cd) || !systems.contains(&System::Sd) {
+    let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Sd]);
+    if !systems.contains(&StoreKind::Cd) || !systems.contains(&StoreKind::Sd) {
         return Err(HarnessError::Usage(
             "zipf compares CD with SD: --systems must include cd and sd".into(),
         ));
@@ -67,11 +66,12 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         }),
     );
     let done = ctx.run_all(specs, &mut report)?;
-    let goodput =
-        |s: System, size: usize, ratio: f64| run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s);
+    let goodput = |s: StoreKind, size: usize, ratio: f64| {
+        run_at(&done, s, size, ratio).map(|f| f.goodput_mb_s)
+    };
     let rel = |size, ratio| match (
-        goodput(System::Cd, size, ratio),
-        goodput(System::Sd, size, ratio),
+        goodput(StoreKind::Cd, size, ratio),
+        goodput(StoreKind::Sd, size, ratio),
     ) {
         (Some(c), Some(s)) if s > 0.0 => Some(c / s - 1.0),
         _ => None,
@@ -100,8 +100,8 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
             table.row(vec![
                 percent(ratio),
                 bytes_label(size as f64),
-                g(System::Cd),
-                g(System::Sd),
+                g(StoreKind::Cd),
+                g(StoreKind::Sd),
                 rel(size, ratio).map_or("-".into(), pct),
             ]);
         }
@@ -113,32 +113,25 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
         sizes.iter().copied().min().unwrap_or(0),
         sizes.iter().copied().max().unwrap_or(0),
     );
-    for (ratio, claim) in [(0.5, paper::FIG12_LARGE_50), (0.99, paper::FIG12_LARGE_99)] {
+    for (ratio, claim) in [(0.5, ClaimId::Fig12At50), (0.99, ClaimId::Fig12At99)] {
         if !ratios.iter().any(|&r| (r - ratio).abs() < 1e-9) {
             continue;
         }
-        let (ours, verdict) = match (rel(small, ratio), rel(large, ratio)) {
-            (Some(a), Some(b)) if small != large => (
-                format!(
-                    "CD vs SD {} at {}, {} at {}",
-                    pct(a),
-                    bytes_label(small as f64),
-                    pct(b),
-                    bytes_label(large as f64)
-                ),
-                Verdict::of(b > a && b > 0.0),
-            ),
-            _ => ("needs CD and SD at two sizes".into(), Verdict::Unknown),
-        };
-        report.comparisons.push(Comparison {
-            source: format!("Fig. 12 ({}% GET)", percent(ratio)),
-            paper: format!(
-                "CD below SD at 256 B; large values: CD over {} above SD",
-                pct(claim)
-            ),
-            ours,
-            verdict,
-        });
+        report
+            .comparisons
+            .push(match (rel(small, ratio), rel(large, ratio)) {
+                (Some(a), Some(b)) if small != large => {
+                    let ours = format!(
+                        "CD vs SD {} at {}, {} at {}",
+                        pct(a),
+                        bytes_label(small as f64),
+                        pct(b),
+                        bytes_label(large as f64)
+                    );
+                    judge(claim, None, ours, Some(&[(b, a), (b, 0.0)]))
+                }
+                _ => judge(claim, None, "needs CD and SD at two sizes".into(), None),
+            });
     }
     ctx.finish(report)
 }

@@ -7,7 +7,9 @@ mod plot;
 use crate::error::{HarnessError, Result};
 use crate::measure::RunFigures;
 use crate::spec::RunSpec;
-use crate::system::System;
+/// Sizes are labelled by the workload module, which names runs by them.
+pub use crate::workload::bytes_label;
+use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,7 +34,7 @@ pub struct RunRecord {
     /// The run's label.
     pub label: String,
     /// The system.
-    pub system: System,
+    pub system: StoreKind,
     /// How it ended.
     pub status: RunStatus,
     /// Why it was skipped or failed.
@@ -287,6 +289,24 @@ impl Report {
             .filter_map(|r| r.figures.as_ref().map(|f| (r, f)))
     }
 
+    /// Prints the tables, the comparisons with the paper and the notes on
+    /// stdout, and where the full report (in `dir`) is.
+    pub fn print(&self, dir: &Path) {
+        for t in &self.tables {
+            println!("{}\n\n{}", t.title, t.markdown());
+        }
+        for c in &self.comparisons {
+            println!(
+                "{}: paper {} | ours {} | {:?}",
+                c.source, c.paper, c.ours, c.verdict
+            );
+        }
+        for n in &self.notes {
+            println!("note: {n}");
+        }
+        println!("\nreport: {}", dir.join("report.md").display());
+    }
+
     /// Writes results.json, the CSVs, the plots and report.md into `dir`;
     /// returns the files written.
     ///
@@ -460,23 +480,6 @@ pub fn load_average() -> Option<f64> {
         .ok()
 }
 
-/// `16384` → `16KiB`, `256` → `256B`, `1.5e6` → `1.4MiB`.
-#[must_use]
-pub fn bytes_label(bytes: f64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{v:.0}{}", UNITS[u])
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
-}
-
 /// A number with three significant digits (tables).
 #[must_use]
 pub fn num(v: f64) -> String {
@@ -500,20 +503,21 @@ pub fn num(v: f64) -> String {
 /// `0.25` → `+25%`.
 #[must_use]
 pub fn pct(ratio: f64) -> String {
-    if ratio.is_finite() {
-        format!("{:+.0}%", ratio * 100.0)
-    } else {
-        "-".into()
-    }
+    percent_label(ratio, true)
 }
 
 /// `0.25` → `25%` (a share, no sign).
 #[must_use]
 pub fn share(ratio: f64) -> String {
-    if ratio.is_finite() {
-        format!("{:.0}%", ratio * 100.0)
-    } else {
-        "-".into()
+    percent_label(ratio, false)
+}
+
+/// `ratio` in whole percent, with a sign if `signed`; `-` if not finite.
+fn percent_label(ratio: f64, signed: bool) -> String {
+    match (ratio.is_finite(), signed) {
+        (false, _) => "-".into(),
+        (true, true) => format!("{:+.0}%", ratio * 100.0),
+        (true, false) => format!("{:.0}%", ratio * 100.0),
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::error::PowerError;
 use crate::ipmitool::{IpmiTool, LanTarget};
 use crate::report::{EnergyReport, IpmiReport};
-use crate::sampler::EnergySampler;
+use crate::sampler::{check_idle, not_started, EnergySampler};
 use crate::trace::PowerTrace;
 
 /// Which BMC reading is the node's power.
@@ -313,11 +313,7 @@ impl EnergySampler for IpmiSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        if self.running.is_some() {
-            return Err(PowerError::AlreadyStarted {
-                sampler: NAME.into(),
-            });
-        }
+        check_idle(&self.running, NAME)?;
         let interval = self.config.interval;
         if interval.is_zero() {
             return Err(PowerError::InvalidConfig {
@@ -354,9 +350,7 @@ impl EnergySampler for IpmiSampler {
 
 impl IpmiSampler {
     fn stop_ipmi(&mut self) -> Result<IpmiReport, PowerError> {
-        let running = self.running.take().ok_or_else(|| PowerError::NotStarted {
-            sampler: NAME.into(),
-        })?;
+        let running = self.running.take().ok_or_else(|| not_started(NAME))?;
         // The thread may already be gone (it only ends on this message).
         let _ = running.stop.send(());
         let mut log = running

@@ -142,3 +142,20 @@ impl MeterSet {
             .collect()
     }
 }
+/// [`PowerError::AlreadyStarted`] if the sampler `name` has a run in
+/// progress (`running` is set).
+pub(crate) fn check_idle<T>(running: &Option<T>, name: &str) -> Result<(), PowerError> {
+    match running {
+        Some(_) => Err(PowerError::AlreadyStarted {
+            sampler: name.into(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// [`PowerError::NotStarted`] for the sampler `name`.
+pub(crate) fn not_started(name: &str) -> PowerError {
+    PowerError::NotStarted {
+        sampler: name.into(),
+    }
+}

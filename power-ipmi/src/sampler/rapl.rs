@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{read_text, PowerError};
 use crate::report::{EnergyReport, RaplReport, RaplZoneEnergy};
-use crate::sampler::EnergySampler;
+use crate::sampler::{check_idle, not_started, EnergySampler};
 
 /// The default powercap root.
 pub const POWERCAP_ROOT: &str = "/sys/class/powercap";
@@ -322,12 +322,7 @@ impl RaplSampler {
     /// [`PowerError::NotStarted`], or why a zone could not be read (nothing
     /// is added then).
     pub fn poll_now(&self) -> Result<(), PowerError> {
-        let running = self
-            .running
-            .as_ref()
-            .ok_or_else(|| PowerError::NotStarted {
-                sampler: NAME.into(),
-            })?;
+        let running = self.running.as_ref().ok_or_else(|| not_started(NAME))?;
         lock(&running.state).poll()
     }
 }
@@ -344,11 +339,7 @@ impl EnergySampler for RaplSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        if self.running.is_some() {
-            return Err(PowerError::AlreadyStarted {
-                sampler: NAME.into(),
-            });
-        }
+        check_idle(&self.running, NAME)?;
         if self.config.poll_interval.is_some_and(|d| d.is_zero()) {
             return Err(PowerError::InvalidConfig {
                 setting: "poll_interval",
@@ -401,9 +392,7 @@ impl EnergySampler for RaplSampler {
     }
 
     fn stop(&mut self) -> Result<EnergyReport, PowerError> {
-        let running = self.running.take().ok_or_else(|| PowerError::NotStarted {
-            sampler: NAME.into(),
-        })?;
+        let running = self.running.take().ok_or_else(|| not_started(NAME))?;
         if let Some((tx, thread)) = running.stop {
             let _ = tx.send(());
             thread.join().map_err(|_| PowerError::SamplerPanicked {

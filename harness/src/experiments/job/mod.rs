@@ -23,44 +23,35 @@ pub use task::{App, JobTaskArgs};
 
 use crate::cluster;
 use crate::error::{HarnessError, Result};
-use crate::experiments::parse_size;
+use crate::experiments::{parse_size, OutputArgs};
 use crate::peers::PeerServer;
+use crate::proc::{failed, interrupted, process_cpu_secs, ChildGuard, Line, Talking};
 use crate::report::Report;
-use crate::system::System;
 use nessie::fabric::VerbCounts;
 use nessie::{Config, FabricConfig};
 use nessie_examples::{
     job_config, run_threads, Input, JobReport, JobSpec, LocalCluster, Sizing, StoreKind,
 };
 use serde::Serialize;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 use task::{TaskOutcome, TaskPlan};
 
 /// Flags of `job`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct JobArgs {
-    /// 64 MiB of input instead of 512 MiB (well under a minute per store
-    /// on 2 cores).
-    #[arg(long)]
-    pub quick: bool,
-    /// Where to write the report (default `results/job-<timestamp>`).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Print only machine-readable JSON (results.json) on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Stores to run.
+    /// Output flags (`--quick`: 64 MiB of input instead of 512 MiB).
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Stores to run (cd, sd, hy, redis).
     #[arg(
         long,
         value_delimiter = ',',
         value_name = "STORE,...",
         default_value = "cd,sd,hy,redis"
     )]
-    pub stores: Vec<StoreArg>,
+    pub stores: Vec<StoreKind>,
     /// The job.
     #[arg(long, value_enum, default_value = "sort")]
     pub app: App,
@@ -87,30 +78,6 @@ pub struct JobArgs {
     /// Give up on a store's run after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
-}
-
-/// A store named on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum StoreArg {
-    /// Nessie (client-driven).
-    Cd,
-    /// Server-driven baseline.
-    Sd,
-    /// Hybrid baseline.
-    Hy,
-    /// Redis on loopback.
-    Redis,
-}
-
-impl StoreArg {
-    fn kind(self) -> StoreKind {
-        match self {
-            StoreArg::Cd => StoreKind::Cd,
-            StoreArg::Sd => StoreKind::Sd,
-            StoreArg::Hy => StoreKind::Hy,
-            StoreArg::Redis => StoreKind::Redis,
-        }
-    }
 }
 
 /// How one store's run ended.
@@ -172,18 +139,18 @@ struct Plan {
 /// # Errors
 /// Ctrl-C, bad flags, or a report that cannot be written.
 pub fn run(args: JobArgs) -> Result<i32> {
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("results").join(format!(
-            "job-{}",
-            chrono::Local::now().format("%Y%m%d-%H%M%S")
-        ))
-    });
+    let out = args.output.dir("job");
     cluster::sweep_stale_shm();
     let exe =
         std::env::current_exe().map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
-    let input_bytes = args
-        .input_size
-        .map_or(if args.quick { 64 << 20 } else { 512 << 20 }, |b| b as u64);
+    let input_bytes = args.input_size.map_or(
+        if args.output.quick {
+            64 << 20
+        } else {
+            512 << 20
+        },
+        |b| b as u64,
+    );
     if args.max_value < nessie_examples::job::MIN_VALUE
         || args.max_value > nessie_examples::job::MAX_VALUE
     {
@@ -207,9 +174,14 @@ pub fn run(args: JobArgs) -> Result<i32> {
         timeout: Duration::from_secs(args.timeout_s.max(1)),
     };
     let mut stores: Vec<StoreKind> = Vec::new();
-    for s in &args.stores {
-        if !stores.contains(&s.kind()) {
-            stores.push(s.kind());
+    for &s in &args.stores {
+        if !s.runs_jobs() {
+            return Err(HarnessError::Usage(format!(
+                "--stores: jobs do not run on {s} (cd, sd, hy or redis)"
+            )));
+        }
+        if !stores.contains(&s) {
+            stores.push(s);
         }
     }
     let mut runs = Vec::new();
@@ -217,7 +189,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
         let dir = out
             .join("runs")
             .join(format!("{:03}-{}", i + 1, store.label()));
-        if !args.json {
+        if !args.output.json {
             eprintln!(
                 "job: {} of {} on {store} ({} tasks)…",
                 crate::report::bytes_label(input_bytes as f64),
@@ -236,7 +208,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
                 StoreRun::not_run(store, "failed", e.to_string(), dir)
             }
         };
-        if !args.json {
+        if !args.output.json {
             if let Some(r) = &run.report {
                 eprintln!("job: {store} done, {:.2} s", r.wall_secs);
             }
@@ -244,7 +216,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
         runs.push(run);
     }
     let report = tables::report(&plan, &runs);
-    finish(report, &runs, &out, args.json)
+    finish(report, &runs, &out, args.output.json)
 }
 
 impl App {
@@ -270,19 +242,7 @@ fn finish(mut report: Report, runs: &[StoreRun], out: &Path, json: bool) -> Resu
     if json {
         println!("{}", String::from_utf8_lossy(&text));
     } else {
-        for t in &report.tables {
-            println!("{}\n\n{}", t.title, t.markdown());
-        }
-        for c in &report.comparisons {
-            println!(
-                "{}: paper {} | ours {} | {:?}",
-                c.source, c.paper, c.ours, c.verdict
-            );
-        }
-        for n in &report.notes {
-            println!("note: {n}");
-        }
-        println!("\nreport: {}", out.join("report.md").display());
+        report.print(out);
     }
     Ok(i32::from(runs.iter().any(|r| r.status == "failed")))
 }
@@ -291,19 +251,15 @@ fn finish(mut report: Report, runs: &[StoreRun], out: &Path, json: bool) -> Resu
 /// when dropped.
 #[derive(Debug, Default)]
 struct Guard {
-    children: Vec<Child>,
+    children: Vec<ChildGuard>,
     redis: Option<PeerServer>,
     shm_dir: Option<PathBuf>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-        }
-        for c in &mut self.children {
-            let _ = c.wait();
-        }
+        // Processes first: the files go only once nobody maps them.
+        self.children.clear();
         self.redis = None;
         if let Some(dir) = &self.shm_dir {
             let _ = std::fs::remove_dir_all(dir);
@@ -346,7 +302,7 @@ fn run_store(
 ) -> Result<StoreRun> {
     std::fs::create_dir_all(dir).map_err(HarnessError::io("creating", dir))?;
     if store == StoreKind::Redis {
-        System::Redis.check_available()?;
+        crate::system::check_available(StoreKind::Redis)?;
     }
     // Named like the harness's other clusters, so that a killed harness's
     // leftovers are swept by `cluster::sweep_stale_shm`.
@@ -361,7 +317,7 @@ fn run_store(
     let mut redis = None;
     if store == StoreKind::Redis {
         let server = PeerServer::start(
-            System::Redis,
+            StoreKind::Redis,
             1,
             plan.input_bytes * 3,
             &dir.join("redis.log"),
@@ -381,7 +337,7 @@ fn run_store(
     std::fs::write(&plan_path, serde_json::to_vec_pretty(&task_plan)?)
         .map_err(HarnessError::io("writing", &plan_path))?;
     let server_pid = guard.redis.as_ref().map(PeerServer::pid);
-    let server_cpu_before = server_pid.and_then(cluster::process_cpu_secs);
+    let server_cpu_before = server_pid.and_then(process_cpu_secs);
     let started = Instant::now();
     let (report, startup_secs) = if plan.in_process {
         run_threaded(&task_plan)?
@@ -395,7 +351,7 @@ fn run_store(
     };
     let wall_secs = started.elapsed().as_secs_f64();
     let server_cpu_secs = server_pid
-        .and_then(cluster::process_cpu_secs)
+        .and_then(process_cpu_secs)
         .zip(server_cpu_before)
         .map(|(after, before)| after - before);
     Ok(StoreRun {
@@ -425,11 +381,6 @@ fn run_threaded(plan: &TaskPlan) -> Result<(JobReport, f64)> {
     Ok((report, startup))
 }
 
-enum Msg {
-    Line(usize, String),
-    Closed(usize),
-}
-
 fn run_processes(
     exe: &Path,
     plan: &Plan,
@@ -438,60 +389,39 @@ fn run_processes(
     dir: &Path,
     guard: &mut Guard,
 ) -> Result<(JobReport, f64)> {
-    let (tx, rx) = mpsc::channel();
-    let mut logs = Vec::new();
-    for task in 0..plan.nodes {
-        let log = dir.join(format!("task-{task}.stderr"));
-        let log_file = std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("job-task")
-            .arg("--plan")
-            .arg(plan_path)
-            .arg("--task")
-            .arg(task.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        // Its own process group (a Ctrl-C reaches only the harness, which
-        // then kills the tasks itself), and death with the harness.
-        cluster::tie_to_harness(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(HarnessError::io("starting a task process", exe))?;
-        if let Some(out) = child.stdout.take() {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
-                    if tx.send(Msg::Line(task, line)).is_err() {
-                        return;
-                    }
-                }
-                let _ = tx.send(Msg::Closed(task));
-            });
-        }
-        guard.children.push(child);
-        logs.push(log);
-    }
-    drop(tx);
-    let failed = |task: usize, what: String| HarnessError::NodeFailed {
-        node: task,
-        why: format!(
-            "{what}; stderr ({}): {}",
-            logs[task].display(),
-            cluster::tail(&logs[task], 1200)
-        ),
-    };
+    let talking = Talking::spawn(
+        exe,
+        plan.nodes,
+        "starting a task process",
+        |task| {
+            vec![
+                "job-task".into(),
+                "--plan".into(),
+                plan_path.into(),
+                "--task".into(),
+                task.to_string().into(),
+            ]
+        },
+        |task| dir.join(format!("task-{task}.stderr")),
+    )?;
+    let Talking {
+        children,
+        lines: rx,
+        logs,
+    } = talking;
+    guard.children = children;
+    let failed = |task: usize, what: String| failed(task, &what, &logs[task]);
     let started = Instant::now();
     let deadline = started + plan.timeout;
     let mut outcomes: Vec<Option<TaskOutcome>> = (0..plan.nodes).map(|_| None).collect();
     // Every task reports before any may exit: until the last has passed the
     // job's final barrier, its polls may read any node's memory.
     while outcomes.iter().any(Option::is_none) {
-        if cluster::interrupted() {
+        if interrupted() {
             return Err(HarnessError::Interrupted);
         }
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Msg::Line(task, line)) => match serde_json::from_str::<TaskOutcome>(&line) {
+            Ok(Line::Text(task, line)) => match serde_json::from_str::<TaskOutcome>(&line) {
                 Ok(TaskOutcome::Failed { error }) => return Err(failed(task, error)),
                 Ok(done) => outcomes[task] = Some(done),
                 Err(e) => {
@@ -500,10 +430,10 @@ fn run_processes(
                     )))
                 }
             },
-            Ok(Msg::Closed(task)) if outcomes[task].is_none() => {
+            Ok(Line::Closed(task)) if outcomes[task].is_none() => {
                 return Err(failed(task, "exited without a report".into()));
             }
-            Ok(Msg::Closed(_)) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Line::Closed(_)) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(HarnessError::Protocol("every task's stdout closed".into()));
             }
@@ -518,13 +448,11 @@ fn run_processes(
     let wall_secs = started.elapsed().as_secs_f64();
     // Everyone is done: let the nodes go (stdin closes), then reap them.
     for c in &mut guard.children {
-        drop(c.stdin.take());
+        c.close_stdin();
     }
     let exit_by = Instant::now() + Duration::from_secs(10);
     for c in &mut guard.children {
-        while matches!(c.try_wait(), Ok(None)) && Instant::now() < exit_by {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        c.wait_for(exit_by.saturating_duration_since(Instant::now()));
     }
     let mut tasks = Vec::new();
     let mut server = None::<VerbCounts>;

@@ -11,12 +11,12 @@
 //! SD's and HY's server workers must keep answering. The harness closes the
 //! tasks' stdin once every task has reported.
 
-use crate::cluster;
 use crate::error::{HarnessError, Result};
+use crate::proc::die_with_parent;
 use nessie::fabric::VerbCounts;
 use nessie::Config;
 use nessie_examples::{
-    cpu, run_task, Input, JobSpec, MapReduce, Sort, StoreKind, StoreNode, TaskReport, WordCount,
+    run_task, Input, JobSpec, MapReduce, Sort, StoreKind, StoreNode, TaskReport, WordCount,
 };
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -106,7 +106,7 @@ pub struct JobTaskArgs {
 /// Runs one task process; returns its exit code.
 #[must_use]
 pub fn main(args: &JobTaskArgs) -> i32 {
-    cluster::die_with_parent();
+    die_with_parent();
     match run(args) {
         Ok(TaskOutcome::Done { .. }) => 0,
         Ok(TaskOutcome::Failed { .. }) => 1,
@@ -140,9 +140,10 @@ fn run(args: &JobTaskArgs) -> Result<TaskOutcome> {
         .map_err(|e| HarnessError::Usage(e.to_string()))?;
     let startup_secs = started.elapsed().as_secs_f64();
     let server_before = node.server_verbs();
-    let cpu_before = cpu::process_cpu_secs();
+    let cpu_secs = || power_ipmi::own_process_cpu_times().map_or(0.0, |t| t.cpu_s());
+    let cpu_before = cpu_secs();
     let result = run_task(client.as_mut(), job.as_ref(), &plan.spec, args.task);
-    let cpu = cpu::process_cpu_secs() - cpu_before;
+    let cpu = cpu_secs() - cpu_before;
     let server_verbs = node
         .server_verbs()
         .zip(server_before)

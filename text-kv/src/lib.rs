@@ -1,11 +1,16 @@
+//! # text-kv: Redis and memcached as a [`KvClient`]
+//!
 //! A [`KvClient`] for Redis (RESP2) and memcached (text protocol) over one
-//! blocking TCP connection, so that the jobs — and the harness's `peers`
-//! experiment, which re-exports it — need no client crates.
+//! blocking TCP connection, so that the jobs of `nessie-examples` and the
+//! harness's `peers` experiment, which both run on these servers, need no
+//! client crates.
 //!
 //! Each operation is one request and one reply: the client counts one
 //! round trip, a WRITE of the request bytes and a READ of the reply bytes,
 //! all remote, in [`nessie::Stats`], so bytes-per-operation figures mean the
 //! same as for the nessie stores.
+
+#![deny(missing_docs)]
 
 use nessie::fabric::VerbCounts;
 use nessie::{KvClient, OpKind, Stats};
@@ -275,6 +280,17 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
+    /// Reads a RESP header line (`*n` or `$len`) and returns its number.
+    fn header(r: &mut impl BufRead, line: &mut Vec<u8>) -> usize {
+        line.clear();
+        r.read_until(b'\n', line).unwrap();
+        std::str::from_utf8(&line[1..])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     /// A fake server: answers each request with the next canned reply.
     fn fake(replies: &'static [&'static [u8]]) -> SocketAddr {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -286,21 +302,9 @@ mod tests {
             let mut line = Vec::new();
             for reply in replies {
                 // Read one RESP request: "*n", then n × ("$len", data).
-                line.clear();
-                r.read_until(b'\n', &mut line).unwrap();
-                let n: usize = std::str::from_utf8(&line[1..])
-                    .unwrap()
-                    .trim()
-                    .parse()
-                    .unwrap();
+                let n = header(&mut r, &mut line);
                 for _ in 0..n {
-                    line.clear();
-                    r.read_until(b'\n', &mut line).unwrap();
-                    let len: usize = std::str::from_utf8(&line[1..])
-                        .unwrap()
-                        .trim()
-                        .parse()
-                        .unwrap();
+                    let len = header(&mut r, &mut line);
                     let mut data = vec![0u8; len + 2];
                     r.read_exact(&mut data).unwrap();
                 }

@@ -1,0 +1,287 @@
+//! Child processes and signals: every process the harness starts (node
+//! processes, CPU hogs, job tasks, peer servers) is a [`ChildGuard`], tied
+//! to the harness and killed with its whole process group when the guard
+//! drops; Ctrl-C and SIGTERM only set a flag ([`interrupted`]) that every
+//! wait loop checks, so a run is torn down by those drops.
+
+use crate::error::{HarnessError, Result};
+use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: nix::libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM set a flag that every wait loop of the harness
+/// checks, so a run is torn down cleanly. A second signal (the handler
+/// resets itself) terminates at once; the children die with the harness
+/// through their parent-death signal.
+pub fn install_signal_handlers() {
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe, and replaces no handler anyone relies on.
+        let _ = unsafe { signal::sigaction(sig, &action) };
+    }
+}
+
+/// Whether the user asked the harness to stop.
+#[must_use]
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Ties a child to the harness: its own process group (so terminal signals
+/// reach only the harness, which tears the run down itself) and SIGKILL
+/// when the harness dies, set before `exec` so that it also holds for
+/// programs that are not ours (peer servers) and leaves no window.
+fn tie_to_harness(cmd: &mut Command) {
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before `exec` and only
+    // calls prctl(2), which is async-signal-safe; it allocates nothing and
+    // takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Makes this process die when its parent does, and exits at once if the
+/// parent is already gone (node processes and hogs started by hand).
+pub fn die_with_parent() {
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    if nix::unistd::getppid() == Pid::from_raw(1) {
+        std::process::exit(3);
+    }
+}
+
+/// The last `max` bytes of a file, for error messages.
+#[must_use]
+pub fn tail(path: &Path, max: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let start = text.len().saturating_sub(max);
+    let s = String::from_utf8_lossy(&text[start..]).trim().to_owned();
+    if s.is_empty() {
+        "(no output on stderr)".to_owned()
+    } else {
+        s
+    }
+}
+
+/// CPU seconds (user + system) process `pid` (a peer server) has used so
+/// far, if it can be read.
+#[must_use]
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let pid = i32::try_from(pid).ok()?;
+    power_ipmi::process_cpu_times(pid).ok().map(|t| t.cpu_s())
+}
+
+/// A child process of the harness, in its own process group and killed
+/// with the harness; dropping the guard kills the whole group and reaps
+/// the child.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Child,
+}
+
+impl ChildGuard {
+    /// Ties `cmd` to the harness and starts it; `what` names it in the
+    /// error ("starting a node process").
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if it cannot be started.
+    pub fn spawn(cmd: &mut Command, what: &'static str) -> Result<Self> {
+        tie_to_harness(cmd);
+        let program = cmd.get_program().to_owned();
+        let child = cmd.spawn().map_err(HarnessError::io(what, program))?;
+        Ok(ChildGuard { child })
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The child's stdin, if piped and not yet closed.
+    pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
+        self.child.stdin.as_mut()
+    }
+
+    /// Closes the child's stdin (the harness's children exit on EOF).
+    pub fn close_stdin(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
+    /// The exit status if the child has exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `limit` for the child to exit; its status if it did.
+    pub fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // The child leads its own group (`process_group(0)`), so its pid
+        // names the group: this also reaches whatever it started.
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Processes of this binary that talk to the harness in lines on stdout
+/// and take commands on stdin (node processes, job tasks).
+#[derive(Debug)]
+pub struct Talking {
+    /// The processes, in order.
+    pub children: Vec<ChildGuard>,
+    /// Every process's stdout lines, tagged with its index.
+    pub lines: Receiver<Line>,
+    /// Each process's stderr file.
+    pub logs: Vec<PathBuf>,
+}
+
+impl Talking {
+    /// Starts `count` processes of `exe`, process `i` with `args(i)` and
+    /// its stderr in the file `log(i)`; `what` names them in errors ("a
+    /// node process"). If one cannot be started, those already started
+    /// are killed.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if a log cannot be created or a process not
+    /// started.
+    pub fn spawn(
+        exe: &Path,
+        count: usize,
+        what: &'static str,
+        args: impl Fn(usize) -> Vec<OsString>,
+        log: impl Fn(usize) -> PathBuf,
+    ) -> Result<Self> {
+        let (tx, lines) = mpsc::channel();
+        let mut talking = Talking {
+            children: Vec::with_capacity(count),
+            lines,
+            logs: Vec::with_capacity(count),
+        };
+        for index in 0..count {
+            let log = log(index);
+            let log_file =
+                std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
+            let mut cmd = Command::new(exe);
+            cmd.args(args(index))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(log_file);
+            let mut child = ChildGuard::spawn(&mut cmd, what)?;
+            if let Some(out) = child.child.stdout.take() {
+                let tx = tx.clone();
+                std::thread::spawn(move || forward(out, index, &tx));
+            }
+            talking.children.push(child);
+            talking.logs.push(log);
+        }
+        Ok(talking)
+    }
+}
+
+/// Node (or task) `node` failed: `what` happened; the error quotes the
+/// tail of its stderr file `log`.
+#[must_use]
+pub fn failed(node: usize, what: &str, log: &Path) -> HarnessError {
+    HarnessError::NodeFailed {
+        node,
+        why: format!("{what}; stderr ({}): {}", log.display(), tail(log, 1200)),
+    }
+}
+
+/// Sends each non-empty line of `out` to `lines` as [`Line::Text`] tagged
+/// `index`, then [`Line::Closed`].
+fn forward(out: ChildStdout, index: usize, lines: &Sender<Line>) {
+    for line in BufReader::new(out).lines().map_while(std::io::Result::ok) {
+        if !line.trim().is_empty() && lines.send(Line::Text(index, line)).is_err() {
+            return;
+        }
+    }
+    let _ = lines.send(Line::Closed(index));
+}
+
+/// What the stdout thread of a [`Talking`] process sends.
+#[derive(Debug)]
+pub enum Line {
+    /// A line the child printed, with its index.
+    Text(usize, String),
+    /// The child's stdout closed (it exited).
+    Closed(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_a_guard_kills_the_whole_group() {
+        // A shell whose own child would outlive a plain kill of the shell.
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("sleep 60 & echo $! > {}; wait", pidfile.display()));
+        let guard = ChildGuard::spawn(&mut cmd, "starting sh").unwrap();
+        let grandchild = loop {
+            if let Ok(s) = std::fs::read_to_string(&pidfile) {
+                if let Ok(p) = s.trim().parse::<i32>() {
+                    break p;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        drop(guard);
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            // A zombie (reaped by init later) counts as gone.
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat")).map_or(true, |s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        });
+        assert!(gone, "the group's other process was killed");
+    }
+
+    #[test]
+    fn a_missing_program_is_a_typed_error() {
+        let mut cmd = Command::new("/nonexistent/program");
+        let e = ChildGuard::spawn(&mut cmd, "starting it").unwrap_err();
+        assert!(matches!(e, HarnessError::Io { .. }), "{e}");
+    }
+}

@@ -1,0 +1,97 @@
+//! The node protocol: JSON lines a node process prints on stdout
+//! ([`NodeEvent`]) and one-word commands it reads on stdin
+//! ([`NodeCommand`]), shared by the harness side ([`crate::cluster`]) and
+//! the node side ([`crate::node`]).
+
+use crate::measure::{NodeReport, PreloadReport};
+use serde::{Deserialize, Serialize};
+
+/// A line a node process prints on stdout.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum NodeEvent {
+    /// The node is up and attached to its peers.
+    Ready {
+        /// Node id.
+        node: usize,
+    },
+    /// The node wrote its share of the keys.
+    Preloaded {
+        /// Node id.
+        node: usize,
+        /// How it went.
+        preload: PreloadReport,
+    },
+    /// Operations completed so far in the run phase (warm-up included).
+    Progress {
+        /// Node id.
+        node: usize,
+        /// Operations.
+        ops: u64,
+    },
+    /// The node's measurements.
+    Report {
+        /// Everything it measured.
+        report: Box<NodeReport>,
+    },
+    /// The node failed.
+    Error {
+        /// Node id.
+        node: usize,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A command the harness sends a node process on stdin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeCommand {
+    /// Write your share of the keys.
+    Preload,
+    /// Run the warm-up and measured phase.
+    Run,
+    /// Drop the node and exit.
+    Exit,
+}
+
+impl NodeCommand {
+    /// The word on the wire.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            NodeCommand::Preload => "preload",
+            NodeCommand::Run => "run",
+            NodeCommand::Exit => "exit",
+        }
+    }
+
+    /// Parses a word.
+    #[must_use]
+    pub fn parse(word: &str) -> Option<Self> {
+        match word.trim() {
+            "preload" => Some(NodeCommand::Preload),
+            "run" => Some(NodeCommand::Run),
+            "exit" => Some(NodeCommand::Exit),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_round_trip() {
+        for c in [NodeCommand::Preload, NodeCommand::Run, NodeCommand::Exit] {
+            assert_eq!(NodeCommand::parse(c.word()), Some(c));
+        }
+        assert_eq!(NodeCommand::parse("bogus"), None);
+    }
+
+    #[test]
+    fn events_are_json_lines() {
+        let line = serde_json::to_string(&NodeEvent::Progress { node: 2, ops: 7 }).unwrap();
+        assert_eq!(line, r#"{"event":"progress","node":2,"ops":7}"#);
+    }
+}
