@@ -39,6 +39,23 @@ pub fn client_id(node: usize, threads: usize, thread: usize) -> u64 {
     (node * threads + thread) as u64
 }
 
+/// In a node process a test spawned: its node id (from the variable
+/// `node_var`) and the run's shared directory (from `dir_var`). `None` when
+/// the test binary runs the child's test on its own, which then does
+/// nothing.
+///
+/// # Panics
+/// If the variables are set but malformed (the parent sets both).
+#[must_use]
+pub fn spawned_node(node_var: &str, dir_var: &str) -> Option<(usize, PathBuf)> {
+    let node = std::env::var(node_var).ok()?;
+    let node = node
+        .parse()
+        .unwrap_or_else(|_| panic!("{node_var} is not a node id: {node:?}"));
+    let dir = std::env::var(dir_var).unwrap_or_else(|_| panic!("{dir_var} is not set"));
+    Some((node, PathBuf::from(dir)))
+}
+
 /// Marks node `node` of the processes sharing `dir` as started.
 ///
 /// # Errors

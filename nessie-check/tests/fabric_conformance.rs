@@ -16,6 +16,17 @@ use std::sync::Arc;
 use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
+/// Node `node` of a cluster of `spec`'s shape.
+fn membership(spec: &ClusterSpec, cluster_id: u64, node: usize) -> Membership {
+    Membership {
+        cluster_id,
+        format_version: FORMAT_VERSION,
+        node,
+        nodes: spec.nodes,
+        regions: spec.regions.clone(),
+    }
+}
+
 fn local(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {
         let fabric: Arc<dyn Fabric> = Arc::new(LocalFabric::new(spec.nodes, &spec.regions));
@@ -46,13 +57,7 @@ fn open_shm_cluster(dir: PathBuf, cluster_id: u64, spec: &ClusterSpec) -> Vec<Ar
             .map(|node| {
                 let options = ShmOptions {
                     dir: dir.clone(),
-                    membership: Membership {
-                        cluster_id,
-                        format_version: FORMAT_VERSION,
-                        node,
-                        nodes: spec.nodes,
-                        regions: spec.regions.clone(),
-                    },
+                    membership: membership(spec, cluster_id, node),
                     attach_timeout: Duration::from_secs(10),
                 };
                 s.spawn(move || ShmFabric::open(&options))
@@ -105,13 +110,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
             .enumerate()
             .map(|(node, listener)| {
                 let options = TcpOptions {
-                    membership: Membership {
-                        cluster_id,
-                        format_version: FORMAT_VERSION,
-                        node,
-                        nodes: spec.nodes,
-                        regions: spec.regions.clone(),
-                    },
+                    membership: membership(spec, cluster_id, node),
                     peers: peers.clone(),
                     secret: "conformance-secret-0123456789".into(),
                     threads: 2,

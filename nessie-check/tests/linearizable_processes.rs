@@ -7,12 +7,12 @@ use nessie::{Config, FabricConfig, Node};
 use nessie_check::history::Call;
 use nessie_check::proc_history::{read_logs, stop_mid_operation, ProcLog};
 use nessie_check::proc_workload::{
-    client_id, logged_call, mark_started, run_node_workers, wait_until_started, ChildGuard,
-    NodeWork,
+    client_id, logged_call, mark_started, run_node_workers, spawned_node, wait_until_started,
+    ChildGuard, NodeWork,
 };
 use nessie_check::stress::stress_key;
 use nix::unistd::Pid;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -107,11 +107,9 @@ fn three_processes_one_killed_stay_linearizable() {
 #[test]
 #[ignore = "run as a child process by three_processes_one_killed_stay_linearizable"]
 fn child_node() {
-    let Ok(node) = std::env::var(CHILD_ENV) else {
+    let Some((node, dir)) = spawned_node(CHILD_ENV, "NESSIE_PROC_DIR") else {
         return;
     };
-    let node: usize = node.parse().unwrap();
-    let dir = PathBuf::from(std::env::var("NESSIE_PROC_DIR").unwrap());
     let mut cfg = config(&dir);
     cfg.cluster = std::env::var("NESSIE_PROC_CLUSTER").unwrap();
     let n = Node::start(cfg, node).unwrap();

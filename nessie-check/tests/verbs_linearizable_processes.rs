@@ -11,9 +11,10 @@
 
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{finish_together, run_node_workers, ChildGuard, NodeWork};
+use nessie_check::proc_workload::{
+    finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
+};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -125,11 +126,9 @@ fn three_processes_on_verbs_stay_linearizable() {
 #[test]
 #[ignore = "run as a child process by three_processes_on_verbs_stay_linearizable"]
 fn child_node() {
-    let Ok(node) = std::env::var(CHILD_ENV) else {
+    let Some((node, dir)) = spawned_node(CHILD_ENV, "NESSIE_VERBS_PROC_DIR") else {
         return;
     };
-    let node: usize = node.parse().unwrap();
-    let dir = PathBuf::from(std::env::var("NESSIE_VERBS_PROC_DIR").unwrap());
     let peers = std::env::var("NESSIE_VERBS_PROC_PEERS")
         .unwrap()
         .split(',')

@@ -70,6 +70,9 @@ impl fmt::Display for RegionId {
     }
 }
 
+/// The result of a verb.
+pub type Result<T, E = FabricError> = std::result::Result<T, E>;
+
 /// Index of a node in the cluster (0-based).
 pub type NodeId = usize;
 
@@ -255,13 +258,7 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// As [`Fabric::cas`], and [`FabricError::LateCas`].
-    fn cas_by(
-        &self,
-        addr: RemoteAddr,
-        expected: u64,
-        new: u64,
-        land_by_us: u64,
-    ) -> Result<u64, FabricError> {
+    fn cas_by(&self, addr: RemoteAddr, expected: u64, new: u64, land_by_us: u64) -> Result<u64> {
         let _ = land_by_us;
         self.cas(addr, expected, new)
     }

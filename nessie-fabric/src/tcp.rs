@@ -48,7 +48,7 @@ use super::{
 };
 use crate::clock::{Clock, WallClock};
 use crate::wire::frame::{FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
-use crate::Membership;
+use crate::{Membership, Result};
 use handshake::Identity;
 use peer::{Link, Peer, BACKOFF_MAX, BACKOFF_MIN};
 use serde::{Deserialize, Serialize};
@@ -362,13 +362,7 @@ impl Fabric for TcpFabric {
         self.cas_by(addr, expected, new, 0)
     }
 
-    fn cas_by(
-        &self,
-        addr: RemoteAddr,
-        expected: u64,
-        new: u64,
-        land_by_us: u64,
-    ) -> Result<u64, FabricError> {
+    fn cas_by(&self, addr: RemoteAddr, expected: u64, new: u64, land_by_us: u64) -> Result<u64> {
         if addr.node == self.node {
             // The local CAS is this thread's own instruction; the check
             // still catches a stall since the operation's deadline check.

@@ -215,8 +215,8 @@ impl Node {
     /// be started.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         config.validate()?;
-        let regions = regions(&config, &geometry(&config)?);
-        Node::run(Hosting::node(config, node_id, regions)?, node_id)
+        let regions = Node::regions(&config)?;
+        Node::on(Hosting::node(config, node_id, regions)?)
     }
 
     /// Runs node `node_id` on a fabric opened by the caller, which must
@@ -230,13 +230,18 @@ impl Node {
         node_id: NodeId,
         fabric: Arc<dyn Fabric>,
     ) -> Result<Node, Error> {
-        Node::run(Hosting::node_on(config, node_id, fabric)?, node_id)
+        Node::on(Hosting::node_on(config, node_id, fabric)?)
     }
 
-    fn run(hosting: Hosting, node_id: NodeId) -> Result<Node, Error> {
+    /// Starts the node's server workers on the one node `hosting` hosts.
+    fn on(hosting: Hosting) -> Result<Node, Error> {
         let table = Arc::new(Table::new(hosting.config()));
-        let data = Arc::clone(&hosting.data()[0]);
-        let server = ServerNode::start(&hosting, node_id, &table, data)?;
+        let server = ServerNode::start(
+            &hosting,
+            hosting.hosted()[0],
+            &table,
+            Arc::clone(&hosting.data()[0]),
+        )?;
         Ok(Node { server, hosting })
     }
 
