@@ -4,8 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use nessie::layout::dte::DteHeader;
-use nessie::layout::frame::Hello;
-use nessie::layout::region::{RegionHeader, REGION_HEADER_USED};
+use nessie::fabric::wire::frame::Hello;
+use nessie::fabric::wire::region::{RegionHeader, REGION_HEADER_USED};
 use nessie::layout::{Ite, DTE_HEADER_BYTES};
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 //! (from the store's [`nessie::Stats`] before and after it), plus counts of
 //! successes, errors and misses. A node merges its workers' recorders into a
 //! [`NodeReport`], which travels to the harness as one JSON line with the
-//! histograms in HdrHistogram V2 encoding (hex). The harness merges the
+//! histograms in `HdrHistogram` V2 encoding (hex). The harness merges the
 //! nodes' reports into a [`RunFigures`]: throughput, goodput, latency
 //! percentiles, verbs and bytes per operation and CPU time per operation.
 
@@ -26,7 +26,7 @@ const MAX_COUNT: u64 = 1 << 40;
 /// Distinct error messages kept per node (the rest are counted as "other").
 const MAX_ERROR_KINDS: usize = 16;
 
-/// A histogram that serialises as hex of its HdrHistogram V2 encoding.
+/// A histogram that serialises as hex of its `HdrHistogram` V2 encoding.
 #[derive(Clone, Debug)]
 pub struct Hist(pub Histogram<u64>);
 

@@ -375,7 +375,11 @@ fn wait_until(at: Instant, stop: &AtomicBool) -> bool {
         }
         let left = at - now;
         if left > SPIN {
-            std::thread::sleep((left - SPIN / 2).min(Duration::from_millis(50)));
+            std::thread::sleep(
+                left.checked_sub(SPIN / 2)
+                    .unwrap()
+                    .min(Duration::from_millis(50)),
+            );
         } else {
             std::hint::spin_loop();
         }
@@ -417,7 +421,10 @@ fn measure(
             })
             .collect();
         let mut next_progress = start + PROGRESS_EVERY;
-        while !handles.iter().all(|h| h.is_finished()) {
+        while !handles
+            .iter()
+            .all(std::thread::ScopedJoinHandle::is_finished)
+        {
             let now = Instant::now();
             if cpu_at_warm.is_none() && now >= warm_end {
                 cpu_at_warm = Some(cpu_secs());

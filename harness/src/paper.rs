@@ -5,7 +5,7 @@
 //! The paper's figures are plots; their numbers are not in the text, so for
 //! Figs. 4–14 this module holds the quantitative statements the text makes
 //! about them (each cited), and Table 1 in full. Setup: 15 nodes, 12 cores and
-//! one 10 GbE ConnectX-3 NIC each, 128 B keys, index load factor 0.4, 7
+//! one 10 `GbE` ConnectX-3 NIC each, 128 B keys, index load factor 0.4, 7
 //! filter bits, 3 hash functions.
 //!
 //! [`CLAIMS`] is the table the experiments judge their runs against: each
@@ -58,7 +58,7 @@ pub const TABLE1_CD: Table1Row = Table1Row {
     sent_gb: [514.0, 729.0, 877.0, 975.0, 999.0, 989.0, 1053.0],
 };
 
-/// Table 1, NessieSD (SD).
+/// Table 1, `NessieSD` (SD).
 pub const TABLE1_SD: Table1Row = Table1Row {
     get_us: [25.0, 43.0, 82.0, 184.0, 412.0, 875.0, 1732.0],
     put_us: [25.0, 41.0, 77.0, 171.0, 381.0, 816.0, 1602.0],
@@ -66,7 +66,7 @@ pub const TABLE1_SD: Table1Row = Table1Row {
     sent_gb: [1245.0, 1503.0, 1590.0, 1439.0, 1291.0, 1212.0, 1230.0],
 };
 
-/// Table 1, NessieHY (HY).
+/// Table 1, `NessieHY` (HY).
 pub const TABLE1_HY: Table1Row = Table1Row {
     get_us: [24.0, 47.0, 109.0, 231.0, 524.0, 1193.0, 2455.0],
     put_us: [42.0, 42.0, 69.0, 129.0, 271.0, 709.0, 1388.0],

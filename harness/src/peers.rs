@@ -97,20 +97,17 @@ impl PeerServer {
         })?;
         let port = free_port()?;
         let mut cmd = Command::new(&path);
-        match system {
-            StoreKind::Redis => {
-                cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-                    .args(["--daemonize", "no", "--loglevel", "warning"]);
-            }
-            _ => {
-                let mb = (memory_bytes / (1 << 20)).max(64);
-                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                    .args(["-m", &mb.to_string(), "-t", &threads.max(1).to_string()])
-                    .args(["-I", "2m"]);
-                if nix::unistd::geteuid().is_root() {
-                    cmd.args(["-u", "root"]);
-                }
+        if system == StoreKind::Redis {
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                .args(["--daemonize", "no", "--loglevel", "warning"]);
+        } else {
+            let mb = (memory_bytes / (1 << 20)).max(64);
+            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                .args(["-m", &mb.to_string(), "-t", &threads.max(1).to_string()])
+                .args(["-I", "2m"]);
+            if nix::unistd::geteuid().is_root() {
+                cmd.args(["-u", "root"]);
             }
         }
         let log_file = std::fs::File::create(log).map_err(HarnessError::io("creating", log))?;

@@ -182,7 +182,7 @@ pub fn fill_value(index: u64, version: u64, buf: &mut [u8]) {
     buf[..n].copy_from_slice(&stamp[..n]);
 }
 
-/// SplitMix64: a tiny, fast, seedable generator whose stream never changes
+/// `SplitMix64`: a tiny, fast, seedable generator whose stream never changes
 /// with crate versions (unlike `StdRng`), so seeds stay reproducible.
 #[derive(Clone, Debug)]
 pub struct SplitMix64 {
@@ -523,14 +523,14 @@ mod tests {
         }
         // Rank 0 and 1 come out at their exact probabilities.
         for (r, &count) in counts.iter().enumerate().take(2) {
-            let p = count as f64 / draws as f64;
+            let p = count as f64 / f64::from(draws);
             let want = z.probability(r as u64);
             assert!((p - want).abs() < 0.1 * want, "rank {r}: {p} vs {want}");
         }
         // Frequency falls with rank: the top 10 ranks take far more than 1 %.
         let top10: u64 = counts[..10].iter().sum();
         let want: f64 = (0..10).map(|r| z.probability(r)).sum();
-        let got = top10 as f64 / draws as f64;
+        let got = top10 as f64 / f64::from(draws);
         assert!((got - want).abs() < 0.15 * want, "top10 {got} vs {want}");
         assert!(
             got > 0.3,

@@ -192,12 +192,10 @@ fn children_of(pid: u32) -> Vec<u32> {
 
 fn alive(pid: u32) -> bool {
     // A zombie is dead for our purpose.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .is_some_and(|(_, a)| a.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, a)| a.trim_start().starts_with('Z'))
+    })
 }
 
 #[test]

@@ -442,8 +442,8 @@ fn fail(dir: &Path, what: &str) -> ! {
 
 /// PUTs fresh keys until the wanted limit is hit, then deletes them (a
 /// fill deletes each key right after its PUT, so that it exhausts data
-/// slots, not index slots). Returns whether the limit (DataTableFull for a
-/// fill, IndexFull for a crowd) was reached.
+/// slots, not index slots). Returns whether the limit (`DataTableFull` for a
+/// fill, `IndexFull` for a crowd) was reached.
 fn burst_until_full(client: &mut dyn KvClient, log: &mut ProcLog, name: &str, fill: bool) -> bool {
     let value = vec![0x5au8; if fill { 4000 } else { 16 }];
     let mut keys = Vec::new();

@@ -148,7 +148,10 @@ pub fn read_logs(dir: &Path) -> std::io::Result<History> {
             }
         }
         for key in order {
-            let (call, invoked) = calls.remove(&key).expect("recorded above");
+            // Every key of `order` was recorded in `calls`, once.
+            let Some((call, invoked)) = calls.remove(&key) else {
+                continue;
+            };
             history.push(match rets.remove(&key) {
                 Some((ret, at)) => Operation::returned(key.0, call, invoked, at.max(invoked), ret),
                 None => Operation::unknown(key.0, call, invoked),

@@ -61,7 +61,7 @@ pub fn run_client(
         match result {
             Ok(ret) => recorder.returned(pending, ret),
             Err(Error::Timeout | Error::DataTableFull | Error::IndexFull) => {
-                recorder.unknown(pending)
+                recorder.unknown(pending);
             }
             Err(e) => return Err(format!("client {id}: {call:?}: {e}")),
         }

@@ -1,4 +1,4 @@
-//! The KvClient conformance suite on every store: Nessie (`cd`), the
+//! The `KvClient` conformance suite on every store: Nessie (`cd`), the
 //! server-driven baseline (`sd`) and the hybrid baseline (`hy`), each on the
 //! local fabric, as node processes on shared memory, and on the `tcp`
 //! fabric.

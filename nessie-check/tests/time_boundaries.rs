@@ -187,7 +187,7 @@ fn checksums_are_verified_from_a_wait_of_half_the_expiry() {
     // read take one 1 µs step each: a stall of `half - 2µs` makes it
     // exactly `half`.
     let tick = Duration::from_micros(1);
-    for stall in [Duration::ZERO, half - tick * 3] {
+    for stall in [Duration::ZERO, half.checked_sub(tick * 3).unwrap()] {
         let (got, torn) = read_rotted_after(ChecksumPolicy::AfterStall, stall);
         assert_eq!(
             got.unwrap().as_deref(),
@@ -198,7 +198,10 @@ fn checksums_are_verified_from_a_wait_of_half_the_expiry() {
     }
     // A wait of half the expiry: verified, found torn, read again (fresh
     // now, so trusted).
-    let (got, torn) = read_rotted_after(ChecksumPolicy::AfterStall, half - tick * 2);
+    let (got, torn) = read_rotted_after(
+        ChecksumPolicy::AfterStall,
+        half.checked_sub(tick * 2).unwrap(),
+    );
     assert_eq!(got.unwrap().as_deref(), Some(&rotted[..]));
     assert_eq!(torn, 1, "the stalled read was verified");
 }

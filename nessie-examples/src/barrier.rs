@@ -2,8 +2,8 @@
 //!
 //! The key-value interface has GET, PUT and DELETE but no atomic increment
 //! or compare-and-swap, so the barrier uses one key per task: task `i`
-//! **arrives** by PUTting `job/<stage>/<barrier>/<i>`, then **waits** by
-//! GETting the other tasks' keys — only those it has not seen yet — with
+//! **arrives** by `PUTting` `job/<stage>/<barrier>/<i>`, then **waits** by
+//! `GETting` the other tasks' keys — only those it has not seen yet — with
 //! exponential back-off, until it has seen all of them or its deadline
 //! passes ([`JobError::BarrierTimeout`] naming the missing tasks). While it
 //! waits it also GETs the stage's abort key, so a task that failed and said
@@ -190,7 +190,7 @@ impl<'a> Barrier<'a> {
                     missing,
                 });
             }
-            std::thread::sleep(backoff.min(self.config.timeout - waited));
+            std::thread::sleep(backoff.min(self.config.timeout.saturating_sub(waited)));
             backoff = (backoff * 2).min(self.config.poll_max);
         }
     }

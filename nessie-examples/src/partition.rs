@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// lexicographic byte order, so reducer outputs concatenated in reducer
 /// order are globally sorted. Ranges are balanced for keys uniform in
 /// their first bytes (the generated input); skewed real keys would need
-/// sampled split points, as TeraSort takes them.
+/// sampled split points, as `TeraSort` takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RangePartitioner {
     parts: usize,

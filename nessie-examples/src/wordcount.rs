@@ -261,7 +261,7 @@ mod tests {
         let e = wc.reduce(0, 1, &[unsorted]).unwrap_err();
         assert!(matches!(e, JobError::Unsorted { .. }), "{e}");
         let p = HashPartitioner::new(2, PARTITION_SEED);
-        let other = if p.partition(b"x") == 0 { 1 } else { 0 };
+        let other = usize::from(p.partition(b"x") == 0);
         let e = wc.reduce(other, 2, &[a, Vec::new()]).unwrap_err();
         assert!(matches!(e, JobError::WrongPartition { .. }), "{e}");
     }

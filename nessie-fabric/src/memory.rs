@@ -71,6 +71,7 @@ impl RegionMemory {
             // and live per the constructor contract; accessed atomically.
             let w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
             // A byte-for-byte copy: native order in, native order out.
+            #[allow(clippy::disallowed_methods, reason = "memory is native words")]
             chunk.copy_from_slice(&w.to_ne_bytes());
         }
         // One fence orders the whole copy like acquire loads would, word by
@@ -86,9 +87,10 @@ impl RegionMemory {
         for (i, chunk) in data.chunks_exact(WORD).enumerate() {
             let mut b = [0u8; WORD];
             b.copy_from_slice(chunk);
+            #[allow(clippy::disallowed_methods, reason = "memory is native words")]
+            let w = u64::from_ne_bytes(b);
             // SAFETY: as in `read`.
-            unsafe { AtomicU64::from_ptr(base.add(i)) }
-                .store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            unsafe { AtomicU64::from_ptr(base.add(i)) }.store(w, Ordering::Relaxed);
         }
     }
 

@@ -111,6 +111,10 @@ impl ShmFabric {
                 source,
             })?;
         let words = (spec.len / WORD as u64) as usize;
+        #[allow(
+            clippy::cast_ptr_alignment,
+            reason = "page aligned plus a whole number of pages"
+        )]
         // SAFETY: the mapping is page aligned and `check_region` (or
         // `create_region`) established it spans the header plus `len`
         // bytes; it stays mapped until `self` drops (after `map`), and the

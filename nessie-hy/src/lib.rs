@@ -1,6 +1,6 @@
 //! # nessie-hy: the hybrid baseline
 //!
-//! The FaRM-like store the Nessie paper calls NessieHY (§5): **GETs are
+//! The FaRM-like store the Nessie paper calls `NessieHY` (§5): **GETs are
 //! client-driven** — the client reads the key's home node's index and data
 //! tables itself with one-sided READs — while **PUT and DELETE are
 //! server-driven**, sent as requests to the home node's server workers

@@ -1,5 +1,5 @@
 //! Behaviour of the hybrid store of its own. What every store does is
-//! checked by nessie-check's KvClient conformance suite.
+//! checked by nessie-check's `KvClient` conformance suite.
 
 use nessie::{Config, Error};
 

@@ -44,12 +44,12 @@ fn remote_put_and_delete_cost_two_writes() {
     for round in 0..30 {
         let value = vec![round as u8; 16 << 10];
         let d = delta(&mut c, OpKind::Put, |c| {
-            c.put(key.as_bytes(), &value).unwrap()
+            c.put(key.as_bytes(), &value).unwrap();
         });
         assert_eq!((d.writes, d.reads, d.cas, d.remote), (2, 0, 0, 2), "{d:?}");
     }
     let d = delta(&mut c, OpKind::Delete, |c| {
-        assert!(c.delete(key.as_bytes()).unwrap())
+        assert!(c.delete(key.as_bytes()).unwrap());
     });
     assert_eq!((d.writes, d.reads, d.cas, d.remote), (2, 0, 0, 2), "{d:?}");
 }
@@ -75,7 +75,7 @@ fn get_reads_ites_then_each_occupied_candidates_header_then_the_value() {
     c.put(b.as_bytes(), &vb).unwrap();
 
     let d = delta(&mut c, OpKind::Get, |c| {
-        assert_eq!(c.get(a.as_bytes()).unwrap(), Some(va.clone()))
+        assert_eq!(c.get(a.as_bytes()).unwrap(), Some(va.clone()));
     });
     assert_eq!(
         (d.reads, d.writes, d.cas, d.round_trips),
@@ -86,7 +86,7 @@ fn get_reads_ites_then_each_occupied_candidates_header_then_the_value() {
     assert_eq!((d.remote, d.local), (5, 0));
 
     let d = delta(&mut c, OpKind::Get, |c| {
-        assert_eq!(c.get(b.as_bytes()).unwrap(), Some(vb.clone()))
+        assert_eq!(c.get(b.as_bytes()).unwrap(), Some(vb.clone()));
     });
     assert_eq!(
         (d.reads, d.round_trips),
@@ -97,12 +97,12 @@ fn get_reads_ites_then_each_occupied_candidates_header_then_the_value() {
 
     // A miss with empty candidates: the ITEs, then the confirming re-read.
     let d = delta(&mut c, OpKind::Get, |c| {
-        assert_eq!(c.get(lone.as_bytes()).unwrap(), None)
+        assert_eq!(c.get(lone.as_bytes()).unwrap(), None);
     });
     assert_eq!((d.reads, d.round_trips), (6, 2), "{d:?}");
     // A miss behind another key: that key's header too.
     let d = delta(&mut c, OpKind::Get, |c| {
-        assert_eq!(c.get(behind_a.as_bytes()).unwrap(), None)
+        assert_eq!(c.get(behind_a.as_bytes()).unwrap(), None);
     });
     assert_eq!((d.reads, d.round_trips), (7, 3), "{d:?}");
 
@@ -110,7 +110,7 @@ fn get_reads_ites_then_each_occupied_candidates_header_then_the_value() {
     let own = find_key(&c, 0, "o", |s| s.len() == 3);
     c.put(own.as_bytes(), b"mine").unwrap();
     let d = delta(&mut c, OpKind::Get, |c| {
-        assert_eq!(c.get(own.as_bytes()).unwrap(), Some(b"mine".to_vec()))
+        assert_eq!(c.get(own.as_bytes()).unwrap(), Some(b"mine".to_vec()));
     });
     assert_eq!((d.reads, d.local, d.remote), (5, 5, 0), "{d:?}");
 }

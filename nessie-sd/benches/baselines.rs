@@ -131,14 +131,14 @@ fn baselines(c: &mut Criterion) {
         c,
         "sd",
         nessie_sd::Node::start,
-        |n| n.client(),
+        nessie_sd::Node::client,
         |c| remote_keys(c.table()),
     );
     bench_baseline(
         c,
         "hy",
         nessie_hy::Node::start,
-        |n| n.client(),
+        nessie_hy::Node::client,
         |c| remote_keys(c.table()),
     );
 }

@@ -1,6 +1,6 @@
 //! # nessie-sd: the server-driven baseline
 //!
-//! The HERD-like store the Nessie paper calls NessieSD (§5): each key has a
+//! The HERD-like store the Nessie paper calls `NessieSD` (§5): each key has a
 //! **home node** (hash mod nodes) holding its index entry and its data;
 //! clients WRITE requests into request rings polled by the home node's
 //! server worker threads, which execute GET, PUT and DELETE with local

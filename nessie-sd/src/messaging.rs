@@ -16,7 +16,7 @@
 //! because each reply goes where the client said.
 //!
 //! **Request ring heads are published by WRITE into the sender's memory**
-//! (FaRM's choice, not the alternative of the sender reading the receiver's
+//! (`FaRM`'s choice, not the alternative of the sender reading the receiver's
 //! head): the server worker consuming a ring WRITEs its head into the
 //! client's head-mirror word once at least half the ring was consumed since
 //! its last update, and the client reads that word from its own memory

@@ -1,5 +1,5 @@
 //! Ring-buffer messaging frames of the server-driven and hybrid baselines
-//! (FaRM §3.1), and the request/reply messages they carry.
+//! (`FaRM` §3.1), and the request/reply messages they carry.
 //!
 //! A ring is a span of a receiver's memory that one sender fills with
 //! fabric WRITEs. Every frame is one WRITE:
@@ -13,7 +13,7 @@
 //!
 //! The receiver polls the header word at its head; a non-zero header gives
 //! the frame length, and the frame is complete once the trailer at its end
-//! matches the payload read with it ([`frame_trailer`]). FaRM only checks
+//! matches the payload read with it ([`frame_trailer`]). `FaRM` only checks
 //! that the trailer is non-zero, relying on the NIC landing a WRITE in
 //! increasing address order; our fabrics promise no order among the words
 //! of one WRITE (the in-process and shared-memory backends store words with

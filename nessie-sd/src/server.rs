@@ -5,7 +5,7 @@
 //! and data tables. Every ITE change is a CAS (the atomicity rule: HY
 //! clients READ these words, and a real NIC's CAS is atomic only against
 //! other CAS), DTEs are written with WRITE before any ITE points at them,
-//! and an unlinked DTE is staged for reuse by WRITing its `expires_at`.
+//! and an unlinked DTE is staged for reuse by `WRITing` its `expires_at`.
 //! These are local memory operations, issued through the worker's own
 //! endpoint so that the harness can count server-side work too.
 //!
@@ -416,6 +416,10 @@ impl Worker {
 
     /// Which of `ites` holds `key`: `Some(Some(i))`, `Some(None)` if none
     /// does, `None` if a read was torn (re-read the ITEs).
+    #[allow(
+        clippy::option_option,
+        reason = "torn, absent and found are three answers"
+    )]
     fn find(&mut self, key: &[u8], ites: &[Ite]) -> Result<Option<Option<usize>>, Error> {
         let shared = Arc::clone(&self.shared);
         let node = shared.config.node;

@@ -305,7 +305,7 @@ pub fn read_value(
 /// clients. Reads the candidate ITEs of `key` on its home node in one batch;
 /// for each occupied one, in order, the DTE header and key (one READ); on a
 /// key match, the value (one READ). No filter bits, cache, previous
-/// versions or multi-read (as NessieHY in the paper). A miss is confirmed by
+/// versions or multi-read (as `NessieHY` in the paper). A miss is confirmed by
 /// re-reading the ITEs (see the module documentation). Returns whether the
 /// key was found; its value is then in `out`.
 ///

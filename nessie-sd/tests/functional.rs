@@ -1,6 +1,6 @@
 //! Behaviour of the server-driven store of its own: its full data table,
 //! client slots, configuration and servers. What every store does is
-//! checked by nessie-check's KvClient conformance suite.
+//! checked by nessie-check's `KvClient` conformance suite.
 
 use nessie::{Config, Error, KvClient};
 use nessie_sd::{Cluster, CLIENT_SLOTS};

@@ -397,7 +397,7 @@ mod tests {
             retry_count: 7,
         };
         assert!(old.ack_timeout() > Duration::from_millis(268));
-        assert!(old.worst_case() > config.expiry - config.op_timeout);
+        assert!(old.worst_case() > config.expiry.checked_sub(config.op_timeout).unwrap());
     }
 
     #[test]

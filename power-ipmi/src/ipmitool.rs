@@ -51,7 +51,7 @@ pub struct LanTarget {
     /// `lanplus` (IPMI 2.0, RMCP+) when true, `lan` (IPMI 1.5) when false.
     pub lanplus: bool,
     /// Cipher suite (`-C`); `None` lets ipmitool choose. Some BMCs need 17,
-    /// OpenIPMI's simulator answers 3 without the cipher-suite query.
+    /// `OpenIPMI`'s simulator answers 3 without the cipher-suite query.
     pub cipher_suite: Option<u8>,
 }
 

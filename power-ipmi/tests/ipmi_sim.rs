@@ -1,4 +1,4 @@
-//! The IPMI sampler against a real BMC simulator (OpenIPMI's `ipmi_sim`) on
+//! The IPMI sampler against a real BMC simulator (`OpenIPMI`'s `ipmi_sim`) on
 //! loopback, read through `ipmitool -I lanplus`. See `support/mod.rs` for
 //! how the simulator is set up. Skipped, loudly, when `ipmi_sim` or
 //! `ipmitool` is not installed (set `NESSIE_REQUIRE_IPMI_SIM=1` to fail
@@ -110,7 +110,7 @@ fn auto_falls_back_to_the_sensor_when_the_bmc_has_no_dcmi() {
     let mut dcmi = sampler(&sim, PowerSource::Dcmi, 250);
     match dcmi.start() {
         Err(PowerError::DcmiUnsupported { detail }) => {
-            assert!(detail.contains("Invalid command"), "{detail}")
+            assert!(detail.contains("Invalid command"), "{detail}");
         }
         other => panic!("expected DcmiUnsupported, got {other:?}"),
     }
@@ -136,7 +136,7 @@ fn idle_baseline_is_subtracted() {
     let mut s = sampler(&sim, PowerSource::Sensors(vec![POWER.name.into()]), 200);
     sim.set(POWER, 80.0);
     sim.wait_for(POWER, 80.0);
-    let idle = s.measure_idle(Duration::from_millis(1000)).expect("idle");
+    let idle = s.measure_idle(Duration::from_secs(1)).expect("idle");
     // Mean power is Joules over seconds: equal to the reading up to rounding.
     assert!((idle.watts - 80.0).abs() < 1e-9, "{idle:?}");
     assert!(idle.samples >= 2);
@@ -145,7 +145,7 @@ fn idle_baseline_is_subtracted() {
     sim.set(POWER, 130.0);
     sim.wait_for(POWER, 130.0);
     s.start().expect("start");
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_secs(1));
     let r = ipmi(s.stop().expect("stop"));
     assert_eq!(r.idle_watts, Some(idle.watts));
     assert!(

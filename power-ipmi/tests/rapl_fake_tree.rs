@@ -76,7 +76,7 @@ impl FakeTree {
         std::fs::write(self.zone_dir(id).join("energy_uj"), format!("{uj}\n")).unwrap();
     }
 
-    fn sampler(&self, root: &Path) -> RaplSampler {
+    fn sampler(root: &Path) -> RaplSampler {
         RaplSampler::new(RaplConfig {
             root: root.to_path_buf(),
             poll_interval: None,
@@ -128,7 +128,7 @@ fn discovers_zones_and_subzones_once_in_either_layout() {
 #[test]
 fn energy_is_the_counter_delta_of_each_zone() {
     let tree = FakeTree::new();
-    let mut s = tree.sampler(&tree.class);
+    let mut s = FakeTree::sampler(&tree.class);
     s.start().unwrap();
     tree.set("intel-rapl:0", 1_000_000 + 40_000_000); // 40 J
     tree.set("intel-rapl:0:0", 1_000_000 + 25_000_000); // 25 J, inside package-0
@@ -159,7 +159,7 @@ fn wrap_around_adds_the_rest_of_the_range_once_per_wrap() {
     let pkg = tree.zone_dir("intel-rapl:0");
     std::fs::write(pkg.join("max_energy_range_uj"), "10000000\n").unwrap();
     tree.set("intel-rapl:0", 9_000_000);
-    let mut s = tree.sampler(&tree.class);
+    let mut s = FakeTree::sampler(&tree.class);
     s.start().unwrap();
     tree.set("intel-rapl:0", 2_000_000); // wrapped: 1 J to the top + 2 J
     s.poll_now().unwrap();
@@ -208,7 +208,7 @@ fn missing_or_odd_trees_are_typed_errors() {
     let tree = FakeTree::new();
     tree.set("intel-rapl:1", 0);
     std::fs::write(tree.zone_dir("intel-rapl:1").join("energy_uj"), "lots\n").unwrap();
-    match tree.sampler(&tree.class).start() {
+    match FakeTree::sampler(&tree.class).start() {
         Err(PowerError::Parse { line, .. }) => assert_eq!(line, "lots"),
         other => panic!("expected a parse error, got {other:?}"),
     }
@@ -217,7 +217,7 @@ fn missing_or_odd_trees_are_typed_errors() {
     // a wrap.
     let tree = FakeTree::new();
     std::fs::remove_file(tree.zone_dir("intel-rapl:2").join("max_energy_range_uj")).unwrap();
-    let mut s = tree.sampler(&tree.class);
+    let mut s = FakeTree::sampler(&tree.class);
     s.start().unwrap();
     tree.set("intel-rapl:2", 5);
     assert!(matches!(
@@ -236,9 +236,9 @@ fn unreadable_counter_is_permission_denied() {
     let tree = FakeTree::new();
     let counter = tree.zone_dir("intel-rapl:0").join("energy_uj");
     std::fs::set_permissions(&counter, std::fs::Permissions::from_mode(0o000)).unwrap();
-    match tree.sampler(&tree.class).start() {
+    match FakeTree::sampler(&tree.class).start() {
         Err(e @ PowerError::PermissionDenied { .. }) => {
-            assert!(e.to_string().contains("root"), "{e}")
+            assert!(e.to_string().contains("root"), "{e}");
         }
         other => panic!("expected PermissionDenied, got {other:?}"),
     }

@@ -1,8 +1,8 @@
 //! `breakdown` (paper Fig. 13): CD's goodput under Zipf keys as its
 //! optimisations are switched on one after another.
 //!
-//! The steps follow the project's switch list (none, +batched_reads,
-//! +filter, +multi_read, +prev_versions, +cache); the paper's figure adds
+//! The steps follow the project's switch list (none, +`batched_reads`,
+//! +filter, +`multi_read`, +`prev_versions`, +cache); the paper's figure adds
 //! filter, caching, previous versions and multi-read to a "basic" protocol
 //! that already batches, in that order. Each step keeps the ones before it.
 

@@ -28,16 +28,16 @@ pub struct ContentionArgs {
 /// Ctrl-C or a report that cannot be written.
 pub fn run(args: ContentionArgs) -> Result<i32> {
     let mut ctx = Ctx::new("contention", args.common)?;
-    let hogs: Vec<usize> = args
-        .hogs
-        .map(|h| h.into_iter().map(usize::from).collect())
-        .unwrap_or_else(|| {
+    let hogs: Vec<usize> = args.hogs.map_or_else(
+        || {
             if ctx.common.output.quick {
                 vec![0, 2, 4]
             } else {
                 vec![0, 1, 2, 4, 8]
             }
-        });
+        },
+        |h| h.into_iter().map(usize::from).collect(),
+    );
     let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_200);
     let systems = ctx.systems(&StoreKind::PAPER);

@@ -221,23 +221,20 @@ fn fig14(report: &mut Report, rel_at: &[(StoreKind, f64, f64)]) {
                 .find(|r| r.0 == s && (r.1 - load).abs() < 1e-9)
                 .map(|r| r.2)
         };
-        report
-            .comparisons
-            .push(match (find(StoreKind::Cd), find(StoreKind::Sd)) {
-                (Some(c), Some(s)) => {
-                    let ours = format!(
-                        "CPU at {}% load, share of own peak: CD {} SD {}",
-                        percent(load),
-                        share(c),
-                        share(s)
-                    );
-                    judge(claim, None, ours, Some(&[(c, s)]))
-                }
-                _ => {
-                    let ours = format!("needs CD and SD at {}% load", percent(load));
-                    judge(claim, None, ours, None)
-                }
-            });
+        report.comparisons.push(
+            if let (Some(c), Some(s)) = (find(StoreKind::Cd), find(StoreKind::Sd)) {
+                let ours = format!(
+                    "CPU at {}% load, share of own peak: CD {} SD {}",
+                    percent(load),
+                    share(c),
+                    share(s)
+                );
+                judge(claim, None, ours, Some(&[(c, s)]))
+            } else {
+                let ours = format!("needs CD and SD at {}% load", percent(load));
+                judge(claim, None, ours, None)
+            },
+        );
     }
 }
 

@@ -71,6 +71,10 @@ fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     (if from_zero { lo } else { lo - pad }, hi + pad)
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "the signature plotters' label formatters take"
+)]
 fn y_format(v: &f64) -> String {
     let a = v.abs();
     if a >= 1e6 {

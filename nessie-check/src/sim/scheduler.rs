@@ -282,12 +282,11 @@ impl Scheduler {
                     _ => None,
                 })
                 .min();
-            match wake {
-                Some(u) => s.now = u,
-                None => {
-                    s.current = None;
-                    return;
-                }
+            if let Some(u) = wake {
+                s.now = u;
+            } else {
+                s.current = None;
+                return;
             }
         }
     }

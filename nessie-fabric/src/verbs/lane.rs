@@ -300,7 +300,7 @@ impl Lane {
                 Verb::Cas { old, .. } => {
                     let mut word = [0u8; 8];
                     staging.get(off, &mut word);
-                    *old = u64::from_le(u64::from_ne_bytes(word));
+                    *old = u64::from_le_bytes(word);
                 }
                 Verb::Write { .. } => {}
             }

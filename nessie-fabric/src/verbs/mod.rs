@@ -136,7 +136,7 @@ fn register_regions(
     for spec in &membership.regions {
         let bytes = usize::try_from(spec.len)
             .ok()
-            .filter(|&b| b <= isize::MAX as usize)
+            .filter(|&b| isize::try_from(b).is_ok())
             .ok_or(FabricError::OutOfBounds {
                 node: me,
                 region: spec.id,
@@ -658,8 +658,8 @@ impl Fabric for VerbsFabric {
 /// while that peer's own hello was refused here: the refusal says more.
 fn prefer_refusal(e: FabricError, refused: &Mutex<Vec<Option<HandshakeFailure>>>) -> FabricError {
     let node = match &e {
-        FabricError::Unreachable { node, .. } => *node,
-        FabricError::Handshake {
+        FabricError::Unreachable { node, .. }
+        | FabricError::Handshake {
             node,
             reason: HandshakeFailure::Io(_) | HandshakeFailure::NotConnected(_),
             ..

@@ -247,7 +247,7 @@ impl EnergySampler for CpuTimeSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        check_idle(&self.start, NAME)?;
+        check_idle(self.start.as_ref(), NAME)?;
         if self.ticks.is_none() {
             self.ticks = Some(clock_ticks_per_second()?);
         }

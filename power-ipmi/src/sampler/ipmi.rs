@@ -281,7 +281,7 @@ fn sample(tool: &IpmiTool, source: &Resolved, origin: Instant) -> Result<(f64, f
     let before = origin.elapsed().as_secs_f64();
     let watts = source.read(tool)?;
     let after = origin.elapsed().as_secs_f64();
-    Ok(((before + after) / 2.0, watts))
+    Ok((f64::midpoint(before, after), watts))
 }
 
 fn sampling_loop(
@@ -313,7 +313,7 @@ impl EnergySampler for IpmiSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        check_idle(&self.running, NAME)?;
+        check_idle(self.running.as_ref(), NAME)?;
         let interval = self.config.interval;
         if interval.is_zero() {
             return Err(PowerError::InvalidConfig {

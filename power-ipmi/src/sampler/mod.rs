@@ -144,7 +144,7 @@ impl MeterSet {
 }
 /// [`PowerError::AlreadyStarted`] if the sampler `name` has a run in
 /// progress (`running` is set).
-pub(crate) fn check_idle<T>(running: &Option<T>, name: &str) -> Result<(), PowerError> {
+pub(crate) fn check_idle<T>(running: Option<&T>, name: &str) -> Result<(), PowerError> {
     match running {
         Some(_) => Err(PowerError::AlreadyStarted {
             sampler: name.into(),

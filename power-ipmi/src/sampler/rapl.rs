@@ -339,7 +339,7 @@ impl EnergySampler for RaplSampler {
     }
 
     fn start(&mut self) -> Result<(), PowerError> {
-        check_idle(&self.running, NAME)?;
+        check_idle(self.running.as_ref(), NAME)?;
         if self.config.poll_interval.is_some_and(|d| d.is_zero()) {
             return Err(PowerError::InvalidConfig {
                 setting: "poll_interval",

@@ -1,10 +1,10 @@
-//! A real BMC on loopback for the tests: OpenIPMI's `ipmi_sim` with a LAN
+//! A real BMC on loopback for the tests: `OpenIPMI`'s `ipmi_sim` with a LAN
 //! channel on 127.0.0.1 (a free unprivileged UDP port), one admin user, and
 //! analog sensors whose values the test sets by writing the files
 //! `ipmi_sim` polls (`sensor_add ... poll 100 file PATH`, every 100 ms).
 //!
 //! The stock `ipmi_sim` does not implement DCMI. When a C compiler and
-//! OpenIPMI's headers (`libopenipmi-dev`) are present, `dcmi_module.c` is
+//! `OpenIPMI`'s headers (`libopenipmi-dev`) are present, `dcmi_module.c` is
 //! built and loaded (`loadlib` in `lan.conf`): it registers a handler for
 //! the DCMI group extension that answers Get Power Reading from a file,
 //! so `ipmitool dcmi power reading` can be tested too.
@@ -42,9 +42,10 @@ pub fn skip(test: &str, why: &str) {
     let msg = format!(
         "\n\n*** SKIPPED {test}: {why}\n*** install them with: apt-get install openipmi ipmitool libopenipmi-dev\n"
     );
-    if std::env::var_os("NESSIE_REQUIRE_IPMI_SIM").is_some() {
-        panic!("{msg}*** NESSIE_REQUIRE_IPMI_SIM is set, so this is a failure");
-    }
+    assert!(
+        std::env::var_os("NESSIE_REQUIRE_IPMI_SIM").is_none(),
+        "{msg}*** NESSIE_REQUIRE_IPMI_SIM is set, so this is a failure"
+    );
     // Straight to the process's stderr: the test harness captures
     // `eprintln!` of passing tests, and this must be seen.
     use std::io::Write;
@@ -165,7 +166,7 @@ fn free_udp_port() -> u16 {
 }
 
 /// Builds `dcmi_module.c` into `dir`; `None` (with the reason) when there
-/// is no compiler or no OpenIPMI headers.
+/// is no compiler or no `OpenIPMI` headers.
 fn build_dcmi_module(dir: &Path) -> Result<PathBuf, String> {
     if !Path::new("/usr/include/OpenIPMI/mcserv.h").exists() {
         return Err("OpenIPMI headers (libopenipmi-dev) not installed".into());
