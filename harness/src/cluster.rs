@@ -33,7 +33,7 @@ use crate::spec::{Load, RunSpec};
 use nessie::Config;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ impl Drop for ClusterGuard {
 /// `hog` subcommand) that exit when their stdin closes.
 fn start_hogs(exe: &Path, n: usize, guard: &mut ClusterGuard) -> Result<()> {
     for _ in 0..n {
-        let mut cmd = Command::new(exe);
+        let mut cmd = ChildGuard::command(exe);
         cmd.arg("hog")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -15,7 +15,7 @@ use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use text_kv::{TextClient, TextProtocol};
 
@@ -96,7 +96,7 @@ impl PeerServer {
             why: format!("`{name}` is not installed"),
         })?;
         let port = free_port()?;
-        let mut cmd = Command::new(&path);
+        let mut cmd = ChildGuard::command(&path);
         if system == StoreKind::Redis {
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])

@@ -5,7 +5,7 @@
 //! wait loop checks, so a run is torn down by those drops.
 
 use crate::error::{HarnessError, Result};
-use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::signal::{self, SigSet, Signal};
 use nix::unistd::Pid;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
@@ -18,47 +18,39 @@ use std::time::Duration;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: nix::libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
 /// Makes SIGINT and SIGTERM set a flag that every wait loop of the harness
-/// checks, so a run is torn down cleanly. A second signal (the handler
-/// resets itself) terminates at once; the children die with the harness
-/// through their parent-death signal.
+/// checks, so a run is torn down cleanly. The signals are blocked in every
+/// thread and taken by one thread that waits for them (no handler runs in
+/// signal context); after the first, that thread stops blocking them, so a
+/// second one terminates at once and the children die with the harness
+/// through their parent-death signal. Call it before starting any thread:
+/// threads inherit the mask (children do not: the standard library clears
+/// it before `exec`).
 pub fn install_signal_handlers() {
-    let action = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::SA_RESETHAND,
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe, and replaces no handler anyone relies on.
-        let _ = unsafe { signal::sigaction(sig, &action) };
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    if set.thread_block().is_err() {
+        return;
     }
+    let _ = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if set.wait().is_ok() {
+                INTERRUPTED.store(true, Ordering::SeqCst);
+            }
+            let _ = set.thread_unblock();
+            // Park: this thread now takes the next signal the default way.
+            loop {
+                std::thread::park();
+            }
+        });
 }
 
 /// Whether the user asked the harness to stop.
 #[must_use]
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
-}
-
-/// Ties a child to the harness: its own process group (so terminal signals
-/// reach only the harness, which tears the run down itself) and SIGKILL
-/// when the harness dies, set before `exec` so that it also holds for
-/// programs that are not ours (peer servers) and leaves no window.
-fn tie_to_harness(cmd: &mut Command) {
-    cmd.process_group(0);
-    // SAFETY: the closure runs in the forked child before `exec` and only
-    // calls prctl(2), which is async-signal-safe; it allocates nothing and
-    // takes no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
 }
 
 /// Makes this process die when its parent does, and exits at once if the
@@ -100,15 +92,32 @@ pub struct ChildGuard {
 }
 
 impl ChildGuard {
-    /// Ties `cmd` to the harness and starts it; `what` names it in the
-    /// error ("starting a node process").
+    /// A command that runs `program` tied to the harness: in its own
+    /// process group (so terminal signals reach only the harness, which
+    /// tears the run down itself) and killed when the harness dies. The
+    /// death signal is set by util-linux's `setpriv` right before it execs
+    /// `program`, so it holds for programs that are not ours (peer servers)
+    /// too. Add arguments and stdio, then [`ChildGuard::spawn`] it.
+    pub fn command(program: &Path) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(program)
+            .process_group(0);
+        cmd
+    }
+
+    /// Starts a command made by [`ChildGuard::command`]; `what` names it in
+    /// the error ("starting a node process").
     ///
     /// # Errors
-    /// [`HarnessError::Io`] if it cannot be started.
+    /// [`HarnessError::Io`] if the program does not exist or cannot be
+    /// started.
     pub fn spawn(cmd: &mut Command, what: &'static str) -> Result<Self> {
-        tie_to_harness(cmd);
-        let program = cmd.get_program().to_owned();
-        let child = cmd.spawn().map_err(HarnessError::io(what, program))?;
+        // The program, not `setpriv`: a missing one must fail here, not as
+        // a child that exits at once.
+        let program = PathBuf::from(cmd.get_args().nth(3).unwrap_or(cmd.get_program()));
+        std::fs::metadata(&program).map_err(HarnessError::io(what, &program))?;
+        let child = cmd.spawn().map_err(HarnessError::io(what, &program))?;
         Ok(ChildGuard { child })
     }
 
@@ -198,7 +207,7 @@ impl Talking {
             let log = log(index);
             let log_file =
                 std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
-            let mut cmd = Command::new(exe);
+            let mut cmd = ChildGuard::command(exe);
             cmd.args(args(index))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -254,7 +263,7 @@ mod tests {
         // A shell whose own child would outlive a plain kill of the shell.
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("pid");
-        let mut cmd = Command::new("sh");
+        let mut cmd = ChildGuard::command(Path::new("/bin/sh"));
         cmd.arg("-c")
             .arg(format!("sleep 60 & echo $! > {}; wait", pidfile.display()));
         let guard = ChildGuard::spawn(&mut cmd, "starting sh").unwrap();
@@ -280,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_missing_program_is_a_typed_error() {
-        let mut cmd = Command::new("/nonexistent/program");
+        let mut cmd = ChildGuard::command(Path::new("/nonexistent/program"));
         let e = ChildGuard::spawn(&mut cmd, "starting it").unwrap_err();
         assert!(matches!(e, HarnessError::Io { .. }), "{e}");
     }
