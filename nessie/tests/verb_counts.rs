@@ -178,7 +178,11 @@ fn local_reads_leave_the_cached_remote_entry_alone() {
         let local = b"a key written on this node".to_vec();
         let cluster = Cluster::local(config).unwrap();
         let mut reader = cluster.client(me).unwrap();
-        cluster.client((me + 1) % 3).unwrap().put(&remote, b"r").unwrap();
+        cluster
+            .client((me + 1) % 3)
+            .unwrap()
+            .put(&remote, b"r")
+            .unwrap();
         reader.put(&local, b"l").unwrap();
         assert!(reader.get(&remote).unwrap().is_some());
         assert!(reader.get(&local).unwrap().is_some());
