@@ -176,6 +176,7 @@ fn tcp(c: &mut Criterion) {
                     handshake_timeout: Duration::from_secs(5),
                     io_timeout: Duration::from_secs(10),
                     frame_limit: 1 << 20,
+                    rendezvous: None,
                 };
                 s.spawn(move || TcpFabric::with_listener(&options, listener).expect("open"))
             })

@@ -218,6 +218,20 @@ pub enum FabricError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The rendezvous failed: on a registering node, the server was not
+    /// reached, refused the registration or sent a reply that does not
+    /// verify; on the serving node, a connection it refused (see
+    /// [`crate::RendezvousOutcome::refused`]) or the wait for every node
+    /// ran out.
+    #[error("rendezvous with {addr}: {reason}")]
+    Rendezvous {
+        /// The server's address (a registering node, or the server's own
+        /// failures), or the address a refused registration came from.
+        addr: String,
+        /// What went wrong.
+        #[source]
+        reason: RendezvousFailure,
+    },
     /// The node's own listening address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -315,6 +329,70 @@ pub enum HandshakeFailure {
     /// saw it).
     #[error("refused by the peer: {0}")]
     Refused(#[source] Box<HandshakeFailure>),
+}
+
+/// Why a rendezvous failed (see [`FabricError::Rendezvous`]). Both sides
+/// check the same things; a registering node learns the server's reason
+/// as [`RendezvousFailure::Refused`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RendezvousFailure {
+    /// The connection broke or a read timed out.
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// No connection to the server could be opened in time.
+    #[error("the server was unreachable for {waited:?}: {source}")]
+    Unreachable {
+        /// How long the node kept trying.
+        waited: Duration,
+        /// Why the last attempt failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The other side does not speak the rendezvous protocol.
+    #[error("the other side is not a nessie rendezvous (bad magic)")]
+    BadMagic,
+    /// A message does not parse, or announces more bytes than allowed.
+    #[error("malformed rendezvous message")]
+    Malformed,
+    /// A message's key proof did not verify: the cluster secrets differ.
+    #[error("authentication failed: the cluster secrets differ")]
+    Authentication,
+    /// A message's key proof verified but its tag did not: it was altered
+    /// on the way.
+    #[error("a message was tampered with in transit (its tag does not verify)")]
+    Tampered,
+    /// A message verified but was made for another connection: someone
+    /// recorded and replayed it.
+    #[error("a replayed message: made for another connection")]
+    Replayed,
+    /// The registration's membership does not match the server's: other
+    /// format version, cluster, node count, node id or regions.
+    #[error("{0}")]
+    Membership(#[source] HandshakeFailure),
+    /// Another registration claimed this node id first.
+    #[error("node {0} is already registered by another claimant")]
+    Duplicate(NodeId),
+    /// The server gave up waiting for nodes that never registered.
+    #[error("node(s) {nodes:?} never registered within {waited:?}")]
+    Missing {
+        /// The node ids that never registered.
+        nodes: Vec<NodeId>,
+        /// How long the server waited.
+        waited: Duration,
+    },
+    /// This node's blob exceeds the bound of the wire layout.
+    #[error("a blob of {len} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Bytes of the blob.
+        len: usize,
+        /// Most bytes allowed.
+        limit: usize,
+    },
+    /// The server refused this node's registration for the reason given
+    /// (as the server saw it).
+    #[error("refused by the server: {0}")]
+    Refused(#[source] Box<RendezvousFailure>),
 }
 
 /// Why an RDMA verbs call failed (see [`FabricError::Verbs`]).

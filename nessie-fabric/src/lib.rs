@@ -24,9 +24,13 @@
 //!
 //! Every backend opened for a node of a multi-process cluster takes the
 //! node's [`Membership`] (cluster, format version, node, regions) and makes
-//! the same check of each peer before any verb reaches it. The crate's own
-//! byte layouts are in [`wire`]; [`clock`] is the time source the `tcp`
-//! backend judges late CASes by, and that stores build on. This crate knows
+//! the same check of each peer before any verb reaches it. Instead of a
+//! hand-written peer list, the nodes may find each other through an
+//! authenticated [`rendezvous`] that one of them serves: each registers an
+//! opaque blob (a [`TcpFabric`] its listening address) and receives every
+//! node's, and the server checks each registration's membership. The
+//! crate's own byte layouts are in [`wire`]; [`clock`] is the time source
+//! the `tcp` backend judges late CASes by, and that stores build on. This crate knows
 //! nothing of any store: what the regions hold is the caller's business.
 //! All of the project's `unsafe` code lives here (region memory and verbs).
 
@@ -39,6 +43,7 @@ mod local;
 mod membership;
 mod memory;
 mod rc_budget;
+mod rendezvous;
 mod shm;
 mod tcp;
 #[cfg(feature = "verbs")]
@@ -48,10 +53,13 @@ pub mod wire;
 use std::fmt;
 
 pub use endpoint::{Endpoint, VerbCounts};
-pub use error::{FabricError, HandshakeFailure, VerbsFailure};
+pub use error::{FabricError, HandshakeFailure, RendezvousFailure, VerbsFailure};
 pub use local::LocalFabric;
 pub use membership::Membership;
 pub use rc_budget::{RcTimeouts, MAX_ACK_TIMEOUT, MIN_ACK_TIMEOUT, RC_RETRY_COUNT};
+pub use rendezvous::{
+    rendezvous, rendezvous_with, serve_rendezvous, RendezvousOptions, RendezvousOutcome,
+};
 pub use shm::{ShmFabric, ShmOptions};
 #[doc(hidden)]
 pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;

@@ -35,7 +35,7 @@
 //!   fabric stops the listener, closes every connection and joins every
 //!   thread.
 
-mod handshake;
+pub(crate) mod handshake;
 mod peer;
 mod service;
 
@@ -47,8 +47,9 @@ use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
 };
 use crate::clock::{Clock, WallClock};
+use crate::rendezvous::{self, RendezvousOptions, RendezvousOutcome};
 use crate::wire::frame::{FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
-use crate::{Membership, Result};
+use crate::{Membership, RendezvousFailure, Result};
 use handshake::Identity;
 use peer::{Link, Peer, BACKOFF_MAX, BACKOFF_MIN};
 use serde::{Deserialize, Serialize};
@@ -65,7 +66,8 @@ pub struct TcpOptions {
     /// handshake checks them).
     pub membership: Membership,
     /// `host:port` of every node, indexed by node id; this node listens on
-    /// its own entry.
+    /// its own entry. Empty: the nodes find each other through
+    /// `rendezvous`.
     pub peers: Vec<String>,
     /// The cluster secret both sides of every connection prove they know.
     pub secret: String,
@@ -81,6 +83,12 @@ pub struct TcpOptions {
     pub io_timeout: Duration,
     /// Largest frame payload this node accepts and sends.
     pub frame_limit: u64,
+    /// Used when `peers` is empty: the node listens on an ephemeral port
+    /// (or the listener given to [`TcpFabric::with_listener`]), registers
+    /// `host:port` with this rendezvous (`host`: its address on the route
+    /// to the rendezvous server) and takes every node's address from it.
+    /// Its membership must be the fabric's.
+    pub rendezvous: Option<RendezvousOptions>,
 }
 
 impl fmt::Debug for TcpOptions {
@@ -94,6 +102,7 @@ impl fmt::Debug for TcpOptions {
             .field("handshake_timeout", &self.handshake_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("frame_limit", &self.frame_limit)
+            .field("rendezvous", &self.rendezvous)
             .finish()
     }
 }
@@ -168,15 +177,26 @@ fn bad_options(reason: &'static str) -> FabricError {
 
 impl TcpFabric {
     /// Binds `peers[node]`, serves this node's regions, and connects to
-    /// every peer (retrying until `attach_timeout`).
+    /// every peer (retrying until `attach_timeout`). With `peers` empty and
+    /// a `rendezvous`, binds an ephemeral port on every interface instead
+    /// and learns the peers' addresses from the rendezvous first.
     ///
     /// # Errors
     /// [`FabricError::Bind`] if the address cannot be bound;
+    /// [`FabricError::Rendezvous`] if the rendezvous fails;
     /// [`FabricError::Unreachable`] for a peer not reached in time;
     /// [`FabricError::Handshake`] for a peer of another secret, cluster,
     /// version, node or configuration; [`FabricError::Options`] for
     /// inconsistent options.
     pub fn open(options: &TcpOptions) -> Result<TcpFabric, FabricError> {
+        if let (true, Some(rv)) = (options.peers.is_empty(), &options.rendezvous) {
+            let any = rendezvous::wildcard_for(&rv.address);
+            let listener = TcpListener::bind(any).map_err(|source| FabricError::Bind {
+                addr: any.to_owned(),
+                source,
+            })?;
+            return TcpFabric::with_listener(options, listener);
+        }
         let addr = options
             .peers
             .get(options.membership.node)
@@ -189,7 +209,8 @@ impl TcpFabric {
     }
 
     /// As [`TcpFabric::open`], on a listener the caller bound (e.g. to port
-    /// 0 in tests; `peers[node]` is then only informative).
+    /// 0 in tests; `peers[node]` is then only informative). With `peers`
+    /// empty and a `rendezvous`, the node registers the listener's port.
     ///
     /// # Errors
     /// As [`TcpFabric::open`].
@@ -197,9 +218,57 @@ impl TcpFabric {
         options: &TcpOptions,
         listener: TcpListener,
     ) -> Result<TcpFabric, FabricError> {
+        let found;
+        let options = match (options.peers.is_empty(), &options.rendezvous) {
+            (true, Some(rv)) => {
+                found = TcpFabric::find_peers(options, rv, &listener)?;
+                &found
+            }
+            _ => options,
+        };
         let fabric = TcpFabric::serve(options, listener)?;
         fabric.attach(options.attach_timeout)?;
         Ok(fabric)
+    }
+
+    /// `options` with the peers' addresses the rendezvous taught: each node
+    /// registers `host:port` of `listener`, `host` its address on the route
+    /// to the server (the server: the host of the rendezvous address, or,
+    /// if that is unspecified, the address each node reached it at).
+    fn find_peers(
+        options: &TcpOptions,
+        rv: &RendezvousOptions,
+        listener: &TcpListener,
+    ) -> Result<TcpOptions, FabricError> {
+        if rv.membership != options.membership {
+            return Err(bad_options(
+                "the rendezvous's membership differs from the fabric's",
+            ));
+        }
+        let port = listener
+            .local_addr()
+            .map_err(|source| FabricError::Bind {
+                addr: rv.address.clone(),
+                source,
+            })?
+            .port();
+        let outcome = rendezvous::rendezvous_with(rv, |route| {
+            let advertised = if let Some(local) = route {
+                SocketAddr::new(local.ip(), port).to_string()
+            } else {
+                let host = rv.address.rsplit_once(':').map_or("", |(host, _)| host);
+                format!("{host}:{port}")
+            };
+            advertised.into_bytes()
+        })?;
+        let peers = peer_addresses(&outcome).ok_or_else(|| FabricError::Rendezvous {
+            addr: rv.address.clone(),
+            reason: RendezvousFailure::Malformed,
+        })?;
+        Ok(TcpOptions {
+            peers,
+            ..options.clone()
+        })
     }
 
     /// Starts serving, without connecting to anyone yet.
@@ -443,6 +512,29 @@ impl TcpFabric {
     }
 }
 
+/// Every node's `host:port` from a rendezvous (`None`: a blob is not
+/// one). The server's own entry, if its host is unspecified, takes the
+/// address this node reached the server at.
+fn peer_addresses(outcome: &RendezvousOutcome) -> Option<Vec<String>> {
+    outcome
+        .blobs
+        .iter()
+        .enumerate()
+        .map(|(node, blob)| {
+            let addr = std::str::from_utf8(blob).ok()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            port.parse::<u16>().ok()?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            match (host.parse::<std::net::IpAddr>(), outcome.server_addr) {
+                (Ok(ip), Some(server)) if ip.is_unspecified() && node == outcome.server => {
+                    Some(SocketAddr::new(server.ip(), port.parse().ok()?).to_string())
+                }
+                _ => Some(addr.to_owned()),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +573,7 @@ mod tests {
             handshake_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(5),
             frame_limit: LIMIT,
+            rendezvous: None,
         };
         let fabric = TcpFabric::serve(&options, listener).unwrap();
         let me = Arc::new(Identity {
@@ -533,6 +626,31 @@ mod tests {
     fn closed(mut s: TcpStream) -> bool {
         let mut b = [0u8; 1];
         matches!(s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    #[test]
+    fn the_servers_unspecified_host_becomes_the_address_it_was_reached_at() {
+        let outcome = RendezvousOutcome {
+            blobs: vec![
+                b"0.0.0.0:7000".to_vec(),
+                b"10.0.0.2:7001".to_vec(),
+                b"[::]:7002".to_vec(),
+            ],
+            server: 0,
+            local_addr: None,
+            server_addr: Some("10.0.0.1:6000".parse().unwrap()),
+            seen_from: None,
+            refused: Vec::new(),
+        };
+        assert_eq!(
+            peer_addresses(&outcome).unwrap(),
+            ["10.0.0.1:7000", "10.0.0.2:7001", "[::]:7002"]
+        );
+        let bad = RendezvousOutcome {
+            blobs: vec![b"no port".to_vec()],
+            ..outcome
+        };
+        assert_eq!(peer_addresses(&bad), None);
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn options(node: usize, peers: &[String]) -> TcpOptions {
         handshake_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(20),
         frame_limit: 64 << 10,
+        rendezvous: None,
     }
 }
 

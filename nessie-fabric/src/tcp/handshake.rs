@@ -29,7 +29,27 @@ use sha2::Sha256;
 use std::fmt;
 use std::io::{Read, Write};
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
+
+/// HMAC-SHA256 keyed with `secret`, fed with each of `parts` in order.
+/// Verify a tag with its `verify_slice` (constant time).
+pub(crate) fn keyed_mac(secret: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    // HMAC takes keys of any length.
+    let mut mac = HmacSha256::new_from_slice(secret).unwrap_or_else(|_| {
+        unreachable!("HMAC accepts keys of every length");
+    });
+    for part in parts {
+        mac.update(part);
+    }
+    mac
+}
+
+/// Fresh random bytes from the operating system, for a nonce.
+pub(crate) fn fresh_nonce() -> [u8; NONCE_BYTES] {
+    let mut nonce = [0u8; NONCE_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    nonce
+}
 
 /// What this node says about itself, and the secret it proves.
 pub(super) struct Identity {
@@ -53,8 +73,7 @@ fn io(e: std::io::Error) -> HandshakeFailure {
 
 impl Identity {
     fn hello(&self, to: u32) -> Hello {
-        let mut nonce = [0u8; NONCE_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let nonce = fresh_nonce();
         let me = &self.membership;
         Hello {
             format_version: me.format_version,
@@ -91,14 +110,7 @@ impl Identity {
     }
 
     fn mac(&self, label: &[u8], client_hello: &[u8], server_hello: &[u8]) -> HmacSha256 {
-        // HMAC takes keys of any length.
-        let mut mac = HmacSha256::new_from_slice(&self.secret).unwrap_or_else(|_| {
-            unreachable!("HMAC accepts keys of every length");
-        });
-        mac.update(label);
-        mac.update(client_hello);
-        mac.update(server_hello);
-        mac
+        keyed_mac(&self.secret, &[label, client_hello, server_hello])
     }
 }
 

@@ -1,6 +1,7 @@
 //! Every byte layout the fabric itself puts in files or on the wire: the
-//! header of an `shm` region file ([`region`]) and the `tcp` backend's
-//! handshake and verb frames ([`frame`]). The `verbs` backend's hello is
+//! header of an `shm` region file ([`region`]), the `tcp` backend's
+//! handshake and verb frames ([`frame`]) and the rendezvous through which
+//! nodes find each other ([`rendezvous`]). The `verbs` backend's hello is
 //! private to its handshake.
 //!
 //! All multi-byte fields are little-endian and every layout is a whole
@@ -8,6 +9,7 @@
 
 pub mod frame;
 pub mod region;
+pub mod rendezvous;
 
 pub use region::{RegionHeader, REGION_HEADER_BYTES};
 
