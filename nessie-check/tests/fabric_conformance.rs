@@ -118,6 +118,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
                     handshake_timeout: Duration::from_secs(5),
                     io_timeout: Duration::from_secs(20),
                     frame_limit: 1 << 20,
+                    rendezvous: None,
                 };
                 s.spawn(move || TcpFabric::with_listener(&options, listener))
             })

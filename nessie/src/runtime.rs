@@ -326,6 +326,7 @@ fn open_fabric(
                     .clamp(Duration::from_secs(1), Duration::from_secs(10)),
                 io_timeout: config.attach_timeout.max(Duration::from_secs(5)),
                 frame_limit: tcp_frame_limit(config),
+                rendezvous: None,
             };
             let tcp = Arc::new(TcpFabric::open(&options)?);
             Ok(Opened {
