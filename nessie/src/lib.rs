@@ -39,6 +39,9 @@
 //!   entries ([`layout::Ite`]), data entries ([`layout::DteHeader`]) and the
 //!   ids of the store's regions ([`layout::region`]), little-endian, field
 //!   widths checked at compile time.
+//! * [`bootstrap`] — a process's place in its job (node id, node count,
+//!   hosts, rendezvous address) from Slurm, MPI or torchrun variables or
+//!   explicit settings, and the cluster secret from outside the command line.
 //! * [`runtime`] — how a process starts the nodes it hosts, for every store
 //!   of the project: configuration checks, fabric, clocks, data tables and
 //!   the background recycler.
@@ -70,6 +73,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bootstrap;
 pub mod cache;
 mod client;
 pub mod clock;
