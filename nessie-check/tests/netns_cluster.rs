@@ -31,6 +31,7 @@ fn config(peers: Vec<String>, cluster: &str) -> Config {
         value_size_max: 4096,
         fabric: FabricConfig::Tcp {
             peers,
+            rendezvous: None,
             secret: format!("{cluster}-secret-0123456789"),
             threads: THREADS,
         },

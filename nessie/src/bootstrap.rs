@@ -91,7 +91,7 @@ pub use secret::{secret, secret_from};
 
 use std::fmt;
 
-use crate::Error;
+use crate::{Config, Error, FabricConfig};
 
 /// The lowest port of a Slurm job's default rendezvous address.
 pub const RENDEZVOUS_PORT_BASE: u16 = 20_000;
@@ -168,6 +168,31 @@ pub struct Overrides {
 }
 
 impl Launch {
+    /// Fits `config` to this launch: its node count, and on the `tcp`
+    /// fabric without a peer list the rendezvous address; on `tcp` also
+    /// the cluster secret, from the configuration or else the environment
+    /// ([`secret`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the rendezvous address cannot be known (see
+    /// [`Launch::require_rendezvous`]) or no secret is available.
+    pub fn configure(&self, config: &mut Config) -> Result<(), Error> {
+        config.nodes = self.nodes;
+        if let FabricConfig::Tcp {
+            peers,
+            rendezvous,
+            secret: configured,
+            ..
+        } = &mut config.fabric
+        {
+            if peers.is_empty() && rendezvous.is_none() {
+                *rendezvous = Some(self.require_rendezvous()?.to_owned());
+            }
+            *configured = secret(configured)?;
+        }
+        Ok(())
+    }
+
     /// This process's launch, from its environment; `Ok(None)` when no
     /// launcher and no explicit setting is present.
     ///

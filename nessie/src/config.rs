@@ -97,8 +97,15 @@ pub enum FabricConfig {
     /// software NIC in each node (see [`crate::fabric::TcpFabric`]).
     Tcp {
         /// `host:port` of every node, indexed by node id; a node listens on
-        /// its own entry.
+        /// its own entry. Empty: the nodes find each other through the
+        /// `rendezvous` instead (ephemeral ports).
+        #[serde(default)]
         peers: Vec<String>,
+        /// `host:port` of the authenticated rendezvous node 0 serves, used
+        /// when `peers` is empty (a launcher's bootstrap fills it in, see
+        /// [`crate::bootstrap`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rendezvous: Option<String>,
         /// Cluster secret: every connection proves both sides know it
         /// (HMAC-SHA256 challenge–response). Use 16 bytes or more of
         /// randomness.
@@ -115,9 +122,15 @@ impl std::fmt::Debug for FabricConfig {
         match self {
             FabricConfig::Local => f.write_str("Local"),
             FabricConfig::Shm { dir } => f.debug_struct("Shm").field("dir", dir).finish(),
-            FabricConfig::Tcp { peers, threads, .. } => f
+            FabricConfig::Tcp {
+                peers,
+                rendezvous,
+                threads,
+                ..
+            } => f
                 .debug_struct("Tcp")
                 .field("peers", peers)
+                .field("rendezvous", rendezvous)
                 .field("secret", &"<redacted>")
                 .field("threads", threads)
                 .finish(),
@@ -485,6 +498,7 @@ mod tests {
             c.fabric,
             FabricConfig::Tcp {
                 peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                rendezvous: None,
                 secret: "0123456789abcdef".into(),
                 threads: 4,
             }
@@ -493,6 +507,7 @@ mod tests {
             nodes: 2,
             fabric: FabricConfig::Tcp {
                 peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                rendezvous: None,
                 secret: secret.into(),
                 threads,
             },
@@ -528,6 +543,7 @@ mod tests {
                     "127.0.0.1:2".into(),
                     "127.0.0.1:3".into(),
                 ],
+                rendezvous: None,
                 secret: "s3cret-s3cret-s3cret".into(),
                 threads: 2,
             },

@@ -1,5 +1,6 @@
 //! One process's node of a multi-process cluster (the `shm` or `tcp` fabric).
 
+use crate::bootstrap::Launch;
 use crate::client::Client;
 use crate::fabric::{Fabric, NodeId, TcpStats};
 use crate::runtime::Hosting;
@@ -36,6 +37,27 @@ impl Node {
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         let regions = store_regions(&config);
         Node::run(Hosting::node(config, node_id, regions)?, node_id)
+    }
+
+    /// Starts this process's node of a job a launcher started (Slurm, Open
+    /// MPI, PMI, torchrun) or that `NESSIE_NODE_ID` and `NESSIE_NODES` name:
+    /// the node id and count come from the environment, and on `tcp`
+    /// without a peer list the nodes meet at the launcher's rendezvous (see
+    /// [`crate::bootstrap`]). Then as [`Node::start`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] if no launcher is found or its environment is
+    /// inconsistent, or as [`Node::start`].
+    pub fn launched(mut config: Config) -> Result<Node, Error> {
+        let launch = Launch::detect()?.ok_or_else(|| {
+            Error::Config(
+                "no launcher found: start the job with srun, mpirun or torchrun, or set \
+                 NESSIE_NODE_ID and NESSIE_NODES"
+                    .into(),
+            )
+        })?;
+        launch.configure(&mut config)?;
+        Node::start(config, launch.node)
     }
 
     /// Runs node `node_id` on a fabric the caller opened (whose regions are

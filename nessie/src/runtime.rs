@@ -10,8 +10,8 @@ use crate::clock::{Clock, WallClock};
 use crate::data::{NodeData, Recycler};
 use crate::fabric::wire::{frame::DEFAULT_FRAME_LIMIT, round_up_words};
 use crate::fabric::{
-    Fabric, LocalFabric, Membership, NodeId, RegionSpec, ShmFabric, ShmOptions, TcpFabric,
-    TcpOptions,
+    Fabric, LocalFabric, Membership, NodeId, RegionSpec, RendezvousOptions, ShmFabric, ShmOptions,
+    TcpFabric, TcpOptions,
 };
 use crate::layout::FORMAT_VERSION;
 use crate::{Config, Error, FabricConfig};
@@ -312,9 +312,19 @@ fn open_fabric(
         }
         FabricConfig::Tcp {
             peers,
+            rendezvous,
             secret,
             threads,
         } => {
+            // Node 0 serves the rendezvous; every node waits for the others
+            // as long as it waits for peers.
+            let rendezvous = rendezvous.as_ref().map(|address| RendezvousOptions {
+                membership: membership.clone(),
+                secret: secret.clone(),
+                address: address.clone(),
+                serve: node_id == 0,
+                timeout: config.attach_timeout,
+            });
             let options = TcpOptions {
                 membership,
                 peers: peers.clone(),
@@ -326,7 +336,7 @@ fn open_fabric(
                     .clamp(Duration::from_secs(1), Duration::from_secs(10)),
                 io_timeout: config.attach_timeout.max(Duration::from_secs(5)),
                 frame_limit: tcp_frame_limit(config),
-                rendezvous: None,
+                rendezvous,
             };
             let tcp = Arc::new(TcpFabric::open(&options)?);
             Ok(Opened {

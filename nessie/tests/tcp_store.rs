@@ -4,6 +4,7 @@
 //! verbs it issues on the `local` fabric (the protocol is unchanged; only
 //! the transport differs).
 
+use nessie::bootstrap::Launch;
 use nessie::fabric::VerbCounts;
 use nessie::{Cluster, Config, Error, FabricConfig, Node, Stats};
 use std::net::TcpListener;
@@ -35,6 +36,7 @@ fn tcp_config() -> Config {
             .iter()
             .map(|l| l.local_addr().unwrap().to_string())
             .collect(),
+        rendezvous: None,
         secret: "tcp-store-test-secret".into(),
         threads: 2,
     })
@@ -138,5 +140,88 @@ fn store_on_tcp_works_and_costs_the_same_verbs_as_local() {
             let key = format!("from-{n}").into_bytes();
             assert_eq!(c.get(&key).unwrap(), Some(vec![n as u8; 64]));
         }
+    }
+}
+
+/// Without a peer list the nodes meet at node 0's rendezvous, each on a
+/// port the OS picked; the node id and count come from a launcher's
+/// environment (here Open MPI's, on one host), and the secret from the
+/// environment, not the configuration.
+#[test]
+fn nodes_of_a_launched_job_meet_at_the_rendezvous() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nodes = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..NODES)
+            .map(|rank| {
+                s.spawn(move || {
+                    let vars = |name: &str| match name {
+                        "OMPI_COMM_WORLD_RANK" | "OMPI_COMM_WORLD_LOCAL_RANK" => {
+                            Some(rank.to_string())
+                        }
+                        "OMPI_COMM_WORLD_SIZE" | "OMPI_COMM_WORLD_LOCAL_SIZE" => {
+                            Some(NODES.to_string())
+                        }
+                        "NESSIE_RENDEZVOUS_PORT" => Some(port.to_string()),
+                        _ => None,
+                    };
+                    let launch = Launch::from_vars(vars).unwrap().unwrap();
+                    let mut c = config(FabricConfig::Tcp {
+                        peers: Vec::new(),
+                        rendezvous: None,
+                        secret: "launched-job-secret-0123".into(),
+                        threads: 2,
+                    });
+                    c.nodes = 1; // the launch knows better
+                    launch.configure(&mut c).unwrap();
+                    assert_eq!(c.nodes, NODES);
+                    Node::start(c, launch.node)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut clients: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    let costs = workload(&mut clients);
+    let local = Cluster::local(config(FabricConfig::Local)).unwrap();
+    let mut local_clients: Vec<_> = (0..NODES).map(|n| local.client(n).unwrap()).collect();
+    assert_eq!(costs, workload(&mut local_clients));
+    for n in &nodes {
+        let stats = n.tcp_stats().expect("a tcp node has tcp stats");
+        assert!(stats.verbs_served > 0 && stats.refused() == 0, "{stats:?}");
+    }
+}
+
+/// A node that is told to meet the others at a rendezvous but has no
+/// secret anywhere is refused before it opens anything.
+#[test]
+fn a_launched_tcp_node_needs_a_secret() {
+    let launch = Launch::from_vars(|name| match name {
+        "NESSIE_NODE_ID" => Some("0".into()),
+        "NESSIE_NODES" => Some("3".into()),
+        "NESSIE_RENDEZVOUS" => Some("127.0.0.1:1".into()),
+        _ => None,
+    })
+    .unwrap()
+    .unwrap();
+    let mut c = config(FabricConfig::Tcp {
+        peers: Vec::new(),
+        rendezvous: None,
+        secret: String::new(),
+        threads: 2,
+    });
+    // The process environment may carry a secret; only check the message
+    // when it does not.
+    let result = launch.configure(&mut c);
+    if std::env::var_os("NESSIE_SECRET").is_none()
+        && std::env::var_os("NESSIE_SECRET_FILE").is_none()
+    {
+        assert!(matches!(result, Err(Error::Config(m)) if m.contains("NESSIE_SECRET")));
     }
 }

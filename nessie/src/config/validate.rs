@@ -154,26 +154,40 @@ impl Config {
     }
 
     fn validate_fabric(&self) -> Result<(), Error> {
-        let (peers, secret, threads) = match &self.fabric {
-            FabricConfig::Verbs { peers, .. } => {
-                if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
-                    return Err(bad(format!(
+        let (secret, threads) =
+            match &self.fabric {
+                FabricConfig::Verbs { peers, .. } => {
+                    if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
+                        return Err(bad(format!(
                         "fabric = verbs: the landing bound ({:?}; cas_landing_bound, or 4/5 of \
                          expiry - op_timeout - max_clock_skew) is too short for any RDMA \
                          retransmission setting; raise expiry",
                         self.landing_bound()
                     )));
+                    }
+                    return self.validate_peers(peers);
                 }
-                return self.validate_peers(peers);
-            }
-            FabricConfig::Tcp {
-                peers,
-                secret,
-                threads,
-            } => (peers, secret, threads),
-            FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
-        };
-        self.validate_peers(peers)?;
+                FabricConfig::Tcp {
+                    peers,
+                    rendezvous,
+                    secret,
+                    threads,
+                } => {
+                    match rendezvous {
+                        Some(address) if peers.is_empty() => {
+                            validate_address("fabric.rendezvous", address)?;
+                        }
+                        Some(_) => return Err(bad(
+                            "fabric.peers and fabric.rendezvous exclude each other: list every \
+                             node's address, or let the nodes find each other"
+                                .into(),
+                        )),
+                        None => self.validate_peers(peers)?,
+                    }
+                    (secret, threads)
+                }
+                FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
+            };
         if secret.is_empty() {
             return Err(bad("fabric.secret must not be empty".into()));
         }
@@ -201,15 +215,20 @@ impl Config {
             )));
         }
         for (node, peer) in peers.iter().enumerate() {
-            let port = peer
-                .rsplit_once(':')
-                .map(|(host, port)| (host, port.parse::<u16>()));
-            if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
-                return Err(bad(format!(
-                    "fabric.peers[{node}] = {peer:?} is not host:port"
-                )));
-            }
+            validate_address(&format!("fabric.peers[{node}]"), peer)?;
         }
         Ok(())
+    }
+}
+
+/// `address` (the setting `name`) must be `host:port`.
+fn validate_address(name: &str, address: &str) -> Result<(), Error> {
+    let port = address
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    if matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+        Ok(())
+    } else {
+        Err(bad(format!("{name} = {address:?} is not host:port")))
     }
 }

@@ -141,6 +141,7 @@ fn tcp_config(nodes: usize) -> Config {
                 .iter()
                 .map(|l| l.local_addr().unwrap().to_string())
                 .collect(),
+            rendezvous: None,
             secret: "kv-suite-tcp-test-secret".into(),
             threads: 2,
         },
