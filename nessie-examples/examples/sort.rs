@@ -21,11 +21,24 @@
 //! done; wait
 //! ```
 //!
+//! Under a launcher, one process per node on any hosts: the node id and
+//! count come from the launcher's environment, and on `--fabric tcp` the
+//! nodes meet at an authenticated rendezvous on the first host (the cluster
+//! secret comes from `NESSIE_SECRET` or the file `NESSIE_SECRET_FILE`
+//! names, never from the command line):
+//!
+//! ```sh
+//! export NESSIE_SECRET_FILE=~/.nessie-secret     # mode 0600
+//! srun -N 3 -n 3 target/release/examples/sort --fabric tcp
+//! mpirun -np 3 -x NESSIE_SECRET_FILE target/release/examples/sort --fabric tcp
+//! ```
+//!
 //! `--store sd|hy` runs the same code on the baselines; `--store redis
 //! --redis 127.0.0.1:6379` on a Redis server; `--input FILE…` sorts files
 //! of 100-byte records instead of generated ones.
 
 use clap::Parser;
+use nessie::bootstrap::Launch;
 use nessie::{Config, FabricConfig, KvClient};
 use nessie_examples::chunk::{get_blob, put_blob};
 use nessie_examples::job::{check_summaries, ReduceSummary};
@@ -48,9 +61,13 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     tasks: usize,
     /// Run only task NODE, as node NODE of a cluster of --nodes processes
-    /// on the shm fabric.
+    /// (under a launcher, the launcher says which).
     #[arg(long)]
     node: Option<usize>,
+    /// The fabric of a cluster of processes: shm (one host) or tcp (any
+    /// hosts).
+    #[arg(long, default_value = "shm")]
+    fabric: ProcessFabric,
     /// Processes of the cluster (with --node).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
@@ -73,6 +90,29 @@ struct Args {
     /// Redis server (with --store redis).
     #[arg(long)]
     redis: Option<SocketAddr>,
+}
+
+/// The fabric of a cluster of processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProcessFabric {
+    /// Shared memory on one host.
+    Shm,
+    /// TCP between hosts; the nodes meet at the launcher's rendezvous.
+    Tcp,
+}
+
+impl ProcessFabric {
+    fn config(self) -> FabricConfig {
+        match self {
+            ProcessFabric::Shm => FabricConfig::Shm { dir: None },
+            ProcessFabric::Tcp => FabricConfig::Tcp {
+                peers: Vec::new(),
+                rendezvous: None,
+                secret: String::new(),
+                threads: 2,
+            },
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -148,10 +188,16 @@ fn sort_task(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let tasks = if args.node.is_some() {
-        args.nodes
-    } else {
-        args.tasks
+    // A launcher (srun, mpirun, torchrun) names this process's node.
+    let launch = match args.node {
+        Some(_) => None,
+        None => Launch::detect()?,
+    };
+    let node = args.node.or(launch.as_ref().map(|l| l.node));
+    let tasks = match (&launch, node) {
+        (Some(l), _) => l.nodes,
+        (None, Some(_)) => args.nodes,
+        (None, None) => args.tasks,
     };
     let spec = JobSpec {
         max_value: usize::try_from(args.max_value)?,
@@ -176,16 +222,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     let sort = Sort { input };
-    let base = Config {
+    let mut base = Config {
         nodes: tasks,
         cluster: format!("sort-{}", args.stage),
-        fabric: if args.node.is_some() {
-            FabricConfig::Shm { dir: None }
+        fabric: if node.is_some() {
+            args.fabric.config()
         } else {
             FabricConfig::Local
         },
         ..Config::default()
     };
+    match &launch {
+        Some(l) => l.configure(&mut base)?,
+        // Without a launcher, tcp needs every node's address.
+        None if node.is_some() && args.fabric == ProcessFabric::Tcp => {
+            return Err("--fabric tcp needs a launcher (srun, mpirun, torchrun) or NESSIE_NODE_ID, NESSIE_NODES and NESSIE_RENDEZVOUS".into())
+        }
+        None => {}
+    }
     let sizing = Sizing {
         tasks,
         shuffle_bytes: size,
@@ -195,7 +249,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = job_config(&base, &sizing)?;
     let start = Instant::now();
 
-    let digest = if let Some(node) = args.node {
+    let digest = if let Some(node) = node {
         // This process is node `node`: start it, take a client, run task `node`.
         let store = StoreNode::start(args.store, config, node, args.redis)?;
         let mut client = store.client()?;
