@@ -63,7 +63,9 @@
 //! Where the processes of the job meet, as `host:port`:
 //!
 //! 1. `NESSIE_RENDEZVOUS` (or the caller's value) wins, for every launcher.
-//! 2. torchrun: `MASTER_ADDR:MASTER_PORT` (both or neither must be set).
+//! 2. torchrun: `MASTER_ADDR`, on `NESSIE_RENDEZVOUS_PORT` if set, else on
+//!    `MASTER_PORT + 1` (torch's own store holds `MASTER_PORT`); both or
+//!    neither of `MASTER_ADDR` and `MASTER_PORT` must be set.
 //! 3. Slurm: the first host of the expanded `SLURM_STEP_NODELIST` (where
 //!    rank 0 runs under Slurm's block and cyclic distributions), port
 //!    `NESSIE_RENDEZVOUS_PORT` if set, else
@@ -485,7 +487,17 @@ fn ranks<F: Fn(&str) -> Option<String>>(
 fn torchrun<F: Fn(&str) -> Option<String>>(env: &Vars<'_, F>) -> Result<Launch, Error> {
     let (node, nodes, local_rank) = ranks(env, "RANK", "WORLD_SIZE", "LOCAL_RANK", true)?;
     let rendezvous = match (env.get("MASTER_ADDR"), env.port("MASTER_PORT")?) {
-        (Some(host), Some(port)) => Some(check_address(&join_address(&host, port), "MASTER_ADDR")?),
+        (Some(host), Some(master)) => {
+            // MASTER_PORT is taken by torch's own store on the master host:
+            // the rendezvous listens next to it unless told where.
+            let port = match env.port("NESSIE_RENDEZVOUS_PORT")? {
+                Some(p) => p,
+                None => master.checked_add(1).ok_or_else(|| {
+                    config("MASTER_PORT=65535 leaves no port for the rendezvous; set NESSIE_RENDEZVOUS_PORT".to_owned())
+                })?,
+            };
+            Some(check_address(&join_address(&host, port), "MASTER_ADDR")?)
+        }
         (None, None) => None,
         (Some(_), None) => {
             return Err(config(

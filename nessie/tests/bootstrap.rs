@@ -233,11 +233,13 @@ fn torchrun() {
     let l = launch(&base);
     assert_eq!(l.launcher, Launcher::Torchrun);
     assert_eq!((l.node, l.nodes, l.local_rank), (5, 16, 1));
-    assert_eq!(l.rendezvous.as_deref(), Some("10.1.2.3:29500"));
+    assert_eq!(l.rendezvous.as_deref(), Some("10.1.2.3:29501"));
+    let l = launch(&with(&base, &[("NESSIE_RENDEZVOUS_PORT", "4000")]));
+    assert_eq!(l.rendezvous.as_deref(), Some("10.1.2.3:4000"));
     assert_eq!(l.job_id.as_deref(), Some("train-7"));
 
     let l = launch(&with(&base, &[("MASTER_ADDR", "fe80::1")]));
-    assert_eq!(l.rendezvous.as_deref(), Some("[fe80::1]:29500"));
+    assert_eq!(l.rendezvous.as_deref(), Some("[fe80::1]:29501"));
 
     let l = launch(&base[..3]);
     assert_eq!(l.rendezvous, None);
