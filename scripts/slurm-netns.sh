@@ -25,6 +25,11 @@
 # (SlurmdSpoolDir per node), pid and log files all live in one temp dir
 # (mktemp -d). Slurm runs without cgroups: ProctrackType=proctrack/linuxproc,
 # TaskPlugin=task/none, SelectType=select/cons_tres, MpiDefault=none.
+# (slurmd 22.05 still loads a cgroup plugin at start; cgroup.conf names
+# cgroup/v1 so that it does not autodetect, which fails under
+# `ip netns exec` because that mounts the namespace's own /sys.)
+# The script is a child subreaper (scripts/lib/netns.sh), so the
+# slurmstepd processes slurmd detaches are reaped by it, not left behind.
 #
 # Each task sees Slurm's usual variables (SLURM_PROCID, SLURM_NTASKS,
 # SLURM_LOCALID, SLURM_NODEID, SLURM_JOB_ID, SLURM_STEP_NODELIST, ...) and
