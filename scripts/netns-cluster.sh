@@ -2,7 +2,8 @@
 # Runs a command once in each of N fresh network namespaces, one per node of
 # a tcp-fabric cluster, joined by veth pairs to a bridge.
 #
-#   scripts/netns-cluster.sh [-n NODES] [-s A.B.C] [-p PORT] [-t SECONDS] -- COMMAND [ARGS...]
+#   scripts/netns-cluster.sh [-n NODES] [-s A.B.C] [-p PORT] [-t SECONDS]
+#                            [--link RATE] [--delay DELAY] -- COMMAND [ARGS...]
 #
 # Layout (all names carry this script's pid, so runs never collide):
 #
@@ -12,6 +13,12 @@
 # The /24 (default 10.213.0) exists only inside these namespaces: none of
 # them has a default route or any other interface, and the bridge sits in a
 # namespace of its own, so no packet reaches the host's network stack.
+#
+# --link RATE / --delay DELAY shape every veth (tc, both ends): each node's
+# link to the bridge carries at most RATE each way (e.g. 10gbit, 800mbit)
+# and adds DELAY each way (e.g. 5us), so node to node one way is 2 x DELAY.
+# RATE alone uses tbf; DELAY uses netem, which some kernels lack (exit 77).
+# See scripts/lib/netns.sh.
 #
 # Each node's COMMAND runs in its namespace with
 #   NESSIE_NETNS_NODE   its node id (0-based)
@@ -23,45 +30,50 @@
 # namespaces, veths and bridge deleted on exit.
 #
 # Exit status 77: this machine cannot run it (not root, no `ip` from
-# iproute2, or namespaces not permitted); callers may treat that as a skip.
+# iproute2, namespaces not permitted, or shaping asked for a qdisc the
+# kernel lacks); callers may treat that as a skip.
 set -euo pipefail
+
+# shellcheck source=lib/netns.sh
+. "$(dirname "$0")/lib/netns.sh"
 
 nodes=3
 subnet=10.213.0
 port=7700
 limit=0
+link=
+delay=
 
 usage() {
-  sed -n '2,30p' "$0" >&2
+  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
   exit 2
 }
 
-while getopts "n:s:p:t:h" opt; do
-  case "$opt" in
-    n) nodes=$OPTARG ;;
-    s) subnet=$OPTARG ;;
-    p) port=$OPTARG ;;
-    t) limit=$OPTARG ;;
-    *) usage ;;
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n | -s | -p | -t | --link | --delay)
+      [ $# -ge 2 ] || usage
+      case "$1" in
+        -n) nodes=$2 ;; -s) subnet=$2 ;; -p) port=$2 ;; -t) limit=$2 ;;
+        --link) link=$2 ;; --delay) delay=$2 ;;
+      esac
+      shift 2 ;;
+    -n?*) nodes=${1#-n}; shift ;;
+    -s?*) subnet=${1#-s}; shift ;;
+    -p?*) port=${1#-p}; shift ;;
+    -t?*) limit=${1#-t}; shift ;;
+    --link=*) link=${1#--link=}; shift ;;
+    --delay=*) delay=${1#--delay=}; shift ;;
+    --) shift; break ;;
+    -*) usage ;;
+    *) break ;;
   esac
 done
-shift $((OPTIND - 1))
-[ "${1:-}" = "--" ] && shift
 [ $# -ge 1 ] || usage
-[[ "$nodes" =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 250 ] || usage
+netns_valid_nodes "$nodes" || usage
 
-if ! command -v ip >/dev/null 2>&1; then
-  echo "netns-cluster: 'ip' not found (Debian package iproute2)" >&2
-  exit 77
-fi
-if [ "$(id -u)" != 0 ]; then
-  echo "netns-cluster: network namespaces need root" >&2
-  exit 77
-fi
+netns_require netns-cluster
 
-tag="nessie$$"
-hub="$tag-hub"
-namespaces=()
 pids=()
 
 cleanup() {
@@ -69,42 +81,25 @@ cleanup() {
   trap - EXIT INT TERM HUP
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  # Deleting a namespace deletes its interfaces (veth pairs, the bridge).
-  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  netns_down
   exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
-if ! ip netns add "$hub" 2>/dev/null; then
-  echo "netns-cluster: cannot create network namespaces here" >&2
-  exit 77
-fi
-namespaces+=("$hub")
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
+netns_up "nessie$$" "$nodes" "$subnet"
+netns_shape "$link" "$delay"
 
 peers=""
-for i in $(seq 0 $((nodes - 1))); do
-  ns="$tag-$i"
-  ip netns add "$ns"
-  namespaces+=("$ns")
-  ip -n "$hub" link add "h$i" type veth peer name eth0 netns "$ns"
-  ip -n "$hub" link set "h$i" master br0
-  ip -n "$hub" link set "h$i" up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "$subnet.$((i + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  peers+="${peers:+,}$subnet.$((i + 1)):$port"
-done
-echo "netns-cluster: $nodes namespaces $tag-*, peers $peers" >&2
+for addr in "${NETNS_ADDRS[@]}"; do peers+="${peers:+,}$addr:$port"; done
+echo "netns-cluster: $nodes namespaces $NETNS_TAG-*, peers $peers" >&2
 
 for i in $(seq 0 $((nodes - 1))); do
   runner=()
   [ "$limit" != 0 ] && runner=(timeout --kill-after=5 "$limit")
   NESSIE_NETNS_NODE=$i NESSIE_NETNS_NODES=$nodes NESSIE_NETNS_PEERS=$peers \
-    ip netns exec "$tag-$i" "${runner[@]}" "$@" &
+    ip netns exec "$NETNS_TAG-$i" "${runner[@]}" "$@" &
   pids+=($!)
 done
 

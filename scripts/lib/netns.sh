@@ -1,0 +1,192 @@
+# Sourced by scripts/netns-cluster.sh, scripts/slurm-netns.sh and
+# scripts/mpirun-netns.sh: builds (and tears down) a set of network
+# namespaces joined by veth pairs to a bridge in a hub namespace.
+#
+#   netns_require WHO          exit 77 unless root with `ip` (and `tc`)
+#   netns_up TAG NODES SUBNET [HUB_ADDR]
+#                              netns TAG-hub: bridge br0 (with HUB_ADDR/24
+#                              when given), one veth end h<i> per node;
+#                              netns TAG-<i>: lo, eth0 = SUBNET.<i+1>/24
+#   netns_shape RATE DELAY     a qdisc on both ends of every veth (either
+#                              argument may be empty: not shaped)
+#   netns_down                 kill every process left in the namespaces,
+#                              wait until they are gone, delete the
+#                              namespaces (and with them veths and bridge)
+#   netns_pids                 the pids of every process in the namespaces
+#   netns_wait_gone TENTHS PID...
+#                              wait until none of PIDS exists any more
+#
+# The /24 exists only inside these namespaces: none of them has a default
+# route or any other interface, and the bridge sits in a namespace of its
+# own, so no packet reaches the host's network stack.
+#
+# Shaping: each veth is a node's link to the switch (the bridge). Its node
+# end (eth0, egress = node to switch) and its hub end (h<i>, egress = switch
+# to node) each get the qdisc, so a packet from node a to node b crosses two
+# shaped hops: a's uplink and b's downlink. One-way latency node to node is
+# therefore 2 x DELAY, and each node sends and receives at most RATE.
+#   RATE only   tbf (token bucket; burst = 10 ms at RATE, at least 64 KiB)
+#   DELAY       netem delay DELAY [rate RATE]; needs the kernel's sch_netem,
+#               without which the caller exits 77 (cannot run here)
+# RATE is a tc rate (10gbit, 800mbit, 1gbps, ...), DELAY a tc time (5us,
+# 1ms, ...).
+#
+# Globals set: NETNS_TAG, NETNS_HUB, NETNS_NODES, NETNS_SUBNET,
+# NETNS_NAMESPACES (array, hub first), NETNS_ADDRS (array, by node id).
+
+NETNS_NAMESPACES=()
+NETNS_ADDRS=()
+
+# Re-executes the calling script (same pid, same arguments) as a child
+# subreaper (prctl PR_SET_CHILD_SUBREAPER, through perl): processes that
+# daemons detach (slurmstepd, orted's children) are then reparented to the
+# script, which reaps them, instead of to init, which may leave them as
+# zombies for a while after the script is gone. Call it first thing, as
+#   netns_subreaper "$0" "$@"
+# Without perl or on an unknown architecture, it does nothing.
+netns_subreaper() {
+  local nr
+  [ "${NETNS_SUBREAPER:-}" = "$$" ] && return 0
+  command -v perl >/dev/null 2>&1 || return 0
+  case "$(uname -m)" in
+    x86_64) nr=157 ;; aarch64) nr=167 ;; *) return 0 ;;
+  esac
+  NETNS_SUBREAPER=$$ exec perl -e 'syscall(shift, 36, 1); exec { $ARGV[0] } @ARGV or die "exec: $!\n"' \
+    "$nr" bash "$@"
+}
+
+netns_require() {
+  local who=$1
+  if ! command -v ip >/dev/null 2>&1; then
+    echo "$who: 'ip' not found (Debian package iproute2)" >&2
+    exit 77
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "$who: network namespaces need root" >&2
+    exit 77
+  fi
+}
+
+# Validates a node count (1..250); returns 1 when it is not one.
+netns_valid_nodes() {
+  [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le 250 ]
+}
+
+# Validates A.B.C; returns 1 when it is not one.
+netns_valid_subnet() {
+  [[ "$1" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]]
+}
+
+netns_up() {
+  NETNS_TAG=$1
+  NETNS_NODES=$2
+  NETNS_SUBNET=$3
+  local hub_addr=${4:-} i ns
+  NETNS_HUB="$NETNS_TAG-hub"
+  if ! ip netns add "$NETNS_HUB" 2>/dev/null; then
+    echo "netns: cannot create network namespaces here" >&2
+    exit 77
+  fi
+  NETNS_NAMESPACES+=("$NETNS_HUB")
+  ip -n "$NETNS_HUB" link set lo up
+  ip -n "$NETNS_HUB" link add br0 type bridge
+  ip -n "$NETNS_HUB" link set br0 up
+  [ -n "$hub_addr" ] && ip -n "$NETNS_HUB" addr add "$hub_addr/24" dev br0
+  for i in $(seq 0 $((NETNS_NODES - 1))); do
+    ns="$NETNS_TAG-$i"
+    ip netns add "$ns"
+    NETNS_NAMESPACES+=("$ns")
+    ip -n "$NETNS_HUB" link add "h$i" type veth peer name eth0 netns "$ns"
+    ip -n "$NETNS_HUB" link set "h$i" master br0
+    ip -n "$NETNS_HUB" link set "h$i" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$NETNS_SUBNET.$((i + 1))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    NETNS_ADDRS+=("$NETNS_SUBNET.$((i + 1))")
+  done
+}
+
+# Prints RATE in bytes per second (decimal tc units: bit, kbit, mbit, gbit,
+# tbit, bps, kbps, mbps, gbps, tbps); returns 1 when it is not one.
+netns_rate_bytes() {
+  local m=1
+  [[ "$1" =~ ^([0-9]+(\.[0-9]+)?)([kKmMgGtT]?)(bit|bps)$ ]] || return 1
+  case "${BASH_REMATCH[3]}" in
+    k | K) m=1e3 ;; m | M) m=1e6 ;; g | G) m=1e9 ;; t | T) m=1e12 ;;
+  esac
+  [ "${BASH_REMATCH[4]}" = bit ] && m="$m/8"
+  awk "BEGIN { printf \"%d\\n\", ${BASH_REMATCH[1]} * $m }"
+}
+
+netns_shape() {
+  local rate=$1 delay=$2 qdisc=() i out bytes burst
+  [ -z "$rate" ] && [ -z "$delay" ] && return 0
+  if ! command -v tc >/dev/null 2>&1; then
+    echo "netns: 'tc' not found (Debian package iproute2)" >&2
+    exit 77
+  fi
+  if [ -n "$rate" ] && ! bytes=$(netns_rate_bytes "$rate"); then
+    echo "netns: --link $rate is not a rate such as 10gbit, 800mbit, 1gbps" >&2
+    exit 2
+  fi
+  if [ -n "$delay" ] && ! [[ "$delay" =~ ^[0-9]+(\.[0-9]+)?(ns|us|ms|s)$ ]]; then
+    echo "netns: --delay $delay is not a time such as 5us, 1ms" >&2
+    exit 2
+  fi
+  if [ -n "$delay" ]; then
+    qdisc=(netem limit 100000 delay "$delay")
+    [ -n "$rate" ] && qdisc+=(rate "$rate")
+  else
+    burst=$((bytes / 100))
+    [ "$burst" -lt 65536 ] && burst=65536
+    qdisc=(tbf rate "$rate" burst "$burst" latency 50ms)
+  fi
+  for i in $(seq 0 $((NETNS_NODES - 1))); do
+    if ! out=$(tc -n "$NETNS_TAG-$i" qdisc add dev eth0 root "${qdisc[@]}" 2>&1) ||
+      ! out=$(tc -n "$NETNS_HUB" qdisc add dev "h$i" root "${qdisc[@]}" 2>&1); then
+      if [[ "$out" == *"qdisc kind is unknown"* ]]; then
+        echo "netns: this kernel has no '${qdisc[0]}' qdisc (sch_${qdisc[0]}): cannot shape links here" >&2
+        exit 77
+      fi
+      echo "netns: tc qdisc add ... ${qdisc[*]}: $out" >&2
+      exit 2
+    fi
+  done
+  echo "netns: every veth end shaped with: ${qdisc[*]}" >&2
+}
+
+# Waits (at most TENTHS tenths of a second) until none of PIDS exists any
+# more, zombies included; returns 1 if some still do.
+netns_wait_gone() {
+  local tenths=$1 pid left
+  shift
+  for _ in $(seq 1 "$tenths"); do
+    left=0
+    for pid in "$@"; do [ -e "/proc/$pid" ] && left=1; done
+    [ "$left" = 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Prints the pids of every process in the namespaces, one a line.
+netns_pids() {
+  local ns
+  for ns in "${NETNS_NAMESPACES[@]}"; do ip netns pids "$ns" 2>/dev/null || true; done
+}
+
+netns_down() {
+  local ns pid killed=()
+  # Whatever still runs in these namespaces (daemons' children, tasks) is
+  # ours: killed by pid, namespace by namespace.
+  for ns in "${NETNS_NAMESPACES[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -KILL "$pid" 2>/dev/null && killed+=("$pid")
+    done
+  done
+  # Until they are reaped, so that nothing of them is left on return.
+  [ ${#killed[@]} -eq 0 ] || netns_wait_gone 100 "${killed[@]}" || true
+  # Deleting a namespace deletes its interfaces (veth pairs, the bridge).
+  for ns in "${NETNS_NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  NETNS_NAMESPACES=()
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Runs a command under Open MPI's mpirun with one rank per network
+# namespace, each namespace standing for one host.
+#
+#   scripts/mpirun-netns.sh [-n NODES] [-s A.B.C] [-t SECONDS]
+#                           [--link RATE] [--delay DELAY] -- COMMAND [ARGS...]
+#
+# runs `mpirun -np NODES COMMAND [ARGS...]` (NODES defaults to 3) and exits
+# with its status.
+#
+# Layout (names carry this script's pid, so runs never collide; the
+# namespaces come from scripts/lib/netns.sh):
+#
+#   netns nessie<pid>-hub   bridge br0 = A.B.C.254/24; mpirun itself
+#   netns nessie<pid>-<i>   eth0 = A.B.C.<i+1>/24; one orted, rank i
+#
+# mpirun reads a hostfile naming the node namespaces (`nessie<pid>-<i>
+# slots=1`) and starts its daemons with Open MPI's rsh launcher pointed at
+# scripts/lib/netns-rsh (`--mca plm_rsh_agent`, no tree spawn), which runs
+# the daemon's command in the namespace named by the "host" instead of
+# over ssh. The daemons call back to mpirun on A.B.C.254, and Open MPI's
+# out-of-band and tcp traffic is kept on the /24 (oob_tcp_if_include,
+# btl_tcp_if_include). Nothing listens outside the namespaces.
+#
+# Two settings make this reliable with several daemons on one machine:
+#   --leave-session-attached   the daemons do not daemonize: each stays the
+#                              launcher's child (as it would behind ssh), so
+#                              a daemon that dies is noticed by mpirun;
+#   --mca rtc_hwloc_vmhole none  no hwloc topology in shared memory: with it,
+#                              Open MPI 4.1's orted crashed (SIGSEGV in
+#                              hwloc_shmem_topology_write) in about 1 start
+#                              in 20, and a daemonized one left mpirun
+#                              waiting forever.
+#
+# Each rank sees OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+# OMPI_COMM_WORLD_LOCAL_RANK (0: one rank per "host"), ... and the caller's
+# environment (the daemons inherit it through the launcher). As root,
+# --allow-run-as-root is passed. -t bounds the whole run (mpirun is killed
+# after SECONDS). --link / --delay shape the links as in
+# scripts/netns-cluster.sh.
+#
+# On exit, failure or signal: mpirun, its daemons and anything else left in
+# the namespaces are killed, the namespaces deleted, the temp dir (the
+# hostfile) removed.
+#
+# Packages (Debian): openmpi-bin iproute2; installed with apt-get when
+# missing, unless SKIP_APT=1.
+# Exit status 77: this machine cannot run it (not root, packages missing
+# and not installable, namespaces not permitted); callers may treat that as
+# a skip.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/netns.sh
+. "$here/lib/netns.sh"
+netns_subreaper "$0" "$@"
+
+nodes=3
+subnet=10.213.0
+limit=0
+link=
+delay=
+
+usage() {
+  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
+  exit 2
+}
+
+skip() {
+  {
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo "!!! SKIPPED mpirun-netns: $*"
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  } >&2
+  exit 77
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n | -s | -t | --link | --delay)
+      [ $# -ge 2 ] || usage
+      case "$1" in
+        -n) nodes=$2 ;; -s) subnet=$2 ;; -t) limit=$2 ;;
+        --link) link=$2 ;; --delay) delay=$2 ;;
+      esac
+      shift 2 ;;
+    -n?*) nodes=${1#-n}; shift ;;
+    -s?*) subnet=${1#-s}; shift ;;
+    -t?*) limit=${1#-t}; shift ;;
+    --link=*) link=${1#--link=}; shift ;;
+    --delay=*) delay=${1#--delay=}; shift ;;
+    --) shift; break ;;
+    -*) usage ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 1 ] || usage
+netns_valid_nodes "$nodes" && [ "$nodes" -le 253 ] || usage
+netns_valid_subnet "$subnet" || usage
+[[ "$limit" =~ ^[0-9]+$ ]] || usage
+
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
+
+missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v mpirun >/dev/null 2>&1 && command -v orted >/dev/null 2>&1 || missing+=(openmpi-bin)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "${SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "mpirun-netns: installing ${missing[*]}" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) >&2 ||
+      skip "could not install ${missing[*]} (apt-get failed)"
+  else
+    skip "missing ${missing[*]} and no way to install them (SKIP_APT=1 or no apt-get)"
+  fi
+fi
+if ! mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
+  skip "mpirun is not Open MPI's ($(command -v mpirun))"
+fi
+netns_require mpirun-netns
+
+started=$(date +%s)
+dir=
+run_pid=
+
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM HUP
+  local all
+  mapfile -t all < <(netns_pids)
+  # mpirun first, politely (it stops its daemons and ranks), then whatever
+  # is left in the namespaces by force.
+  if [ -n "$run_pid" ]; then
+    kill "$run_pid" 2>/dev/null || true
+    netns_wait_gone 100 "$run_pid" || true
+  fi
+  netns_down
+  [ -n "$run_pid" ] && { wait "$run_pid" 2>/dev/null || true; }
+  [ ${#all[@]} -eq 0 ] || netns_wait_gone 100 "${all[@]}" ||
+    echo "mpirun-netns: some processes still not reaped after 10 s" >&2
+  [ -n "$dir" ] && rm -rf "$dir"
+  echo "mpirun-netns: torn down after $(($(date +%s) - started)) s, status $status" >&2
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+dir=$(mktemp -d /tmp/mpirun-netns.XXXXXX)
+netns_up "nessie$$" "$nodes" "$subnet" "$subnet.254"
+netns_shape "$link" "$delay"
+
+for i in $(seq 0 $((nodes - 1))); do echo "$NETNS_TAG-$i slots=1"; done >"$dir/hostfile"
+export NETNS_RSH_TAG=$NETNS_TAG
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "mpirun-netns: $nodes namespaces $NETNS_TAG-* (${NETNS_ADDRS[*]}), mpirun in $NETNS_HUB ($subnet.254)" >&2
+
+runner=()
+[ "$limit" != 0 ] && runner=(timeout --kill-after=5 "$limit")
+ip netns exec "$NETNS_HUB" "${runner[@]}" mpirun --allow-run-as-root \
+  --hostfile "$dir/hostfile" -np "$nodes" --map-by node --leave-session-attached \
+  --mca plm rsh --mca plm_rsh_agent "$here/lib/netns-rsh" --mca plm_rsh_no_tree_spawn 1 \
+  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
+  --mca rtc_hwloc_vmhole none \
+  "$@" &
+run_pid=$!
+status=0
+wait "$run_pid" || status=$?
+run_pid=
+[ "$status" != 0 ] && echo "mpirun-netns: mpirun exited $status" >&2
+exit "$status"
