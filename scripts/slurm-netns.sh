@@ -159,6 +159,7 @@ trap 'exit 143' TERM HUP
 dir=$(mktemp -d /tmp/slurm-netns.XXXXXX)
 chmod 755 "$dir"
 netns_up "nessie$$" "$nodes" "$subnet" "$subnet.254"
+netns_hosts n
 netns_shape "$link" "$delay"
 hub=$NETNS_HUB
 ctl="$subnet.254"

@@ -175,6 +175,20 @@ netns_pids() {
   for ns in "${NETNS_NAMESPACES[@]}"; do ip netns pids "$ns" 2>/dev/null || true; done
 }
 
+# Names the nodes PREFIX0, PREFIX1, … in every namespace's /etc/hosts, as
+# a cluster's DNS would (`ip netns exec` mounts /etc/netns/NS/hosts over
+# /etc/hosts); netns_down removes them.
+netns_hosts() {
+  local prefix=$1 ns i
+  for ns in "${NETNS_NAMESPACES[@]}"; do
+    mkdir -p "/etc/netns/$ns"
+    {
+      echo "127.0.0.1 localhost"
+      for i in "${!NETNS_ADDRS[@]}"; do echo "${NETNS_ADDRS[$i]} $prefix$i"; done
+    } >"/etc/netns/$ns/hosts"
+  done
+}
+
 netns_down() {
   local ns pid killed=()
   # Whatever still runs in these namespaces (daemons' children, tasks) is
@@ -187,6 +201,9 @@ netns_down() {
   # Until they are reaped, so that nothing of them is left on return.
   [ ${#killed[@]} -eq 0 ] || netns_wait_gone 100 "${killed[@]}" || true
   # Deleting a namespace deletes its interfaces (veth pairs, the bridge).
-  for ns in "${NETNS_NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  for ns in "${NETNS_NAMESPACES[@]}"; do
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/etc/netns/$ns"
+  done
   NETNS_NAMESPACES=()
 }
