@@ -55,64 +55,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/netns.sh"
 netns_subreaper "$0" "$@"
 
-nodes=3
-subnet=10.213.0
-limit=0
-link=
-delay=
+skip() { netns_skip mpirun-netns "$@"; }
 
-usage() {
-  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
-  exit 2
-}
-
-skip() {
-  {
-    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-    echo "!!! SKIPPED mpirun-netns: $*"
-    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-  } >&2
-  exit 77
-}
-
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -n | -s | -t | --link | --delay)
-      [ $# -ge 2 ] || usage
-      case "$1" in
-        -n) nodes=$2 ;; -s) subnet=$2 ;; -t) limit=$2 ;;
-        --link) link=$2 ;; --delay) delay=$2 ;;
-      esac
-      shift 2 ;;
-    -n?*) nodes=${1#-n}; shift ;;
-    -s?*) subnet=${1#-s}; shift ;;
-    -t?*) limit=${1#-t}; shift ;;
-    --link=*) link=${1#--link=}; shift ;;
-    --delay=*) delay=${1#--delay=}; shift ;;
-    --) shift; break ;;
-    -*) usage ;;
-    *) break ;;
-  esac
-done
-[ $# -ge 1 ] || usage
-netns_valid_nodes "$nodes" && [ "$nodes" -le 253 ] || usage
-netns_valid_subnet "$subnet" || usage
-[[ "$limit" =~ ^[0-9]+$ ]] || usage
+netns_options no-port "$@"
+shift "$NETNS_SHIFT"
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
 
-missing=()
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-command -v mpirun >/dev/null 2>&1 && command -v orted >/dev/null 2>&1 || missing+=(openmpi-bin)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "${SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "mpirun-netns: installing ${missing[*]}" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) >&2 ||
-      skip "could not install ${missing[*]} (apt-get failed)"
-  else
-    skip "missing ${missing[*]} and no way to install them (SKIP_APT=1 or no apt-get)"
-  fi
-fi
+netns_install mpirun-netns ip:iproute2 mpirun:openmpi-bin orted:openmpi-bin
 if ! mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
   skip "mpirun is not Open MPI's ($(command -v mpirun))"
 fi
@@ -120,23 +70,11 @@ netns_require mpirun-netns
 
 started=$(date +%s)
 dir=
-run_pid=
 
 cleanup() {
   local status=$?
   trap - EXIT INT TERM HUP
-  local all
-  mapfile -t all < <(netns_pids)
-  # mpirun first, politely (it stops its daemons and ranks), then whatever
-  # is left in the namespaces by force.
-  if [ -n "$run_pid" ]; then
-    kill "$run_pid" 2>/dev/null || true
-    netns_wait_gone 100 "$run_pid" || true
-  fi
-  netns_down
-  [ -n "$run_pid" ] && { wait "$run_pid" 2>/dev/null || true; }
-  [ ${#all[@]} -eq 0 ] || netns_wait_gone 100 "${all[@]}" ||
-    echo "mpirun-netns: some processes still not reaped after 10 s" >&2
+  netns_teardown mpirun-netns
   [ -n "$dir" ] && rm -rf "$dir"
   echo "mpirun-netns: torn down after $(($(date +%s) - started)) s, status $status" >&2
   exit "$status"
@@ -154,17 +92,9 @@ export NETNS_RSH_TAG=$NETNS_TAG
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "mpirun-netns: $nodes namespaces $NETNS_TAG-* (${NETNS_ADDRS[*]}), mpirun in $NETNS_HUB ($subnet.254)" >&2
 
-runner=()
-[ "$limit" != 0 ] && runner=(timeout --kill-after=5 "$limit")
-ip netns exec "$NETNS_HUB" "${runner[@]}" mpirun --allow-run-as-root \
+netns_lead mpirun-netns mpirun "$NETNS_HUB" mpirun --allow-run-as-root \
   --hostfile "$dir/hostfile" -np "$nodes" --map-by node --leave-session-attached \
   --mca plm rsh --mca plm_rsh_agent "$here/lib/netns-rsh" --mca plm_rsh_no_tree_spawn 1 \
   --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
   --mca rtc_hwloc_vmhole none \
-  "$@" &
-run_pid=$!
-status=0
-wait "$run_pid" || status=$?
-run_pid=
-[ "$status" != 0 ] && echo "mpirun-netns: mpirun exited $status" >&2
-exit "$status"
+  "$@"

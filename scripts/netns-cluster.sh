@@ -37,40 +37,10 @@ set -euo pipefail
 # shellcheck source=lib/netns.sh
 . "$(dirname "$0")/lib/netns.sh"
 
-nodes=3
-subnet=10.213.0
 port=7700
-limit=0
-link=
-delay=
 
-usage() {
-  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
-  exit 2
-}
-
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -n | -s | -p | -t | --link | --delay)
-      [ $# -ge 2 ] || usage
-      case "$1" in
-        -n) nodes=$2 ;; -s) subnet=$2 ;; -p) port=$2 ;; -t) limit=$2 ;;
-        --link) link=$2 ;; --delay) delay=$2 ;;
-      esac
-      shift 2 ;;
-    -n?*) nodes=${1#-n}; shift ;;
-    -s?*) subnet=${1#-s}; shift ;;
-    -p?*) port=${1#-p}; shift ;;
-    -t?*) limit=${1#-t}; shift ;;
-    --link=*) link=${1#--link=}; shift ;;
-    --delay=*) delay=${1#--delay=}; shift ;;
-    --) shift; break ;;
-    -*) usage ;;
-    *) break ;;
-  esac
-done
-[ $# -ge 1 ] || usage
-netns_valid_nodes "$nodes" || usage
+netns_options with-port "$@"
+shift "$NETNS_SHIFT"
 
 netns_require netns-cluster
 

@@ -53,95 +53,30 @@ set -euo pipefail
 . "$(dirname "$0")/lib/netns.sh"
 netns_subreaper "$0" "$@"
 
-nodes=3
-subnet=10.213.0
-limit=0
-link=
-delay=
 up_limit=60
 
-usage() {
-  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
-  exit 2
-}
+skip() { netns_skip slurm-netns "$@"; }
 
-skip() {
-  {
-    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-    echo "!!! SKIPPED slurm-netns: $*"
-    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-  } >&2
-  exit 77
-}
-
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -n | -s | -t | --link | --delay)
-      [ $# -ge 2 ] || usage
-      case "$1" in
-        -n) nodes=$2 ;; -s) subnet=$2 ;; -t) limit=$2 ;;
-        --link) link=$2 ;; --delay) delay=$2 ;;
-      esac
-      shift 2 ;;
-    -n?*) nodes=${1#-n}; shift ;;
-    -s?*) subnet=${1#-s}; shift ;;
-    -t?*) limit=${1#-t}; shift ;;
-    --link=*) link=${1#--link=}; shift ;;
-    --delay=*) delay=${1#--delay=}; shift ;;
-    --) shift; break ;;
-    -*) usage ;;
-    *) break ;;
-  esac
-done
-[ $# -ge 1 ] || usage
-netns_valid_nodes "$nodes" && [ "$nodes" -le 253 ] || usage
-netns_valid_subnet "$subnet" || usage
-[[ "$limit" =~ ^[0-9]+$ ]] || usage
+netns_options no-port "$@"
+shift "$NETNS_SHIFT"
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, daemons running as root)"
 
 # The packages: installed when missing (root and apt-get), else a skip.
-missing=()
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-command -v munged >/dev/null 2>&1 || missing+=(munge)
-command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
-command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
-command -v srun >/dev/null 2>&1 || missing+=(slurm-client)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "${SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "slurm-netns: installing ${missing[*]}" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) >&2 ||
-      skip "could not install ${missing[*]} (apt-get failed)"
-  else
-    skip "missing ${missing[*]} and no way to install them (SKIP_APT=1 or no apt-get)"
-  fi
-fi
+netns_install slurm-netns ip:iproute2 munged:munge slurmctld:slurmctld slurmd:slurmd \
+  srun:slurm-client
 netns_require slurm-netns
 
 started=$(date +%s)
 dir=
 daemons=()
-step_pid=
 
 cleanup() {
   local status=$?
   trap - EXIT INT TERM HUP
-  # Everything running now (slurmstepd included, which slurmd detaches and
-  # which may outlive it as a zombie for a moment) must be gone at the end.
-  local all
-  mapfile -t all < <(netns_pids)
-  # srun first (it cancels the step and waits for its tasks), then the
-  # daemons, politely; then whatever is left in the namespaces by force.
-  if [ -n "$step_pid" ]; then
-    kill "$step_pid" 2>/dev/null || true
-    netns_wait_gone 150 "$step_pid" || true
-  fi
-  for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
-  [ ${#daemons[@]} -eq 0 ] || netns_wait_gone 100 "${daemons[@]}" || true
-  netns_down
-  for pid in "${daemons[@]}" $step_pid; do wait "$pid" 2>/dev/null || true; done
-  [ ${#all[@]} -eq 0 ] || netns_wait_gone 100 "${all[@]}" ||
-    echo "slurm-netns: some processes still not reaped after 10 s" >&2
+  # srun cancels the step and waits for its tasks; slurmstepd, which slurmd
+  # detaches, may outlive it as a zombie for a moment: all reaped here.
+  netns_teardown slurm-netns "${daemons[@]}"
   if [ -n "$dir" ]; then
     if [ "${SLURM_NETNS_KEEP:-0}" = 1 ]; then
       echo "slurm-netns: kept $dir" >&2
@@ -271,12 +206,4 @@ if [ "$idle" != "$nodes" ]; then
 fi
 echo "slurm-netns: $nodes nodes idle after $(($(date +%s) - started)) s (controller $ctl in $hub, nodes ${NETNS_ADDRS[*]})" >&2
 
-runner=()
-[ "$limit" != 0 ] && runner=(timeout --kill-after=5 "$limit")
-ip netns exec "$hub" "${runner[@]}" srun -N "$nodes" -n "$nodes" "$@" &
-step_pid=$!
-status=0
-wait "$step_pid" || status=$?
-step_pid=
-[ "$status" != 0 ] && echo "slurm-netns: srun exited $status" >&2
-exit "$status"
+netns_lead slurm-netns srun "$hub" srun -N "$nodes" -n "$nodes" "$@"

@@ -39,6 +39,32 @@ pub fn client_id(node: usize, threads: usize, thread: usize) -> u64 {
     (node * threads + thread) as u64
 }
 
+/// The arguments that make a test binary run only its ignored test `name`,
+/// with output shown: how a test starts its node processes (each one the
+/// test binary itself, running a child test).
+#[must_use]
+pub fn child_test_args(name: &str) -> [&str; 5] {
+    [
+        "--exact",
+        name,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+}
+
+/// This test binary, set to run only its ignored test `name` (see
+/// [`child_test_args`]).
+///
+/// # Panics
+/// If the running executable cannot be found.
+#[must_use]
+pub fn child_test(name: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args(child_test_args(name));
+    cmd
+}
+
 /// In a node process a test spawned: its node id (from the variable
 /// `node_var`) and the run's shared directory (from `dir_var`). `None` when
 /// the test binary runs the child's test on its own, which then does

@@ -3,22 +3,11 @@
 //! index), zero violations.
 
 use nessie_check::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
-use std::process::Command;
+use nessie_check::proc_workload::child_test;
 
 #[test]
 fn chaos_quick_has_no_violations() {
-    let report = run(ChaosPlan::quick(7), || {
-        let mut c = Command::new(std::env::current_exe().unwrap());
-        c.args([
-            "--exact",
-            "chaos_node",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ]);
-        c
-    })
-    .unwrap();
+    let report = run(ChaosPlan::quick(7), || child_test("chaos_node")).unwrap();
     eprintln!("{}", report.summary());
     assert!(
         report.violations.is_empty(),

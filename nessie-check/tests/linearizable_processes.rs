@@ -7,13 +7,13 @@ use nessie::{Config, FabricConfig, Node};
 use nessie_check::history::Call;
 use nessie_check::proc_history::{read_logs, stop_mid_operation, ProcLog};
 use nessie_check::proc_workload::{
-    client_id, logged_call, mark_started, run_node_workers, spawned_node, wait_until_started,
-    ChildGuard, NodeWork,
+    child_test, client_id, logged_call, mark_started, run_node_workers, spawned_node,
+    wait_until_started, ChildGuard, NodeWork,
 };
 use nessie_check::stress::stress_key;
 use nix::unistd::Pid;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -37,14 +37,7 @@ fn config(dir: &Path) -> Config {
 }
 
 fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_node",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    child_test("child_node")
         .env(CHILD_ENV, format!("{node}"))
         .env("NESSIE_PROC_DIR", dir)
         .env("NESSIE_PROC_CLUSTER", cluster)

@@ -9,7 +9,7 @@
 
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{finish_together, run_node_workers, NodeWork};
+use nessie_check::proc_workload::{child_test_args, finish_together, run_node_workers, NodeWork};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -79,13 +79,7 @@ fn three_nodes_in_network_namespaces_stay_linearizable() {
         .arg(&script)
         .args(["-n", &NODES.to_string(), "-t", "120", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_netns_node",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(child_test_args("child_netns_node"))
         .env(CHILD_ENV, "1")
         .env("NESSIE_NETNS_DIR", dir.path())
         .env("NESSIE_NETNS_CLUSTER", &cluster)

@@ -38,9 +38,10 @@
 use nessie::fabric::Membership;
 use nessie::fabric::{Fabric, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions};
 use nessie::layout::{region, FORMAT_VERSION};
+use nessie_check::proc_workload::child_test;
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -271,14 +272,7 @@ struct Spawned {
 }
 
 fn spawn(node: usize, dir: &std::path::Path, cluster: u64) -> Spawned {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            CHILD_TEST,
-            "--nocapture",
-            "--ignored",
-            "--test-threads=1",
-        ])
+    let mut child = child_test(CHILD_TEST)
         .env(ENV_NODE, node.to_string())
         .env(ENV_DIR, dir)
         .env(ENV_CLUSTER, cluster.to_string())

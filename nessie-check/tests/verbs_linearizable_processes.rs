@@ -12,10 +12,9 @@
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::proc_history::read_logs;
 use nessie_check::proc_workload::{
-    finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
+    child_test, finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
 };
 use std::net::TcpListener;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NODES: usize = 3;
@@ -73,14 +72,7 @@ fn three_processes_on_verbs_stay_linearizable() {
     let mut guard = ChildGuard::new(dir.clone());
     for node in 0..NODES {
         guard.children.push(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "child_node",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            child_test("child_node")
                 .env(CHILD_ENV, node.to_string())
                 .env("NESSIE_VERBS_PROC_DIR", &dir)
                 .env("NESSIE_VERBS_PROC_CLUSTER", &cluster)

@@ -69,6 +69,9 @@ pub const MAX_VALUE: usize = 64 << 20;
 /// barrier can read its keys (see the module documentation).
 pub const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// What a reducer returns: its output, or why the job failed.
+pub type Reduced = Result<ReduceOutput, JobError>;
+
 /// A job: how to map an input split and how to reduce the runs.
 pub trait MapReduce: Sync {
     /// A short name (`sort`, `wordcount`).
@@ -88,8 +91,7 @@ pub trait MapReduce: Sync {
     ///
     /// # Errors
     /// A run is malformed, or the merged output fails a check.
-    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>])
-        -> Result<ReduceOutput, JobError>;
+    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Reduced;
 
     /// Whether the reducers' outputs, concatenated in reducer order, must
     /// be sorted (range partitioning) — checked across reducers from their

@@ -9,7 +9,7 @@
 
 use crate::digest::Digest;
 use crate::input::{read_split, split_range, Align, Input};
-use crate::job::{MapOutput, MapReduce, ReduceOutput};
+use crate::job::{MapOutput, MapReduce, ReduceOutput, Reduced};
 use crate::merge::kmerge_by;
 use crate::partition::RangePartitioner;
 use crate::JobError;
@@ -113,12 +113,7 @@ impl MapReduce for Sort {
         })
     }
 
-    fn reduce(
-        &self,
-        task: usize,
-        tasks: usize,
-        runs: &[Vec<u8>],
-    ) -> Result<ReduceOutput, JobError> {
+    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Reduced {
         for (m, run) in runs.iter().enumerate() {
             if run.len() % RECORD_BYTES != 0 {
                 return Err(JobError::malformed(

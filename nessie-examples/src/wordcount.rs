@@ -19,7 +19,7 @@
 
 use crate::digest::Digest;
 use crate::input::{read_split, Align, Input};
-use crate::job::{MapOutput, MapReduce, ReduceOutput};
+use crate::job::{MapOutput, MapReduce, ReduceOutput, Reduced};
 use crate::merge::kmerge_by;
 use crate::partition::HashPartitioner;
 use crate::JobError;
@@ -159,12 +159,7 @@ impl MapReduce for WordCount {
         })
     }
 
-    fn reduce(
-        &self,
-        task: usize,
-        tasks: usize,
-        runs: &[Vec<u8>],
-    ) -> Result<ReduceOutput, JobError> {
+    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Reduced {
         let decoded = runs
             .iter()
             .enumerate()

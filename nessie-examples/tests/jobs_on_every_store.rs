@@ -2,7 +2,7 @@
 //! fabric), validated by the jobs themselves and checked again here.
 
 use nessie::Config;
-use nessie_examples::job::{MapOutput, ReduceOutput};
+use nessie_examples::job::{MapOutput, Reduced};
 use nessie_examples::sort::{key, RECORD_BYTES};
 use nessie_examples::{
     job_config, run_task, run_threads, BarrierConfig, Input, JobError, JobReport, JobSpec,
@@ -200,12 +200,7 @@ impl MapReduce for Failing {
         }
         self.0.map(task, tasks)
     }
-    fn reduce(
-        &self,
-        task: usize,
-        tasks: usize,
-        runs: &[Vec<u8>],
-    ) -> Result<ReduceOutput, JobError> {
+    fn reduce(&self, task: usize, tasks: usize, runs: &[Vec<u8>]) -> Reduced {
         self.0.reduce(task, tasks, runs)
     }
     fn ordered_across_reducers(&self) -> bool {

@@ -191,74 +191,56 @@ mod tests {
 
     #[test]
     fn each_mismatch_is_named() {
-        use HandshakeFailure as F;
-        let c = PeerClaim {
-            format_version: 4,
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(
-            check(&c, None),
-            Err(F::Version {
-                found: 4,
-                expected: 3
-            })
-        ));
-        let c = PeerClaim {
-            cluster_id: 8,
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(
-            check(&c, None),
-            Err(F::Cluster {
-                found: 8,
-                expected: 7
-            })
-        ));
-        let c = PeerClaim {
-            to_of: Some((1, 4)),
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(
-            check(&c, None),
-            Err(F::Nodes {
-                found: 4,
-                expected: 3
-            })
-        ));
-        let c = PeerClaim {
-            to_of: Some((0, 3)),
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(
-            check(&c, None),
-            Err(F::Node {
-                found: 0,
-                expected: 1
-            })
-        ));
-        assert!(matches!(
-            check(&claim(&REGIONS), Some(0)),
-            Err(F::Node {
-                found: 2,
-                expected: 0
-            })
-        ));
-        let c = PeerClaim {
-            from: 1,
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(
-            check(&c, None),
-            Err(F::Node {
-                found: 1,
-                expected: 1
-            })
-        ));
-        let c = PeerClaim {
-            from: 3,
-            ..claim(&REGIONS)
-        };
-        assert!(matches!(check(&c, None), Err(F::Node { found: 3, .. })));
+        let base = || claim(&REGIONS);
+        let cases = [
+            (
+                PeerClaim {
+                    format_version: 4,
+                    ..base()
+                },
+                None,
+                "Version { found: 4, expected: 3 }",
+            ),
+            (
+                PeerClaim {
+                    cluster_id: 8,
+                    ..base()
+                },
+                None,
+                "Cluster { found: 8, expected: 7 }",
+            ),
+            (
+                PeerClaim {
+                    to_of: Some((1, 4)),
+                    ..base()
+                },
+                None,
+                "Nodes { found: 4, expected: 3 }",
+            ),
+            (
+                PeerClaim {
+                    to_of: Some((0, 3)),
+                    ..base()
+                },
+                None,
+                "Node { found: 0, expected: 1 }",
+            ),
+            (base(), Some(0), "Node { found: 2, expected: 0 }"),
+            (
+                PeerClaim { from: 1, ..base() },
+                None,
+                "Node { found: 1, expected: 1 }",
+            ),
+            (
+                PeerClaim { from: 3, ..base() },
+                None,
+                "Node { found: 3, expected: 1 }",
+            ),
+        ];
+        for (c, peer, want) in cases {
+            let got = format!("{:?}", check(&c, peer).unwrap_err());
+            assert_eq!(got, want, "{c:?}");
+        }
     }
 
     #[test]

@@ -522,30 +522,37 @@ fn torchrun<F: Fn(&str) -> Option<String>>(env: &Vars<'_, F>) -> Result<Launch, 
 }
 
 fn open_mpi<F: Fn(&str) -> Option<String>>(env: &Vars<'_, F>) -> Result<Launch, Error> {
-    let (node, nodes, local_rank) = ranks(
+    mpi(
         env,
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
+        Launcher::OpenMpi,
+        [
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ],
         true,
-    )?;
-    let local_size = env.number("OMPI_COMM_WORLD_LOCAL_SIZE")?;
-    Ok(Launch {
-        launcher: Launcher::OpenMpi,
-        node,
-        nodes,
-        local_rank,
-        job_id: None,
-        hosts: Vec::new(),
-        rendezvous: one_host_rendezvous(env, nodes, local_size)?,
-    })
+    )
 }
 
 fn pmi<F: Fn(&str) -> Option<String>>(env: &Vars<'_, F>) -> Result<Launch, Error> {
-    let (node, nodes, local_rank) = ranks(env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", false)?;
-    let local_size = env.number("MPI_LOCALNRANKS")?;
+    let names = ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"];
+    mpi(env, Launcher::Pmi, names, false)
+}
+
+/// An MPI launcher's launch from its rank, size, local rank and local size
+/// variables (`names`, in that order); MPI launchers know no job id or host
+/// list.
+fn mpi<F: Fn(&str) -> Option<String>>(
+    env: &Vars<'_, F>,
+    launcher: Launcher,
+    [rank, size, local, local_size]: [&str; 4],
+    local_required: bool,
+) -> Result<Launch, Error> {
+    let (node, nodes, local_rank) = ranks(env, rank, size, local, local_required)?;
+    let local_size = env.number(local_size)?;
     Ok(Launch {
-        launcher: Launcher::Pmi,
+        launcher,
         node,
         nodes,
         local_rank,

@@ -55,6 +55,92 @@ netns_subreaper() {
     "$nr" bash "$@"
 }
 
+# The shared options' defaults (see netns_options).
+nodes=3
+subnet=10.213.0
+limit=0
+link=
+delay=
+
+# Prints the calling script's header comment and exits 2.
+usage() {
+  sed -n '2,/^set -euo/{/^#/p}' "$0" >&2
+  exit 2
+}
+
+# Parses the options the netns scripts share (-n NODES, -s A.B.C,
+# -t SECONDS, --link RATE, --delay DELAY, and -p PORT when the first
+# argument is "with-port") from the rest of the arguments into the
+# caller's variables nodes, subnet, limit, link, delay and port. Sets
+# NETNS_SHIFT to the number of words they took: the caller shifts them off
+# and finds COMMAND. A bad option calls the caller's `usage`.
+netns_options() {
+  local ports=$1 total
+  shift
+  total=$#
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -p | -p?*) [ "$ports" = with-port ] || usage ;;
+    esac
+    case "$1" in
+      -n | -s | -p | -t | --link | --delay)
+        [ $# -ge 2 ] || usage
+        case "$1" in
+          -n) nodes=$2 ;; -s) subnet=$2 ;; -p) port=$2 ;; -t) limit=$2 ;;
+          --link) link=$2 ;; --delay) delay=$2 ;;
+        esac
+        shift 2 ;;
+      -n?*) nodes=${1#-n}; shift ;;
+      -s?*) subnet=${1#-s}; shift ;;
+      -p?*) port=${1#-p}; shift ;;
+      -t?*) limit=${1#-t}; shift ;;
+      --link=*) link=${1#--link=}; shift ;;
+      --delay=*) delay=${1#--delay=}; shift ;;
+      --) shift; break ;;
+      -*) usage ;;
+      *) break ;;
+    esac
+  done
+  [ $# -ge 1 ] || usage
+  netns_valid_nodes "$nodes" || usage
+  netns_valid_subnet "$subnet" || usage
+  [[ "$limit" =~ ^[0-9]+$ ]] || usage
+  NETNS_SHIFT=$((total - $#))
+}
+
+# Prints a loud SKIPPED banner for script WHO and exits 77 ("cannot run
+# here"; callers treat it as a skip).
+netns_skip() {
+  local who=$1
+  shift
+  {
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo "!!! SKIPPED $who: $*"
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+  } >&2
+  exit 77
+}
+
+# Installs what script WHO needs, given as COMMAND:PACKAGE pairs: the
+# Debian packages whose commands are missing (as root with apt-get, unless
+# SKIP_APT=1), or skips.
+netns_install() {
+  local who=$1 pair missing=()
+  shift
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 && continue
+    [[ " ${missing[*]} " == *" ${pair#*:} "* ]] || missing+=("${pair#*:}")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  if [ "${SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "$who: installing ${missing[*]}" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) >&2 ||
+      netns_skip "$who" "could not install ${missing[*]} (apt-get failed)"
+  else
+    netns_skip "$who" "missing ${missing[*]} and no way to install them (SKIP_APT=1 or no apt-get)"
+  fi
+}
+
 netns_require() {
   local who=$1
   if ! command -v ip >/dev/null 2>&1; then
@@ -187,6 +273,43 @@ netns_hosts() {
       for i in "${!NETNS_ADDRS[@]}"; do echo "${NETNS_ADDRS[$i]} $prefix$i"; done
     } >"/etc/netns/$ns/hosts"
   done
+}
+
+# Runs COMMAND... (srun, mpirun: WHAT) in namespace NS as the run's
+# leader, bounded by $limit seconds when not 0; waits for it and exits with
+# its status, reported when it fails. netns_teardown stops a leader still
+# running (NETNS_LEADER) first.
+NETNS_LEADER=
+netns_lead() {
+  local who=$1 what=$2 ns=$3 status=0 runner=()
+  shift 3
+  [ "$limit" != 0 ] && runner=(timeout --kill-after=5 "$limit")
+  ip netns exec "$ns" "${runner[@]}" "$@" &
+  NETNS_LEADER=$!
+  wait "$NETNS_LEADER" || status=$?
+  NETNS_LEADER=
+  [ "$status" = 0 ] || echo "$who: $what exited $status" >&2
+  exit "$status"
+}
+
+# Ends a run of script WHO: the leader (see netns_lead), if still running,
+# first, politely, since it stops its own daemons and tasks; then the pids
+# DAEMONS..., politely; then whatever is left in the namespaces, by force
+# (netns_down); and reaps them all, so that nothing is left on return.
+netns_teardown() {
+  local who=$1 leader=$NETNS_LEADER all pid
+  shift
+  mapfile -t all < <(netns_pids)
+  if [ -n "$leader" ]; then
+    kill "$leader" 2>/dev/null || true
+    netns_wait_gone 150 "$leader" || true
+  fi
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  [ $# -eq 0 ] || netns_wait_gone 100 "$@" || true
+  netns_down
+  for pid in "$@" $leader; do wait "$pid" 2>/dev/null || true; done
+  [ ${#all[@]} -eq 0 ] || netns_wait_gone 100 "${all[@]}" ||
+    echo "$who: some processes still not reaped after 10 s" >&2
 }
 
 netns_down() {

@@ -168,8 +168,8 @@ impl Config {
                     return self.validate_peers(peers);
                 }
                 FabricConfig::Tcp {
-                    peers,
                     rendezvous,
+                    peers,
                     secret,
                     threads,
                 } => {
