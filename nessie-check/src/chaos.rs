@@ -333,11 +333,7 @@ pub fn run(plan: ChaosPlan, child: impl Fn() -> Command) -> std::io::Result<Chao
     }
     let history = read_logs(&dir)?;
     report.operations = history.len();
-    report.unknown = history
-        .ops()
-        .iter()
-        .filter(|o| o.responded().is_none())
-        .count();
+    report.unknown = history.unknown_outcomes();
     if let Err(e) = crate::linearizability::check(&history) {
         report.violations.push(e.to_string());
     }

@@ -244,6 +244,13 @@ impl History {
         self.ops.len()
     }
 
+    /// Number of operations whose outcome is unknown (no response: the
+    /// client timed out or its process died).
+    #[must_use]
+    pub fn unknown_outcomes(&self) -> usize {
+        self.ops.iter().filter(|o| o.responded().is_none()).count()
+    }
+
     /// Whether there are no operations.
     #[must_use]
     pub fn is_empty(&self) -> bool {

@@ -79,11 +79,7 @@ fn three_processes_one_killed_stay_linearizable() {
         assert!(status.success(), "node {node} failed: {status}");
     }
     let history = read_logs(&dir).unwrap();
-    let unknown = history
-        .ops()
-        .iter()
-        .filter(|o| o.responded().is_none())
-        .count();
+    let unknown = history.unknown_outcomes();
     assert!(history.len() > 100, "only {} operations ran", history.len());
     assert!(
         unknown >= 1,

@@ -93,11 +93,7 @@ fn three_processes_on_verbs_stay_linearizable() {
         }
     }
     let history = read_logs(&dir).unwrap();
-    let unknown = history
-        .ops()
-        .iter()
-        .filter(|o| o.responded().is_none())
-        .count();
+    let unknown = history.unknown_outcomes();
     assert!(
         history.len() >= NODES * THREADS * ops_per_thread() / 2,
         "only {} operations ran",

@@ -702,21 +702,18 @@ fn refusal_reason(status: u32, detail: &[u64]) -> RendezvousFailure {
             nodes: detail.iter().skip(1).map(|&n| n as NodeId).collect(),
             waited: Duration::from_millis(d(0)),
         },
-        STATUS_VERSION => R::Membership(H::Version {
-            found: d32(0),
-            expected: d32(1),
-        }),
+        STATUS_VERSION | STATUS_NODES | STATUS_NODE => {
+            // (found, expected) pairs of 32-bit fields.
+            let (found, expected) = (d32(0), d32(1));
+            R::Membership(match status {
+                STATUS_VERSION => H::Version { found, expected },
+                STATUS_NODES => H::Nodes { found, expected },
+                _ => H::Node { found, expected },
+            })
+        }
         STATUS_CLUSTER => R::Membership(H::Cluster {
             found: d(0),
             expected: d(1),
-        }),
-        STATUS_NODES => R::Membership(H::Nodes {
-            found: d32(0),
-            expected: d32(1),
-        }),
-        STATUS_NODE => R::Membership(H::Node {
-            found: d32(0),
-            expected: d32(1),
         }),
         STATUS_REGION => R::Membership(H::RegionSize {
             region: RegionId(d(0) as u16),
@@ -751,6 +748,7 @@ mod tests {
     fn every_refusal_survives_the_wire() {
         use HandshakeFailure as H;
         use RendezvousFailure as R;
+        let m = R::Membership;
         let reasons = [
             R::Authentication,
             R::Tampered,
@@ -760,19 +758,19 @@ mod tests {
                 nodes: vec![1, 4],
                 waited: Duration::from_millis(1500),
             },
-            R::Membership(H::Version {
+            m(H::Version {
                 found: 2,
                 expected: 1,
             }),
-            R::Membership(H::Cluster {
+            m(H::Cluster {
                 found: 9,
                 expected: 8,
             }),
-            R::Membership(H::Nodes {
+            m(H::Nodes {
                 found: 4,
                 expected: 3,
             }),
-            R::Membership(H::Node {
+            m(H::Node {
                 found: 7,
                 expected: 0,
             }),

@@ -164,11 +164,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     let history = recorder.history();
     outcome.ops = history.len();
     outcome.failed = recorder.failed_count();
-    outcome.unknown = history
-        .ops()
-        .iter()
-        .filter(|o| o.responded().is_none())
-        .count();
+    outcome.unknown = history.unknown_outcomes();
     check(&history).map_err(|e| fail(e.to_string()))?;
     Ok(outcome)
 }
