@@ -38,6 +38,12 @@ pub(crate) struct PeerClaim<'a> {
     pub(crate) regions: &'a [(RegionId, u64)],
 }
 
+/// A region list as the wire carries it (`(id, length)`), as a claim lists
+/// it.
+pub(crate) fn claimed_regions(wire: &[(u16, u64)]) -> Vec<(RegionId, u64)> {
+    wire.iter().map(|&(id, len)| (RegionId(id), len)).collect()
+}
+
 /// A node id or count as an error reports it (saturating).
 fn narrow(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)

@@ -32,7 +32,7 @@
 //! sealed, so both sides report the same [`RendezvousFailure`]. Hostile
 //! connections never stop it from serving the honest nodes.
 
-use crate::membership::PeerClaim;
+use crate::membership::{claimed_regions, PeerClaim};
 use crate::tcp::handshake::{fresh_nonce, keyed_mac};
 use crate::wire::frame::{MAC_BYTES, NONCE_BYTES};
 use crate::wire::rendezvous::{
@@ -398,11 +398,7 @@ fn handle(
 /// The one membership check: the registration is addressed to whichever
 /// node serves, so the receiver it names is the server.
 fn check_registration(me: &Membership, reg: &Registration) -> Result<(), RendezvousFailure> {
-    let regions: Vec<(RegionId, u64)> = reg
-        .regions
-        .iter()
-        .map(|&(id, len)| (RegionId(id), len))
-        .collect();
+    let regions = claimed_regions(&reg.regions);
     let claim = PeerClaim {
         format_version: reg.format_version,
         cluster_id: reg.cluster_id,

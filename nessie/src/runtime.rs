@@ -127,9 +127,7 @@ impl Hosting {
     ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
         let opened = open_fabric(&config, node_id, regions)?;
-        let mut hosting = Hosting::node_on(config, node_id, opened.fabric)?;
-        hosting.tcp = opened.tcp;
-        Ok(hosting)
+        Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
     }
 
     /// Node `node_id` on a fabric the caller opened (whose regions are the
@@ -144,9 +142,19 @@ impl Hosting {
         fabric: Arc<dyn Fabric>,
     ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
+        Hosting::one_node(config, node_id, fabric, None)
+    }
+
+    /// Node `node_id` of a checked configuration on its opened fabric.
+    fn one_node(
+        config: Config,
+        node_id: NodeId,
+        fabric: Arc<dyn Fabric>,
+        tcp: Option<Arc<TcpFabric>>,
+    ) -> Result<Hosting, Error> {
         let clocks = wall_clocks(config.nodes);
         let local = Arc::clone(&fabric);
-        Hosting::start(config, &[node_id], fabric, local, None, clocks, true)
+        Hosting::start(config, &[node_id], fabric, local, tcp, clocks, true)
     }
 
     fn start(

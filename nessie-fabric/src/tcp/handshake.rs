@@ -15,13 +15,12 @@
 //! node or sizes) and then closes, so both sides find the same mismatch and
 //! report it as the same [`HandshakeFailure`].
 
-use crate::membership::PeerClaim;
+use crate::membership::{claimed_regions, PeerClaim};
 use crate::wire::frame::{
     word, Hello, HelloError, CLIENT_LABEL, MAC_BYTES, NONCE_BYTES, SERVER_LABEL, VERDICT_ACCEPT,
     VERDICT_BAD_PROOF,
 };
 use crate::wire::WORD;
-use crate::RegionId;
 use crate::{HandshakeFailure, Membership, NodeId};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -89,11 +88,7 @@ impl Identity {
 
     /// Checks a peer's hello; `from` is the node the peer must be, if known.
     fn check(&self, peer: &Hello, from: Option<u32>) -> Result<(), HandshakeFailure> {
-        let regions: Vec<(RegionId, u64)> = peer
-            .regions
-            .iter()
-            .map(|&(id, len)| (RegionId(id), len))
-            .collect();
+        let regions = claimed_regions(&peer.regions);
         let claim = PeerClaim {
             format_version: peer.format_version,
             cluster_id: peer.cluster_id,
@@ -215,7 +210,7 @@ mod tests {
                 node,
                 nodes: 3,
                 regions: vec![crate::RegionSpec {
-                    id: RegionId(0),
+                    id: crate::RegionId(0),
                     len: 4096,
                 }],
             },
