@@ -26,7 +26,7 @@ impl Ctx<'_> {
         from: DteState,
         to: DteStatus,
     ) -> Result<DteState, Error> {
-        let Some(addr) = self.env.geometry.dte_addr(at) else {
+        let Some(addr) = self.env.geometry().dte_addr(at) else {
             return Err(Error::Corrupt(format!("no DTE slot {at:?}")));
         };
         let expected = from.with_status(DteStatus::Invalid);
@@ -81,7 +81,7 @@ impl Ctx<'_> {
     /// longer depends on it, so a failed WRITE is logged and counted (the
     /// slot leaks), not returned.
     pub(crate) fn stage(&mut self, r: SlotRef) {
-        let Some(addr) = self.env.geometry.dte_addr(r) else {
+        let Some(addr) = self.env.geometry().dte_addr(r) else {
             return;
         };
         let at = self.env.data.expires_at(self.env.clock.now_us());
@@ -104,7 +104,7 @@ impl Ctx<'_> {
         let Some(slot) = self.gate.allocate(self.env.data, class)? else {
             return Ok(None);
         };
-        let Some(addr) = self.env.geometry.dte_addr(slot) else {
+        let Some(addr) = self.env.geometry().dte_addr(slot) else {
             return Err(Error::Corrupt(format!(
                 "the allocator returned a slot outside the tables: {slot:?}"
             )));

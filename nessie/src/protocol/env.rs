@@ -41,8 +41,6 @@ pub(crate) struct Env<'a> {
     pub(crate) clock: &'a dyn Clock,
     /// The node's data tables (allocation and release of its slots).
     pub(crate) data: &'a NodeData,
-    /// Their shape (`data`'s geometry).
-    pub(crate) geometry: &'a Geometry,
 }
 
 impl<'a> Env<'a> {
@@ -60,8 +58,12 @@ impl<'a> Env<'a> {
             hasher,
             clock,
             data,
-            geometry: data.geometry(),
         }
+    }
+
+    /// The shape of the cluster's tables (the node's data tables').
+    pub(crate) fn geometry(&self) -> &'a Geometry {
+        self.data.geometry()
     }
 
     /// Dead owner: `created_at + op_timeout + 2·max_clock_skew < now`

@@ -76,7 +76,7 @@ impl Ctx<'_> {
     /// (a header read through a stale reference may hold any bits).
     fn source_of(&self, copy: &DteView) -> Option<RemoteAddr> {
         let (node, slot) = decode_source(copy.header.source);
-        self.env.geometry.index_slot(node, slot)
+        self.env.geometry().index_slot(node, slot)
     }
 
     /// Helps a MIGRATE copy whose owner is dead, linked at `dest` if known.

@@ -90,7 +90,7 @@ impl Ctx<'_> {
     /// whole slot when `whole`.
     fn read_len(&self, r: SlotRef, key_len: usize, whole: bool) -> usize {
         if whole {
-            self.env.geometry.slot_bytes(r.class)
+            self.env.geometry().slot_bytes(r.class)
         } else {
             DTE_HEADER_BYTES + round_up_words(key_len)
         }
@@ -102,7 +102,7 @@ impl Ctx<'_> {
     pub(crate) fn read_dtes(&mut self, reqs: &[DteRead]) -> Result<Vec<Option<DteView>>, Error> {
         let addrs: Vec<Option<RemoteAddr>> = reqs
             .iter()
-            .map(|&(r, _, _)| self.env.geometry.dte_addr(r))
+            .map(|&(r, _, _)| self.env.geometry().dte_addr(r))
             .collect();
         let mut bufs: Vec<Vec<u8>> = reqs
             .iter()
@@ -143,7 +143,7 @@ impl Ctx<'_> {
         key_len: usize,
         whole: bool,
     ) -> Result<Option<DteView>, Error> {
-        let Some(addr) = self.env.geometry.dte_addr(r) else {
+        let Some(addr) = self.env.geometry().dte_addr(r) else {
             return Ok(None);
         };
         let len = self.read_len(r, key_len, whole);
@@ -179,7 +179,7 @@ impl Ctx<'_> {
         let sane = s.generation() == at.generation
             && s.key_len() >= 1
             && s.key_len() <= self.env.config.key_size_max
-            && s.value_len() <= self.env.geometry.capacity(at.class);
+            && s.value_len() <= self.env.geometry().capacity(at.class);
         sane.then_some(DteView { at, header, bytes })
     }
 
@@ -191,7 +191,7 @@ impl Ctx<'_> {
         if view.bytes.len() >= need {
             return Ok(());
         }
-        let Some(addr) = self.env.geometry.dte_addr(view.at) else {
+        let Some(addr) = self.env.geometry().dte_addr(view.at) else {
             return Ok(());
         };
         let have = view.bytes.len();

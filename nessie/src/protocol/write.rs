@@ -46,7 +46,7 @@ impl Ctx<'_> {
         let cands = self.env.hasher.candidates(key);
         let filter = self.env.hasher.filter(key);
         // Callers checked `value.len() <= value_size_max`.
-        let class = self.env.geometry.class_for(value.len()).unwrap_or(0);
+        let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
         loop {
             let attempt = self
                 .gate
