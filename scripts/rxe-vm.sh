@@ -10,17 +10,23 @@
 # VM, /init loads the modules, creates the Soft-RoCE device
 # (`rdma link add rxe0 type rxe netdev lo`, a dummy interface if lo is
 # refused), runs
-#   (a) nessie-check/tests/verbs_fabric.rs: the fabric conformance suite, handshake
-#       refusals, batching, verb counts vs shm and a latency report, and
+#   (a) nessie-check/tests/verbs_fabric.rs: the fabric conformance suite, the
+#       bootstrap suite (other secret, replayed and tampered rendezvous
+#       messages, duplicate node id, other node count: typed errors), other
+#       cluster or region sizes refused, batching, verb counts vs shm and a
+#       latency report,
 #   (b) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
-#       verbs, their merged history checked for linearizability,
+#       verbs meeting through the authenticated rendezvous, their merged
+#       history checked for linearizability, and
+#   (c) the same file: a node process killed with SIGKILL; the survivors'
+#       operations all return, typed errors for those needing its memory,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
 # every check passed.
 #
 # Environment:
 #   RXE_VM_DIR       work directory (default: <cargo target dir>/rxe-vm)
-#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 480)
+#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 900)
 #   RXE_VM_ACCEL     tcg (default) or kvm
 #   RXE_VM_MEM       VM memory, MiB (default 2048)
 #   RXE_VM_OPS       operations per client thread in (b) (default 150)
@@ -31,7 +37,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 W=${RXE_VM_DIR:-$TARGET_DIR/rxe-vm}
-VM_TIMEOUT=${RXE_VM_TIMEOUT:-480}
+VM_TIMEOUT=${RXE_VM_TIMEOUT:-900}
 ACCEL=${RXE_VM_ACCEL:-tcg}
 VM_MEM=${RXE_VM_MEM:-2048}
 OPS=${RXE_VM_OPS:-150}
@@ -212,15 +218,17 @@ run() {
   cat /tmp/out.log
   took=$(awk "BEGIN {printf \"%.1f\", $(up) - $t}")
   # (node processes spawned by a test print their own `test child_node` lines)
-  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -v ' child_node ' | awk '{print $2 "=" $4}'); do
+  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node) ' | awk '{print $2 "=" $4}'); do
     test_name=${line%%=*} verdict=${line#*=}
     [ "$verdict" = ok ] && result "$name/$test_name" ok || result "$name/$test_name" FAIL
   done
   if [ $rc = 0 ]; then result "$name" "ok (${took} s)"; else result "$name" "FAIL (rc=$rc, ${took} s)"; fi
 }
-run verbs-fabric 300 /tests/verbs_fabric --include-ignored --test-threads=1 --show-output
+run verbs-fabric 420 /tests/verbs_fabric --include-ignored --test-threads=1 --show-output
 run verbs-linearizability 300 /tests/verbs_linearizable_processes --exact \
   three_processes_on_verbs_stay_linearizable --ignored --test-threads=1 --show-output
+run verbs-peer-death 300 /tests/verbs_linearizable_processes --exact \
+  a_killed_peer_fails_only_what_needs_it --ignored --test-threads=1 --show-output
 
 echo "$RESULTS"
 dmesg | grep -iE 'rxe|rdma' | tail -20
@@ -264,7 +272,7 @@ echo "=== summary"
 tr -d '\r' < "$LOG" | grep '^RESULT ' || true
 FAIL=0
 grep -q 'RXE-VM-DONE' "$LOG" || { log "the VM did not finish (timeout ${VM_TIMEOUT} s or crash)"; FAIL=1; }
-for check in modules rxe-device verbs-fabric verbs-linearizability; do
+for check in modules rxe-device verbs-fabric verbs-linearizability verbs-peer-death; do
   tr -d '\r' < "$LOG" | grep -q "^RESULT $check: ok" || { log "check $check did not pass"; FAIL=1; }
 done
 if tr -d '\r' < "$LOG" | grep '^RESULT ' | grep -q ': FAIL'; then FAIL=1; fi

@@ -13,6 +13,8 @@
 //!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
 //!   counterexamples step by step.
 //! * [`stress`]: real-thread stress runs of any [`nessie::KvClient`].
+//! * [`peer_death`]: a peer killed on a fabric between processes; the
+//!   survivors' operations return, typed errors for what needs it.
 //! * [`chaos`]: multi-process runs with kills, stalls, full tables and a
 //!   crowded index.
 
@@ -20,6 +22,7 @@ pub mod chaos;
 pub mod conformance;
 pub mod history;
 pub mod linearizability;
+pub mod peer_death;
 pub mod proc_history;
 pub mod proc_workload;
 pub mod scripted;

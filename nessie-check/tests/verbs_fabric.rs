@@ -4,20 +4,24 @@
 //! `--ignored` and the device's name in `NESSIE_VERBS_DEVICE` (optionally a
 //! GID index in `NESSIE_VERBS_GID`), e.g. Soft-RoCE's `rxe0` inside the VM
 //! of `scripts/rxe-vm.sh`. Each cluster is three `VerbsFabric`s opened in
-//! this process, every one with its own device context, queue pairs and
-//! handshake listener on 127.0.0.1, so every verb (even node 0's to node 1)
-//! goes through the NIC. `a_missing_device_is_a_typed_error` needs no
+//! this process, every one with its own device context and queue pairs,
+//! meeting through the authenticated rendezvous on 127.0.0.1, so every
+//! verb (even node 0's to node 1) goes through the NIC. The bootstrap suite
+//! (other secret, replayed and tampered messages, duplicate id, other node
+//! count) runs here too. `a_missing_device_is_a_typed_error` needs no
 //! hardware and always runs.
 
 #![cfg(feature = "verbs")]
 
 use nessie::fabric::Membership;
 use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionSpec, RemoteAddr, ShmFabric,
-    ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions, DEFAULT_LANES,
+    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionSpec, RemoteAddr, RendezvousFailure,
+    RendezvousOptions, ShmFabric, ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions,
+    DEFAULT_LANES,
 };
 use nessie::layout::{region, FORMAT_VERSION};
 use nessie::{store_regions, Config, Node, Stats};
+use nessie_check::conformance::bootstrap::reason;
 use nessie_check::conformance::{self, ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,46 +51,54 @@ fn next_cluster() -> u64 {
         | NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-fn listeners(n: usize) -> (Vec<TcpListener>, Vec<String>) {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a handshake listener"))
-        .collect();
-    let peers = listeners
-        .iter()
-        .map(|l| l.local_addr().expect("bound address").to_string())
-        .collect();
-    (listeners, peers)
-}
+const SECRET: &str = "verbs-fabric-test-secret-0123456789";
 
-fn options(node: usize, peers: &[String], cluster_id: u64, regions: &[RegionSpec]) -> VerbsOptions {
+/// Node `node`'s options in a cluster of `nodes` meeting at `address`.
+fn options(
+    node: usize,
+    nodes: usize,
+    address: &str,
+    cluster_id: u64,
+    regions: &[RegionSpec],
+) -> VerbsOptions {
     VerbsOptions {
         device: Some(device()),
         gid_index: gid_index(),
-        peers: peers.to_vec(),
-        membership: Membership {
-            cluster_id,
-            format_version: FORMAT_VERSION,
-            node,
-            nodes: peers.len(),
-            regions: regions.to_vec(),
+        rendezvous: RendezvousOptions {
+            membership: Membership {
+                cluster_id,
+                format_version: FORMAT_VERSION,
+                node,
+                nodes,
+                regions: regions.to_vec(),
+            },
+            secret: SECRET.into(),
+            address: address.into(),
+            serve: node == 0,
+            timeout: Duration::from_secs(60),
         },
-        attach_timeout: Duration::from_secs(60),
         lanes: DEFAULT_LANES,
         retransmission: RcTimeouts::default(),
     }
 }
 
-/// Opens one fabric per option set concurrently (each waits for the others'
-/// handshakes).
+/// Opens one fabric per option set concurrently (each waits for the
+/// others through the rendezvous), node 0 serving on `listener`.
 fn open_all(
-    all: &[VerbsOptions],
-    listeners: &[TcpListener],
+    all: Vec<VerbsOptions>,
+    listener: TcpListener,
 ) -> Vec<Result<VerbsFabric, FabricError>> {
+    let mut listener = Some(listener);
     std::thread::scope(|s| {
         let handles: Vec<_> = all
-            .iter()
-            .zip(listeners)
-            .map(|(o, l)| s.spawn(move || VerbsFabric::open_with_listener(o, l)))
+            .into_iter()
+            .map(|o| {
+                let serving = listener.take().filter(|_| o.rendezvous.serve);
+                s.spawn(move || match serving {
+                    Some(l) => VerbsFabric::open_serving(&o, l),
+                    None => VerbsFabric::open(&o),
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -95,13 +107,20 @@ fn open_all(
     })
 }
 
+/// A listener for the serving node on 127.0.0.1 and its address.
+fn rendezvous_listener() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind the rendezvous");
+    let addr = l.local_addr().expect("bound address").to_string();
+    (l, addr)
+}
+
 fn open_cluster(spec: &ClusterSpec) -> Vec<VerbsFabric> {
-    let (listeners, peers) = listeners(spec.nodes);
+    let (listener, addr) = rendezvous_listener();
     let id = next_cluster();
     let all: Vec<_> = (0..spec.nodes)
-        .map(|n| options(n, &peers, id, &spec.regions))
+        .map(|n| options(n, spec.nodes, &addr, id, &spec.regions))
         .collect();
-    open_all(&all, &listeners)
+    open_all(all, listener)
         .into_iter()
         .enumerate()
         .map(|(n, f)| f.unwrap_or_else(|e| panic!("node {n}: {e}")))
@@ -129,98 +148,114 @@ nessie_check::fabric_conformance_tests!(
 
 #[test]
 fn a_missing_device_is_a_typed_error() {
-    let (listeners, peers) = listeners(1);
-    let o = VerbsOptions {
+    let (_listener, addr) = rendezvous_listener();
+    let mut o = VerbsOptions {
         device: Some("nessie-no-such-device".into()),
         gid_index: None,
-        membership: Membership {
-            cluster_id: 1,
-            format_version: FORMAT_VERSION,
-            node: 0,
-            nodes: peers.len(),
-            regions: conformance::suite_spec().regions,
+        rendezvous: RendezvousOptions {
+            membership: Membership {
+                cluster_id: 1,
+                format_version: FORMAT_VERSION,
+                node: 0,
+                nodes: 1,
+                regions: conformance::suite_spec().regions,
+            },
+            secret: SECRET.into(),
+            address: addr,
+            serve: true,
+            timeout: Duration::from_secs(1),
         },
-        peers,
-        attach_timeout: Duration::from_secs(1),
         lanes: 1,
         retransmission: RcTimeouts::default(),
     };
-    match VerbsFabric::open_with_listener(&o, &listeners[0]) {
+    match VerbsFabric::open(&o) {
         Err(FabricError::NoDevice { wanted, found }) => {
             assert_eq!(wanted.as_deref(), Some("nessie-no-such-device"));
             assert!(!found.iter().any(|d| d == "nessie-no-such-device"));
         }
         other => panic!("expected NoDevice, got {other:?}"),
     }
-    let mut bad_node = o.clone();
-    bad_node.membership.node = 3;
+    o.rendezvous.membership.node = 3;
     assert!(matches!(
-        VerbsFabric::open_with_listener(&bad_node, &listeners[0]),
+        VerbsFabric::open(&o),
         Err(FabricError::UnknownNode { node: 3, nodes: 1 })
     ));
 }
 
-/// The reason of a handshake failure, looking through a refusal.
-fn handshake_reason(e: &FabricError) -> &HandshakeFailure {
-    match e {
-        FabricError::Handshake {
-            reason: HandshakeFailure::Refused(inner),
-            ..
-        } => inner,
-        FabricError::Handshake { reason, .. } => reason,
-        other => panic!("expected a handshake error, got {other}"),
-    }
+/// Opens a verbs node for the bootstrap suite.
+fn open_verbs(rendezvous: RendezvousOptions) -> Result<Arc<dyn Fabric>, FabricError> {
+    let options = VerbsOptions {
+        device: Some(device()),
+        gid_index: gid_index(),
+        rendezvous,
+        lanes: 2,
+        retransmission: RcTimeouts::default(),
+    };
+    Ok(Arc::new(VerbsFabric::open(&options)?))
 }
+
+// Another secret, replayed and tampered messages, a duplicate node id and
+// another node count: typed errors, and the honest nodes still open.
+nessie_check::bootstrap_tests!(
+    open_verbs,
+    next_cluster,
+    #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+);
 
 #[test]
 #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
 fn peers_of_another_cluster_or_configuration_are_refused_on_both_sides() {
     let spec = conformance::suite_spec();
-    // Another cluster id.
-    let (ls, peers) = listeners(2);
-    let mut all = vec![
-        options(0, &peers, next_cluster(), &spec.regions),
-        options(1, &peers, next_cluster(), &spec.regions),
+    let short = |mut o: VerbsOptions| {
+        o.rendezvous.timeout = Duration::from_secs(5);
+        o
+    };
+    // Another cluster id: the registering node is refused, naming both;
+    // the serving node never hears from a node of its own cluster.
+    let (l, addr) = rendezvous_listener();
+    let all = vec![
+        short(options(0, 2, &addr, next_cluster(), &spec.regions)),
+        short(options(1, 2, &addr, next_cluster(), &spec.regions)),
     ];
-    for o in &mut all {
-        o.attach_timeout = Duration::from_secs(5);
-    }
-    for (n, r) in open_all(&all, &ls).iter().enumerate() {
-        let e = r.as_ref().expect_err("clusters differ");
-        assert!(
-            matches!(handshake_reason(e), HandshakeFailure::Cluster { .. }),
-            "node {n}: {e}"
-        );
-    }
-    // Another region size.
-    let (ls, peers) = listeners(2);
+    let results = open_all(all, l);
+    let e = results[1].as_ref().expect_err("clusters differ");
+    assert!(
+        matches!(
+            reason(e),
+            RendezvousFailure::Membership(HandshakeFailure::Cluster { .. })
+        ),
+        "{e}"
+    );
+    let e = results[0].as_ref().expect_err("node 1 never registered");
+    assert!(
+        matches!(reason(e), RendezvousFailure::Missing { nodes, .. } if nodes == &[1]),
+        "{e}"
+    );
+    // Another region size: refused naming the region.
+    let (l, addr) = rendezvous_listener();
     let id = next_cluster();
     let mut smaller = spec.regions.clone();
     smaller[1].len /= 2;
-    let mut all = vec![
-        options(0, &peers, id, &spec.regions),
-        options(1, &peers, id, &smaller),
+    let all = vec![
+        short(options(0, 2, &addr, id, &spec.regions)),
+        short(options(1, 2, &addr, id, &smaller)),
     ];
-    for o in &mut all {
-        o.attach_timeout = Duration::from_secs(5);
-    }
-    for (n, r) in open_all(&all, &ls).iter().enumerate() {
-        let e = r.as_ref().expect_err("region sizes differ");
-        assert!(
-            matches!(handshake_reason(e), HandshakeFailure::RegionSize { region, .. } if *region == spec.regions[1].id),
-            "node {n}: {e}"
-        );
-    }
-    // A peer that never comes.
-    let (ls, peers) = listeners(2);
-    let mut lonely = options(0, &peers, next_cluster(), &spec.regions);
-    lonely.attach_timeout = Duration::from_secs(1);
-    drop(ls.into_iter().nth(1));
-    let started = Instant::now();
-    let e = VerbsFabric::open_with_listener(&lonely, &TcpListener::bind("127.0.0.1:0").unwrap())
-        .expect_err("peer 1 is absent");
-    assert!(matches!(e, FabricError::Unreachable { node: 1, .. }), "{e}");
-    assert!(started.elapsed() < Duration::from_secs(30));
+    let results = open_all(all, l);
+    let e = results[1].as_ref().expect_err("region sizes differ");
+    assert!(
+        matches!(reason(e), RendezvousFailure::Membership(HandshakeFailure::RegionSize { region, .. }) if *region == spec.regions[1].id),
+        "{e}"
+    );
+    // A rendezvous nobody serves.
+    let (l, addr) = rendezvous_listener();
+    drop(l);
+    let mut lonely = options(1, 2, &addr, next_cluster(), &spec.regions);
+    lonely.rendezvous.timeout = Duration::from_secs(1);
+    let e = VerbsFabric::open(&lonely).expect_err("no server");
+    assert!(
+        matches!(reason(&e), RendezvousFailure::Unreachable { .. }),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Three node processes on the `verbs` fabric, each with its own device
-//! context and queue pairs, run a mixed workload on shared keys; the merged
-//! history of all three is linearizable.
+//! context and queue pairs, meeting through the authenticated rendezvous:
+//! a mixed workload on shared keys whose merged history is linearizable,
+//! and a peer killed with SIGKILL whose survivors' operations all return
+//! (typed errors for those that need its memory, within about
+//! `op_timeout`).
 //!
 //! Needs an RDMA device: `#[ignore]`d, run with `--ignored` and the device
 //! in `NESSIE_VERBS_DEVICE` (optionally a GID index in `NESSIE_VERBS_GID`;
@@ -10,11 +13,12 @@
 #![cfg(feature = "verbs")]
 
 use nessie::{Config, FabricConfig, Node};
+use nessie_check::conformance::bootstrap::free_address;
+use nessie_check::peer_death;
 use nessie_check::proc_history::read_logs;
 use nessie_check::proc_workload::{
     child_test, finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
 };
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 const NODES: usize = 3;
@@ -29,7 +33,7 @@ fn ops_per_thread() -> usize {
         .unwrap_or(150)
 }
 
-fn config(cluster: &str, peers: Vec<String>) -> Config {
+fn config(cluster: &str, rendezvous: &str) -> Config {
     let device = std::env::var("NESSIE_VERBS_DEVICE")
         .expect("set NESSIE_VERBS_DEVICE to an RDMA device (e.g. rxe0)");
     Config {
@@ -43,7 +47,9 @@ fn config(cluster: &str, peers: Vec<String>) -> Config {
         op_timeout: Duration::from_secs(2),
         fabric: FabricConfig::Verbs {
             device: Some(device),
-            peers,
+            peers: Vec::new(),
+            rendezvous: Some(rendezvous.into()),
+            secret: "verbs-processes-test-secret-0123456789".into(),
             gid_index: std::env::var("NESSIE_VERBS_GID")
                 .ok()
                 .and_then(|v| v.trim().parse().ok()),
@@ -57,16 +63,8 @@ fn config(cluster: &str, peers: Vec<String>) -> Config {
 #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
 fn three_processes_on_verbs_stay_linearizable() {
     let dir = tempfile::tempdir().unwrap().keep();
-    // Free ports for the three queue-pair exchanges (released just before
-    // the nodes bind them).
-    let peers: Vec<String> = {
-        let held: Vec<TcpListener> = (0..NODES)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        held.iter()
-            .map(|l| l.local_addr().unwrap().to_string())
-            .collect()
-    };
+    // A free port for the rendezvous node 0 serves.
+    let rendezvous = free_address();
     let cluster = format!("verbs-proc-{}", std::process::id());
     let started = Instant::now();
     let mut guard = ChildGuard::new(dir.clone());
@@ -76,7 +74,7 @@ fn three_processes_on_verbs_stay_linearizable() {
                 .env(CHILD_ENV, node.to_string())
                 .env("NESSIE_VERBS_PROC_DIR", &dir)
                 .env("NESSIE_VERBS_PROC_CLUSTER", &cluster)
-                .env("NESSIE_VERBS_PROC_PEERS", peers.join(","))
+                .env("NESSIE_VERBS_PROC_RENDEZVOUS", &rendezvous)
                 .spawn()
                 .expect("spawn a node process"),
         );
@@ -117,12 +115,10 @@ fn child_node() {
     let Some((node, dir)) = spawned_node(CHILD_ENV, "NESSIE_VERBS_PROC_DIR") else {
         return;
     };
-    let peers = std::env::var("NESSIE_VERBS_PROC_PEERS")
-        .unwrap()
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let cfg = config(&std::env::var("NESSIE_VERBS_PROC_CLUSTER").unwrap(), peers);
+    let cfg = config(
+        &std::env::var("NESSIE_VERBS_PROC_CLUSTER").unwrap(),
+        &std::env::var("NESSIE_VERBS_PROC_RENDEZVOUS").unwrap(),
+    );
     let n = Node::start(cfg, node).unwrap_or_else(|e| panic!("node {node}: {e}"));
     let ops = ops_per_thread();
     let work = NodeWork {
@@ -141,4 +137,30 @@ fn child_node() {
         finish_together(&dir, node, NODES, Duration::from_secs(300)),
         "peers did not finish"
     );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn a_killed_peer_fails_only_what_needs_it() {
+    let rendezvous = free_address();
+    let survivors = peer_death::run("peer_death_node", &rendezvous);
+    let op_timeout = config("x", &rendezvous).op_timeout;
+    for (node, s) in survivors.iter().enumerate() {
+        println!(
+            "VERBS-PEER-DEATH survivor {node}: {} ok, {} failed, slowest failure {:.1} ms, slowest op {:.1} ms (op_timeout {op_timeout:?}); errors: {:?}",
+            s.ok, s.failed, s.slowest_failure_ms, s.slowest_ms, s.errors
+        );
+    }
+    // Slack for the emulated CPU of the VM.
+    peer_death::check(&survivors, op_timeout, Duration::from_secs(2));
+}
+
+/// One node process (run only when spawned by the test above).
+#[test]
+#[ignore = "run as a child process by a_killed_peer_fails_only_what_needs_it"]
+fn peer_death_node() {
+    peer_death::child(|cluster, rendezvous| Config {
+        nodes: peer_death::NODES,
+        ..config(cluster, rendezvous)
+    });
 }

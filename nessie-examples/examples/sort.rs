@@ -99,6 +99,9 @@ enum ProcessFabric {
     Shm,
     /// TCP between hosts; the nodes meet at the launcher's rendezvous.
     Tcp,
+    /// RDMA NICs (a build with the `verbs` feature; the first RDMA
+    /// device); queue pairs are exchanged at the launcher's rendezvous.
+    Verbs,
 }
 
 impl ProcessFabric {
@@ -110,6 +113,13 @@ impl ProcessFabric {
                 rendezvous: None,
                 secret: String::new(),
                 threads: 2,
+            },
+            ProcessFabric::Verbs => FabricConfig::Verbs {
+                device: None,
+                peers: Vec::new(),
+                rendezvous: None,
+                secret: String::new(),
+                gid_index: None,
             },
         }
     }
@@ -234,9 +244,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     match &launch {
         Some(l) => l.configure(&mut base)?,
-        // Without a launcher, tcp needs every node's address.
-        None if node.is_some() && args.fabric == ProcessFabric::Tcp => {
-            return Err("--fabric tcp needs a launcher (srun, mpirun, torchrun) or NESSIE_NODE_ID, NESSIE_NODES and NESSIE_RENDEZVOUS".into())
+        // Without a launcher, tcp and verbs need the rendezvous's address.
+        None if node.is_some() && args.fabric != ProcessFabric::Shm => {
+            return Err("--fabric tcp and --fabric verbs need a launcher (srun, mpirun, torchrun) or NESSIE_NODE_ID, NESSIE_NODES and NESSIE_RENDEZVOUS".into())
         }
         None => {}
     }

@@ -317,6 +317,15 @@ pub enum HandshakeFailure {
         /// Its size here.
         expected: Option<u64>,
     },
+    /// The peer opened another number of queue-pair lanes (`verbs`: every
+    /// node must open as many).
+    #[error("peer opened {found} queue-pair lanes, this node {expected}")]
+    Lanes {
+        /// The peer's lanes.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
     /// The peer's proof did not verify, or it rejected ours: the cluster
     /// secrets differ.
     #[error("authentication failed: the cluster secrets differ")]
@@ -377,6 +386,16 @@ pub enum RendezvousFailure {
     #[error("node(s) {nodes:?} never registered within {waited:?}")]
     Missing {
         /// The node ids that never registered.
+        nodes: Vec<NodeId>,
+        /// How long the server waited.
+        waited: Duration,
+    },
+    /// The barrier after the table: these nodes did not report that they
+    /// connected (they failed, died or were too slow), so no node may
+    /// rely on its connections.
+    #[error("node(s) {nodes:?} did not connect to their peers within {waited:?}")]
+    NotReady {
+        /// The node ids that did not report ready.
         nodes: Vec<NodeId>,
         /// How long the server waited.
         waited: Duration,

@@ -58,7 +58,8 @@ pub use local::LocalFabric;
 pub use membership::Membership;
 pub use rc_budget::{RcTimeouts, MAX_ACK_TIMEOUT, MIN_ACK_TIMEOUT, RC_RETRY_COUNT};
 pub use rendezvous::{
-    rendezvous, rendezvous_with, serve_rendezvous, RendezvousOptions, RendezvousOutcome,
+    rendezvous, rendezvous_connected, rendezvous_with, serve_rendezvous, RendezvousOptions,
+    RendezvousOutcome,
 };
 pub use shm::{ShmFabric, ShmOptions};
 #[doc(hidden)]

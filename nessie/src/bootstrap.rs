@@ -93,7 +93,7 @@ pub use secret::{secret, secret_from};
 
 use std::fmt;
 
-use crate::{Config, Error, FabricConfig};
+use crate::{Config, Error};
 
 /// The lowest port of a Slurm job's default rendezvous address.
 pub const RENDEZVOUS_PORT_BASE: u16 = 20_000;
@@ -170,9 +170,9 @@ pub struct Overrides {
 }
 
 impl Launch {
-    /// Fits `config` to this launch: its node count, and on the `tcp`
-    /// fabric without a peer list the rendezvous address; on `tcp` also
-    /// the cluster secret, from the configuration or else the environment
+    /// Fits `config` to this launch: its node count, and on the `tcp` and
+    /// `verbs` fabrics without a peer list the rendezvous address, and the
+    /// cluster secret, from the configuration or else the environment
     /// ([`secret`]).
     ///
     /// # Errors
@@ -180,13 +180,7 @@ impl Launch {
     /// [`Launch::require_rendezvous`]) or no secret is available.
     pub fn configure(&self, config: &mut Config) -> Result<(), Error> {
         config.nodes = self.nodes;
-        if let FabricConfig::Tcp {
-            peers,
-            rendezvous,
-            secret: configured,
-            ..
-        } = &mut config.fabric
-        {
+        if let Some((peers, rendezvous, configured)) = config.fabric.meeting_mut() {
             if peers.is_empty() && rendezvous.is_none() {
                 *rendezvous = Some(self.require_rendezvous()?.to_owned());
             }

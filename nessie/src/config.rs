@@ -73,14 +73,27 @@ pub enum FabricConfig {
     #[default]
     Local,
     /// One process per node, verbs on RDMA NICs (cargo feature `verbs`;
-    /// see `nessie::fabric::VerbsFabric`). Queue-pair information is
-    /// exchanged over TCP: a node listens on its own entry of `peers`.
+    /// see `nessie::fabric::VerbsFabric`). Queue-pair numbers, regions and
+    /// rkeys travel only through the authenticated rendezvous node 0 serves:
+    /// at `rendezvous`, or at node 0's entry of a static `peers` list.
     Verbs {
         /// RDMA device name (e.g. `mlx5_0`, `rxe0`); `None`: the first.
         #[serde(default)]
         device: Option<String>,
-        /// `host:port` of every node's queue-pair exchange, indexed by node.
+        /// `host:port` of every node, indexed by node id; node 0 serves the
+        /// exchange of queue-pair information at its entry (the other
+        /// entries are checked but not used). Empty: `rendezvous` says
+        /// where.
+        #[serde(default)]
         peers: Vec<String>,
+        /// `host:port` of the authenticated rendezvous node 0 serves, used
+        /// when `peers` is empty (a launcher's bootstrap fills it in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rendezvous: Option<String>,
+        /// Cluster secret: every message of the exchange is sealed with it
+        /// (HMAC-SHA256), so only its holders learn the rkeys of the
+        /// cluster's memory. Use 16 bytes or more of randomness.
+        secret: String,
         /// GID index of port 1 (`None`: a RoCE v2 entry with an IPv4
         /// address if there is one).
         #[serde(default)]
@@ -137,13 +150,50 @@ impl std::fmt::Debug for FabricConfig {
             FabricConfig::Verbs {
                 device,
                 peers,
+                rendezvous,
                 gid_index,
+                ..
             } => f
                 .debug_struct("Verbs")
                 .field("device", device)
                 .field("peers", peers)
+                .field("rendezvous", rendezvous)
+                .field("secret", &"<redacted>")
                 .field("gid_index", gid_index)
                 .finish(),
+        }
+    }
+}
+
+impl FabricConfig {
+    /// The cluster secret of a fabric that has one (`tcp`, `verbs`).
+    #[must_use]
+    pub fn secret(&self) -> Option<&str> {
+        match self {
+            FabricConfig::Tcp { secret, .. } | FabricConfig::Verbs { secret, .. } => Some(secret),
+            FabricConfig::Local | FabricConfig::Shm { .. } => None,
+        }
+    }
+
+    /// The static peer list, the rendezvous address and the secret of a
+    /// fabric whose nodes meet over the network (`tcp`, `verbs`).
+    pub(crate) fn meeting_mut(
+        &mut self,
+    ) -> Option<(&mut Vec<String>, &mut Option<String>, &mut String)> {
+        match self {
+            FabricConfig::Tcp {
+                peers,
+                rendezvous,
+                secret,
+                ..
+            }
+            | FabricConfig::Verbs {
+                peers,
+                rendezvous,
+                secret,
+                ..
+            } => Some((peers, rendezvous, secret)),
+            FabricConfig::Local | FabricConfig::Shm { .. } => None,
         }
     }
 }
@@ -339,10 +389,11 @@ impl Config {
         Ok(config)
     }
 
-    /// Whether the configuration carries a secret (the `tcp` fabric's).
+    /// Whether the configuration carries a secret (the `tcp` or `verbs`
+    /// fabric's).
     #[must_use]
     pub fn has_secret(&self) -> bool {
-        matches!(&self.fabric, FabricConfig::Tcp { secret, .. } if !secret.is_empty())
+        self.fabric.secret().is_some_and(|s| !s.is_empty())
     }
 
     /// The configuration as TOML.
@@ -565,7 +616,7 @@ mod tests {
     #[test]
     fn verbs_fabric_is_parsed_and_checked() {
         let c = Config::from_toml(
-            "nodes = 2\n[fabric]\nkind = \"verbs\"\ndevice = \"rxe0\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\n",
+            "nodes = 2\n[fabric]\nkind = \"verbs\"\ndevice = \"rxe0\"\nsecret = \"0123456789abcdef\"\npeers = [\"10.0.0.1:7000\", \"[::1]:7001\"]\n",
         )
         .unwrap();
         assert_eq!(
@@ -573,8 +624,15 @@ mod tests {
             FabricConfig::Verbs {
                 device: Some("rxe0".into()),
                 peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
+                rendezvous: None,
+                secret: "0123456789abcdef".into(),
                 gid_index: None,
             }
+        );
+        assert!(c.has_secret());
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef"),
+            "Debug hides the secret"
         );
         assert_eq!(Config::from_toml(&c.to_toml().unwrap()).unwrap(), c);
         let verbs = |peers: &[&str]| Config {
@@ -582,6 +640,8 @@ mod tests {
             fabric: FabricConfig::Verbs {
                 device: None,
                 peers: peers.iter().map(|p| (*p).to_owned()).collect(),
+                rendezvous: None,
+                secret: "0123456789abcdef".into(),
                 gid_index: Some(1),
             },
             ..Config::default()
@@ -596,6 +656,21 @@ mod tests {
             assert!(m.contains(field), "message {m:?} should name {field}");
         }
         verbs(&["a:1", "b:2"]).validate().unwrap();
+        let mut no_secret = verbs(&["a:1", "b:2"]);
+        if let Some((_, _, secret)) = no_secret.fabric.meeting_mut() {
+            secret.clear();
+        }
+        assert!(msg(&no_secret).contains("fabric.secret"));
+        let mut meet = verbs(&[]);
+        if let Some((_, rendezvous, _)) = meet.fabric.meeting_mut() {
+            *rendezvous = Some("n0:20000".into());
+        }
+        meet.validate().unwrap();
+        let mut both = verbs(&["a:1", "b:2"]);
+        if let Some((_, rendezvous, _)) = both.fabric.meeting_mut() {
+            *rendezvous = Some("n0:20000".into());
+        }
+        assert!(msg(&both).contains("exclude each other"));
     }
 
     #[test]

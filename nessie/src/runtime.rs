@@ -373,6 +373,8 @@ fn open_verbs(config: &Config, membership: Membership) -> Result<Arc<dyn Fabric>
     let FabricConfig::Verbs {
         device,
         peers,
+        rendezvous,
+        secret,
         gid_index,
     } = &config.fabric
     else {
@@ -381,12 +383,23 @@ fn open_verbs(config: &Config, membership: Membership) -> Result<Arc<dyn Fabric>
     let retransmission = RcTimeouts::within(config.landing_bound()).ok_or_else(|| {
         Error::Config("the landing bound is too short for RDMA retransmissions".into())
     })?;
+    // Node 0 serves the exchange: at the rendezvous address, or at its own
+    // entry of a static peer list.
+    let address = rendezvous
+        .clone()
+        .or_else(|| peers.first().cloned())
+        .ok_or_else(|| Error::Config("fabric = verbs needs peers or a rendezvous".into()))?;
+    let serve = membership.node == 0;
     Ok(Arc::new(VerbsFabric::open(&VerbsOptions {
         device: device.clone(),
         gid_index: *gid_index,
-        peers: peers.clone(),
-        membership,
-        attach_timeout: config.attach_timeout,
+        rendezvous: RendezvousOptions {
+            membership,
+            secret: secret.clone(),
+            address,
+            serve,
+            timeout: config.attach_timeout,
+        },
         lanes: DEFAULT_LANES,
         retransmission,
     })?))

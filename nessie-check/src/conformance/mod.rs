@@ -1,9 +1,12 @@
 //! Conformance suites: [`fabric`] for every [`nessie::fabric::Fabric`]
-//! backend, [`kv`] for every store behind [`nessie::KvClient`].
+//! backend, [`bootstrap`] for every backend whose nodes meet through the
+//! authenticated rendezvous, [`kv`] for every store behind
+//! [`nessie::KvClient`].
 //!
 //! The fabric suite's items are re-exported here, where its callers have
 //! always found them.
 
+pub mod bootstrap;
 pub mod fabric;
 pub mod kv;
 

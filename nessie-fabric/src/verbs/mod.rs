@@ -16,7 +16,7 @@
 //! at least as many lanes as client threads every thread has queue pairs of
 //! its own. Queue pairs per (fabric, lane, peer) rather than per thread
 //! keep connection setup in [`VerbsFabric::open`]: a new thread never
-//! needs a handshake with every peer.
+//! needs to meet every peer again.
 //!
 //! **Local verbs and the atomicity rule.** A NIC's CAS is atomic only
 //! against other CAS of the same NIC, so a node must not CAS its own words
@@ -26,12 +26,17 @@
 //! device). The CPU never touches region memory.
 //!
 //! **Connection setup.** Queue-pair numbers, port addresses and the
-//! address, length and rkey of every region are exchanged over TCP with
-//! each peer (see the `handshake` module); the handshake carries the
-//! [`Membership`] of each side, and a mismatch (cluster, format version,
-//! nodes or region sizes) fails with [`FabricError::Handshake`] on both sides. A node
-//! listens on its own entry of `peers` and connects to every other entry;
-//! nodes may start in any order within `attach_timeout`.
+//! address, length and rkey of every region travel only through the
+//! authenticated rendezvous ([`crate::rendezvous_connected`]), as each
+//! node's *card* (see the `card` module): every message is sealed with the
+//! cluster secret and fresh nonces, so a party without the secret learns no
+//! rkey and cannot pass off a queue pair of its own, and a replayed or
+//! tampered message is refused. The rendezvous checks each node's
+//! [`Membership`] (cluster, format version, node count and id, region
+//! sizes) and refuses mismatches on both sides; its barrier holds every
+//! node until all have connected their queue pairs, so no request reaches
+//! a queue pair that is not ready for it. Nodes may start in any order
+//! within the rendezvous's timeout.
 //!
 //! **Checks.** Every verb is checked against the target's region table
 //! before anything is posted (unknown node or region, misalignment, out of
@@ -45,17 +50,18 @@
 //! with [`VerbsFailure::Broken`] until the fabric is reopened; there is no
 //! reconnection.
 
+mod card;
 mod device;
-mod handshake;
 mod lane;
 
+use self::card::Card;
 use self::device::{Device, QpInfo};
-use self::handshake::Hello;
 use self::lane::{verb_len, Lane, CHUNK};
 use super::{
     check_bounds, Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec,
     RemoteAddr, Verb, VerbsFailure,
 };
+use crate::rendezvous::RendezvousOptions;
 use crate::wire::WORD;
 use crate::Membership;
 use memmap2::{MmapMut, MmapRaw};
@@ -64,11 +70,10 @@ use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::ExtendedQueuePair;
 use std::cell::Cell;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
-use std::time::{Duration, Instant};
 
-pub use self::handshake::MAX_LANES;
+pub use self::card::MAX_LANES;
 
 /// Lanes a fabric opens unless told otherwise.
 pub const DEFAULT_LANES: usize = 4;
@@ -81,13 +86,11 @@ pub struct VerbsOptions {
     /// GID index of port 1 to use (`None`: a RoCE v2 IPv4 entry if there
     /// is one; see the device module).
     pub gid_index: Option<u32>,
-    /// `host:port` of every node's handshake listener, indexed by node id.
-    pub peers: Vec<String>,
-    /// This node, its cluster and the regions every node registers (the
-    /// handshake checks them).
-    pub membership: Membership,
-    /// How long to wait for every peer's handshake.
-    pub attach_timeout: Duration,
+    /// The exchange of every node's queue pairs and regions: this node, its
+    /// cluster and the regions every node registers (checked), the cluster
+    /// secret, where the rendezvous is served and whether this node serves
+    /// it, and how long to wait for every peer.
+    pub rendezvous: RendezvousOptions,
     /// Lanes to open (clamped to `1..=`[`MAX_LANES`]).
     pub lanes: usize,
     /// ACK timeout and retry count of every queue pair: a verb still in
@@ -271,52 +274,46 @@ const STAGING_CAP: usize = 4 << 20;
 const SELF_TEST: u64 = 0x0123_4567_89ab_cdef;
 
 impl VerbsFabric {
-    /// Opens the device, registers this node's regions, binds
-    /// `peers[node]` and connects to every peer.
+    /// Opens the device, registers this node's regions, opens the queue
+    /// pairs and connects them to every peer's through the rendezvous of
+    /// `options.rendezvous` (binding its address if this node serves it).
     ///
     /// # Errors
-    /// As [`VerbsFabric::open_with_listener`], and [`FabricError::Bind`] if
-    /// the address cannot be bound.
+    /// As [`VerbsFabric::open_serving`], and [`FabricError::Bind`] if the
+    /// serving node cannot bind the rendezvous address.
     pub fn open(options: &VerbsOptions) -> Result<VerbsFabric, FabricError> {
-        let me = &options.membership;
-        let addr = options.peers.get(me.node).ok_or(FabricError::UnknownNode {
-            node: me.node,
-            nodes: options.peers.len(),
-        })?;
-        let listener = TcpListener::bind(addr).map_err(|source| FabricError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-        Self::open_with_listener(options, &listener)
+        Self::open_on(options, None)
     }
 
-    /// As [`VerbsFabric::open`], with this node's handshake listener bound
-    /// by the caller (for example to port 0, before the peers' addresses are
-    /// known). The listener is used only while opening.
+    /// As [`VerbsFabric::open`], for the node that serves the rendezvous,
+    /// on a listener the caller bound (for example to port 0, whose address
+    /// the other nodes are then given).
     ///
     /// # Errors
     /// [`FabricError::UnknownNode`] if `node` is not one of the cluster's;
     /// [`FabricError::Options`] for a region whose length is not whole
-    /// words, or `peers` not one address per node; [`FabricError::NoDevice`]
-    /// without a (matching) RDMA device; [`FabricError::Verbs`] if the
-    /// device cannot be set up (or returns atomic results in another byte
-    /// order); [`FabricError::Unreachable`] for a peer that does not listen
-    /// within `attach_timeout`; [`FabricError::Handshake`] for a peer of
-    /// another cluster, version or configuration, or that did not connect
-    /// to this node in time.
-    pub fn open_with_listener(
+    /// words; [`FabricError::NoDevice`] without a (matching) RDMA device;
+    /// [`FabricError::Verbs`] if the device cannot be set up (or returns
+    /// atomic results in another byte order); [`FabricError::Rendezvous`]
+    /// for every failure of the exchange (no server, other secret, replayed
+    /// or tampered messages, another cluster, version, node count or region
+    /// sizes, a duplicate node id, peers missing or not connected in time);
+    /// [`FabricError::Handshake`] for a peer whose card disagrees with its
+    /// membership.
+    pub fn open_serving(
         options: &VerbsOptions,
-        listener: &TcpListener,
+        listener: TcpListener,
     ) -> Result<VerbsFabric, FabricError> {
-        let membership = &options.membership;
+        Self::open_on(options, Some(listener))
+    }
+
+    fn open_on(
+        options: &VerbsOptions,
+        listener: Option<TcpListener>,
+    ) -> Result<VerbsFabric, FabricError> {
+        let membership = &options.rendezvous.membership;
         membership.validate()?;
         let (me, nodes) = (membership.node, membership.nodes);
-        if options.peers.len() != nodes {
-            return Err(FabricError::Options {
-                reason: "peers must list one address per node",
-            });
-        }
-        let deadline = Instant::now() + options.attach_timeout;
         let device = Device::open(
             options.device.as_deref(),
             options.gid_index,
@@ -337,107 +334,78 @@ impl VerbsFabric {
             node: me,
         };
         fabric.self_test(&membership.regions)?;
-        fabric.shake_hands(options, listener, deadline, &own_table, &lanes.infos)?;
+        fabric.connect_peers(options, listener, own_table, lanes.infos)?;
         Ok(fabric)
     }
 
-    /// Exchanges hellos with every peer (serving theirs while sending
-    /// ours), then connects each lane's queue pair to the peer's.
-    fn shake_hands(
+    /// Opens a responder queue pair for every (lane, peer), publishes this
+    /// node's card through the rendezvous, and connects every queue pair
+    /// to its peer's; returns once every node has connected.
+    fn connect_peers(
         &mut self,
         options: &VerbsOptions,
-        listener: &TcpListener,
-        deadline: Instant,
-        own_table: &[(RegionId, RemoteRegion)],
-        infos: &[Vec<QpInfo>],
+        listener: Option<TcpListener>,
+        regions: RegionTable,
+        initiators: Vec<Vec<QpInfo>>,
     ) -> Result<(), FabricError> {
-        let membership = &options.membership;
-        let (me, nodes) = (membership.node, membership.nodes);
-        let hello = |to: NodeId, qps: Vec<QpInfo>| Hello {
-            format_version: membership.format_version,
-            cluster_id: membership.cluster_id,
-            nodes: nodes as u64,
-            from: me as u64,
-            to: to as u64,
-            address: self.device.address,
-            qps,
-            regions: own_table.to_vec(),
-        };
-        let stop = AtomicBool::new(false);
-        let refused = Mutex::new((0..nodes).map(|_| None).collect::<Vec<_>>());
-        let (served, replies) = std::thread::scope(|s| {
-            let device = &self.device;
-            let idle_cq = &self.idle_cq;
-            let server = s.spawn(|| {
-                handshake::serve(
-                    listener,
-                    membership,
-                    &options.peers,
-                    deadline,
-                    &stop,
-                    &refused,
-                    |peer| {
-                        let from = peer.from as NodeId;
-                        let mut qps = Vec::with_capacity(peer.qps.len());
-                        let mut mine = Vec::with_capacity(peer.qps.len());
-                        for &remote in &peer.qps {
-                            let (mut qp, info) = device.qp(idle_cq, 1)?;
-                            device.connect(&mut qp, info, remote, &peer.address, from)?;
-                            qps.push(qp);
-                            mine.push(info);
-                        }
-                        Ok((hello(from, mine), qps))
-                    },
-                )
-            });
-            let mut replies = Vec::new();
-            let mut failed = None;
-            for peer in (0..nodes).filter(|&n| n != me) {
-                let qps = infos.iter().map(|lane| lane[peer]).collect();
-                match handshake::exchange(
-                    &options.peers[peer],
-                    peer,
-                    &hello(peer, qps),
-                    membership,
-                    deadline,
-                    &stop,
-                ) {
-                    Ok(reply) => replies.push((peer, reply)),
-                    Err(e) => {
-                        failed = Some(prefer_refusal(e, &refused));
-                        stop.store(true, Ordering::Relaxed);
-                        break;
-                    }
+        let rv = &options.rendezvous;
+        let (me, nodes) = (rv.membership.node, rv.membership.nodes);
+        let mut responders: Vec<Vec<Option<ExtendedQueuePair>>> = Vec::new();
+        let mut responder_infos: Vec<Vec<QpInfo>> = Vec::new();
+        for lane in &initiators {
+            let (mut qps, mut infos) = (Vec::with_capacity(nodes), Vec::with_capacity(nodes));
+            for (peer, own) in lane.iter().enumerate() {
+                if peer == me {
+                    // The loopback responder is the lane's own.
+                    qps.push(None);
+                    infos.push(*own);
+                } else {
+                    let (qp, info) = self.device.qp(&self.idle_cq, 1)?;
+                    qps.push(Some(qp));
+                    infos.push(info);
                 }
             }
-            let served = server.join().unwrap_or_else(|_| {
-                Err(FabricError::Verbs {
-                    node: me,
-                    op: "serve handshakes",
-                    reason: VerbsFailure::Unsupported("the handshake thread panicked"),
-                })
-            });
-            match failed {
-                Some(e) => Err(e),
-                None => Ok((served?, replies)),
-            }
-        })?;
-        for (_, qps) in served {
-            self.responders.extend(qps);
+            responders.push(qps);
+            responder_infos.push(infos);
         }
-        for (peer, reply) in replies {
-            for (l, (lane, remote)) in self.lanes.iter_mut().zip(&reply.qps).enumerate() {
-                let lane = lane.get_mut().unwrap_or_else(PoisonError::into_inner);
-                self.device.connect(
-                    lane.qp_mut(peer),
-                    infos[l][peer],
-                    *remote,
-                    &reply.address,
-                    peer,
-                )?;
-            }
-            self.table[peer] = region_table(&reply.regions);
-        }
+        let card = Card {
+            address: self.device.address,
+            initiators,
+            responders: responder_infos,
+            regions,
+        };
+        let mine = card.encode();
+        let (_, ()) = crate::rendezvous_connected(
+            rv,
+            listener,
+            |_| mine,
+            |outcome| {
+                let cards = peer_cards(&outcome.blobs, rv, card.lanes())?;
+                for (peer, theirs) in cards.iter().enumerate() {
+                    let Some(theirs) = theirs else { continue };
+                    for (l, lane) in self.lanes.iter_mut().enumerate() {
+                        let lane = lane.get_mut().unwrap_or_else(PoisonError::into_inner);
+                        let (own, remote) = (card.initiator(l, peer), theirs.responder(l, me));
+                        self.device.connect(
+                            lane.qp_mut(peer),
+                            own,
+                            remote,
+                            &theirs.address,
+                            peer,
+                        )?;
+                        if let Some(qp) = responders[l][peer].as_mut() {
+                            let (own, remote) = (card.responder(l, peer), theirs.initiator(l, me));
+                            self.device
+                                .connect(qp, own, remote, &theirs.address, peer)?;
+                        }
+                    }
+                    self.table[peer] = region_table(&theirs.regions);
+                }
+                Ok(())
+            },
+        )?;
+        self.responders
+            .extend(responders.into_iter().flatten().flatten());
         Ok(())
     }
 
@@ -654,30 +622,31 @@ impl Fabric for VerbsFabric {
     }
 }
 
-/// A handshake that failed on the way (unreachable, broken connection)
-/// while that peer's own hello was refused here: the refusal says more.
-fn prefer_refusal(e: FabricError, refused: &Mutex<Vec<Option<HandshakeFailure>>>) -> FabricError {
-    let node = match &e {
-        FabricError::Unreachable { node, .. }
-        | FabricError::Handshake {
-            node,
-            reason: HandshakeFailure::Io(_) | HandshakeFailure::NotConnected(_),
-            ..
-        } => *node,
-        _ => return e,
-    };
-    let Some(reason) = handshake::lock(refused)
-        .get_mut(node)
-        .and_then(Option::take)
-    else {
-        return e;
-    };
-    match e {
-        FabricError::Unreachable { addr, .. } | FabricError::Handshake { addr, .. } => {
-            FabricError::Handshake { node, addr, reason }
-        }
-        other => other,
-    }
+/// Every peer's card from the rendezvous's table, checked against this
+/// node's membership and lane count (`None` at this node's own index).
+fn peer_cards(
+    blobs: &[Vec<u8>],
+    rv: &RendezvousOptions,
+    lanes: usize,
+) -> Result<Vec<Option<Card>>, FabricError> {
+    let me = &rv.membership;
+    blobs
+        .iter()
+        .enumerate()
+        .map(|(peer, blob)| {
+            if peer == me.node {
+                return Ok(None);
+            }
+            let fail = |reason| FabricError::Handshake {
+                node: peer,
+                addr: rv.address.clone(),
+                reason,
+            };
+            let card = Card::decode(blob).ok_or_else(|| fail(HandshakeFailure::Malformed))?;
+            card.check(me, lanes).map_err(fail)?;
+            Ok(Some(card))
+        })
+        .collect()
 }
 
 fn region_table(regions: &[(RegionId, RemoteRegion)]) -> Vec<Option<RemoteRegion>> {

@@ -36,6 +36,13 @@
 //! word 3-4  its IP address (IPv4 in the first 4 bytes)
 //! then      per node: blob length word, then the blob zero-padded to words
 //! refusal (count = detail words): the detail words of the status
+//!
+//! A rendezvous with a barrier then carries two more sealed messages on
+//! the same connection, for the same nonces:
+//! READY (client → server): empty body; the node connected with the table
+//! GO (server → client): a REPLY body of status STATUS_GO (every node is
+//!           connected) or of a refusal status (STATUS_NOT_READY: waited
+//!           ms, then the node ids that did not report ready)
 //! ```
 //!
 //! The labels differ per direction and per MAC, so no proof or tag can be
@@ -48,7 +55,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// Magic word at the start of every rendezvous message.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NESSIERV");
 /// Version of the rendezvous layouts; bump on any change of bits.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Kind of the connecting node's hello.
 pub const KIND_CLIENT_HELLO: u32 = 1;
 /// Kind of the server's hello.
@@ -57,6 +64,10 @@ pub const KIND_SERVER_HELLO: u32 = 2;
 pub const KIND_REGISTER: u32 = 3;
 /// Kind of the server's reply.
 pub const KIND_REPLY: u32 = 4;
+/// Kind of a node's report that it connected (barrier).
+pub const KIND_READY: u32 = 5;
+/// Kind of the server's verdict once every node reported (barrier).
+pub const KIND_GO: u32 = 6;
 /// Bytes of a hello.
 pub const HELLO_BYTES: usize = 2 * WORD + NONCE_BYTES;
 /// Bytes of a sealed message's header (before its body).
@@ -69,6 +80,14 @@ pub const REGISTER_LABEL: &[u8] = b"nessie-rendezvous/v1 register message";
 pub const REPLY_PROOF_LABEL: &[u8] = b"nessie-rendezvous/v1 reply key proof";
 /// Tag of a reply.
 pub const REPLY_LABEL: &[u8] = b"nessie-rendezvous/v1 reply message";
+/// Key proof of a ready report.
+pub const READY_PROOF_LABEL: &[u8] = b"nessie-rendezvous/v1 ready key proof";
+/// Tag of a ready report.
+pub const READY_LABEL: &[u8] = b"nessie-rendezvous/v1 ready message";
+/// Key proof of a go.
+pub const GO_PROOF_LABEL: &[u8] = b"nessie-rendezvous/v1 go key proof";
+/// Tag of a go.
+pub const GO_LABEL: &[u8] = b"nessie-rendezvous/v1 go message";
 /// Largest blob a node may register.
 pub const MAX_BLOB_BYTES: usize = 64 << 10;
 /// Bytes of a registration body before its regions.
@@ -107,6 +126,11 @@ pub const STATUS_DUPLICATE: u32 = 10;
 /// Refused: the server gave up waiting (detail: waited ms, then the node
 /// ids that never registered).
 pub const STATUS_MISSING: u32 = 11;
+/// Barrier: every node connected; go on.
+pub const STATUS_GO: u32 = 12;
+/// Barrier refused: nodes did not report that they connected (detail:
+/// waited ms, then their ids).
+pub const STATUS_NOT_READY: u32 = 13;
 /// Region size standing for "no such region" in a [`STATUS_REGION`] detail
 /// (never a whole number of words).
 pub const NO_REGION: u64 = u64::MAX;

@@ -154,40 +154,43 @@ impl Config {
     }
 
     fn validate_fabric(&self) -> Result<(), Error> {
-        let (secret, threads) =
-            match &self.fabric {
-                FabricConfig::Verbs { peers, .. } => {
-                    if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
-                        return Err(bad(format!(
+        match &self.fabric {
+            FabricConfig::Verbs { .. } => {
+                if crate::fabric::RcTimeouts::within(self.landing_bound()).is_none() {
+                    return Err(bad(format!(
                         "fabric = verbs: the landing bound ({:?}; cas_landing_bound, or 4/5 of \
                          expiry - op_timeout - max_clock_skew) is too short for any RDMA \
                          retransmission setting; raise expiry",
                         self.landing_bound()
                     )));
-                    }
-                    return self.validate_peers(peers);
                 }
-                FabricConfig::Tcp {
-                    rendezvous,
-                    peers,
-                    secret,
-                    threads,
-                } => {
-                    match rendezvous {
-                        Some(address) if peers.is_empty() => {
-                            validate_address("fabric.rendezvous", address)?;
-                        }
-                        Some(_) => return Err(bad(
-                            "fabric.peers and fabric.rendezvous exclude each other: list every \
-                             node's address, or let the nodes find each other"
-                                .into(),
-                        )),
-                        None => self.validate_peers(peers)?,
-                    }
-                    (secret, threads)
+            }
+            FabricConfig::Tcp { threads, .. } => {
+                if *threads == 0 || *threads > 1024 {
+                    return Err(bad(format!(
+                        "fabric.threads = {threads} must be between 1 and 1024"
+                    )));
                 }
-                FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
-            };
+            }
+            FabricConfig::Local | FabricConfig::Shm { .. } => return Ok(()),
+        }
+        let mut fabric = self.fabric.clone();
+        let Some((peers, rendezvous, secret)) = fabric.meeting_mut() else {
+            return Ok(());
+        };
+        match rendezvous {
+            Some(address) if peers.is_empty() => {
+                validate_address("fabric.rendezvous", address)?;
+            }
+            Some(_) => {
+                return Err(bad(
+                    "fabric.peers and fabric.rendezvous exclude each other: list every \
+                     node's address, or let the nodes find each other"
+                        .into(),
+                ))
+            }
+            None => self.validate_peers(peers)?,
+        }
         if secret.is_empty() {
             return Err(bad("fabric.secret must not be empty".into()));
         }
@@ -196,11 +199,6 @@ impl Config {
                 "fabric.secret is only {} bytes; use {SHORT_SECRET} or more random bytes",
                 secret.len()
             );
-        }
-        if *threads == 0 || *threads > 1024 {
-            return Err(bad(format!(
-                "fabric.threads = {threads} must be between 1 and 1024"
-            )));
         }
         Ok(())
     }

@@ -3,22 +3,23 @@
 //! that sees it (other secret, replayed and tampered messages, duplicate
 //! node id, other node count, missing nodes, no server).
 
-use nessie_fabric::{
-    rendezvous, rendezvous_with, serve_rendezvous, Fabric, FabricError, HandshakeFailure,
-    Membership, RegionId, RegionSpec, RemoteAddr, RendezvousFailure, RendezvousOptions,
-    RendezvousOutcome, TcpFabric, TcpOptions,
+use nessie::fabric::{
+    rendezvous, rendezvous_connected, rendezvous_with, serve_rendezvous, Fabric, FabricError,
+    HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, RendezvousFailure,
+    RendezvousOptions, RendezvousOutcome, TcpFabric, TcpOptions,
 };
+use nessie_check::conformance::bootstrap::{Tap, Tape};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{mpsc, Arc, Mutex};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 const SECRET: &str = "rendezvous-test-secret";
 const REGION: RegionId = RegionId(0);
-/// Bytes of a hello and of a sealed message's header (see the layout).
-const HELLO: usize = 48;
-const SEALED_HEADER: usize = 112;
+use nessie::fabric::wire::rendezvous::{
+    HELLO_BYTES as HELLO, SEALED_HEADER_BYTES as SEALED_HEADER,
+};
 
 fn membership(node: usize, nodes: usize) -> Membership {
     Membership {
@@ -183,49 +184,11 @@ fn another_secret_is_refused_on_both_sides() {
     ));
 }
 
-/// What a proxy forwarded in each direction.
-type Tape = Arc<Mutex<Vec<u8>>>;
-
-/// Forwards one connection to `target`, recording both directions and
-/// flipping the byte at `flip_up` (node → server) or `flip_down` (server →
-/// node) if given.
+/// A man in the middle of one connection (see [`Tap`]): its address and
+/// tapes.
 fn proxy(target: String, flip_up: Option<usize>, flip_down: Option<usize>) -> (String, Tape, Tape) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (up, down) = (Tape::default(), Tape::default());
-    let (up2, down2) = (Arc::clone(&up), Arc::clone(&down));
-    std::thread::spawn(move || {
-        let (node, _) = listener.accept().unwrap();
-        let server = TcpStream::connect(target).unwrap();
-        let pump = |mut from: TcpStream, mut to: TcpStream, flip: Option<usize>, tape: Tape| {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let mut at = 0;
-                while let Ok(n) = from.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Some(f) = flip.filter(|f| (at..at + n).contains(f)) {
-                        buf[f - at] ^= 0x20;
-                    }
-                    at += n;
-                    tape.lock().unwrap().extend_from_slice(&buf[..n]);
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = to.shutdown(Shutdown::Write);
-            })
-        };
-        pump(
-            node.try_clone().unwrap(),
-            server.try_clone().unwrap(),
-            flip_up,
-            up2,
-        );
-        pump(server, node, flip_down, down2);
-    });
-    (addr, up, down)
+    let tap = Tap::new(&target, flip_up, flip_down);
+    (tap.addr, tap.up, tap.down)
 }
 
 #[test]
@@ -400,4 +363,65 @@ fn an_absent_server_is_unreachable() {
         matches!(reason(&e), RendezvousFailure::Unreachable { .. }),
         "{e}"
     );
+}
+
+/// Opens a cluster of `nodes` through `rendezvous_connected`, node
+/// `failing` (if any) failing its connect step; returns every node's
+/// result.
+fn barrier_run(nodes: usize, failing: Option<usize>) -> Vec<Result<usize, FabricError>> {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let handles: Vec<_> = (0..nodes)
+        .map(|node| {
+            let opts = options(node, nodes, &addr, 5_000);
+            std::thread::spawn(move || {
+                rendezvous_connected(
+                    &opts,
+                    None,
+                    |_| blob(node),
+                    |outcome| {
+                        if failing == Some(node) {
+                            return Err(FabricError::Options {
+                                reason: "this node cannot connect",
+                            });
+                        }
+                        Ok(outcome.blobs.len())
+                    },
+                )
+                .map(|(_, connected)| connected)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn the_barrier_lets_every_node_go_once_all_connected() {
+    for r in barrier_run(3, None) {
+        assert_eq!(r.unwrap(), 3);
+    }
+}
+
+#[test]
+fn a_node_that_cannot_connect_holds_back_every_node_naming_it() {
+    for failing in [0, 2] {
+        for (node, r) in barrier_run(3, Some(failing)).into_iter().enumerate() {
+            let e = r.unwrap_err();
+            if node == failing {
+                assert!(matches!(e, FabricError::Options { .. }), "{e}");
+            } else {
+                let why = match reason(&e) {
+                    RendezvousFailure::Refused(why) => why,
+                    other => other,
+                };
+                assert!(
+                    matches!(why, RendezvousFailure::NotReady { nodes, .. } if nodes == &[failing]),
+                    "node {node}: {e}"
+                );
+            }
+        }
+    }
 }
