@@ -212,6 +212,13 @@ fn works(fabrics: &[Arc<dyn Fabric>]) {
     }
 }
 
+/// The honest node 1 joins the two-node cluster `server` serves at
+/// `addr`, and the two reach each other's memory.
+fn honest_node_joins(open: Open, cluster_id: u64, addr: &str, server: Opening) {
+    let honest = open(options(cluster_id, 1, 2, addr, PATIENT)).expect("the honest node");
+    works(&[joined(server).expect("the serving node"), honest]);
+}
+
 /// A node of another secret is refused (it learns `Authentication`), and
 /// the serving node goes on to open with the honest node.
 ///
@@ -227,8 +234,7 @@ pub fn another_secret_is_refused(open: Open, cluster_id: u64) {
         matches!(reason(&e), RendezvousFailure::Authentication),
         "{e}"
     );
-    let honest = open(options(cluster_id, 1, 2, &addr, PATIENT)).expect("the honest node");
-    works(&[joined(server).expect("the serving node"), honest]);
+    honest_node_joins(open, cluster_id, &addr, server);
 }
 
 /// A registration recorded on one connection and replayed on another is
@@ -262,8 +268,7 @@ pub fn a_replayed_registration_is_refused(open: Open, cluster_id: u64) {
         answer.len() > HELLO_BYTES + SEALED_HEADER_BYTES,
         "the replayed registration got no refusal"
     );
-    let honest = open(options(cluster_id, 1, 2, &addr, PATIENT)).expect("the honest node");
-    works(&[joined(server).expect("node 0"), honest]);
+    honest_node_joins(open, cluster_id, &addr, server);
 }
 
 /// A registration altered on the way is refused as tampered (the sender
@@ -281,8 +286,7 @@ pub fn a_tampered_registration_is_refused(open: Open, cluster_id: u64) {
         "tampered registration",
     );
     assert!(matches!(reason(&e), RendezvousFailure::Tampered), "{e}");
-    let honest = open(options(cluster_id, 1, 2, &addr, PATIENT)).expect("the honest node");
-    works(&[joined(server).expect("node 0"), honest]);
+    honest_node_joins(open, cluster_id, &addr, server);
 }
 
 /// A table altered on the way is refused by the node that receives it;
@@ -365,8 +369,7 @@ pub fn another_node_count_is_refused(open: Open, cluster_id: u64) {
         ),
         "{e}"
     );
-    let honest = open(options(cluster_id, 1, 2, &addr, PATIENT)).expect("the honest node");
-    works(&[joined(server).expect("node 0"), honest]);
+    honest_node_joins(open, cluster_id, &addr, server);
 }
 
 /// Instantiates the bootstrap suite for a backend: `$open` is an

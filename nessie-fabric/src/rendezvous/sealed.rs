@@ -122,20 +122,8 @@ pub(super) fn refusal(reason: &RendezvousFailure) -> Vec<u8> {
         R::Tampered => (STATUS_TAMPERED, Vec::new()),
         R::Replayed => (STATUS_REPLAYED, Vec::new()),
         R::Duplicate(node) => (STATUS_DUPLICATE, vec![*node as u64]),
-        R::Missing { nodes, waited } => (
-            STATUS_MISSING,
-            std::iter::once(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
-                .chain(nodes.iter().map(|&n| n as u64))
-                .take(MAX_DETAIL_WORDS)
-                .collect(),
-        ),
-        R::NotReady { nodes, waited } => (
-            STATUS_NOT_READY,
-            std::iter::once(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
-                .chain(nodes.iter().map(|&n| n as u64))
-                .take(MAX_DETAIL_WORDS)
-                .collect(),
-        ),
+        R::Missing { nodes, waited } => (STATUS_MISSING, waited_for(nodes, *waited)),
+        R::NotReady { nodes, waited } => (STATUS_NOT_READY, waited_for(nodes, *waited)),
         R::Membership(H::Version { found, expected }) => {
             (STATUS_VERSION, vec![(*found).into(), (*expected).into()])
         }
@@ -163,6 +151,15 @@ pub(super) fn refusal(reason: &RendezvousFailure) -> Vec<u8> {
     Reply::Refuse { status, detail }.encode()
 }
 
+/// The detail of a refusal that names nodes waited for: the wait in ms,
+/// then their ids.
+fn waited_for(nodes: &[NodeId], waited: Duration) -> Vec<u64> {
+    std::iter::once(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
+        .chain(nodes.iter().map(|&n| n as u64))
+        .take(MAX_DETAIL_WORDS)
+        .collect()
+}
+
 /// The reason a refusal names.
 pub(super) fn refusal_reason(status: u32, detail: &[u64]) -> RendezvousFailure {
     use HandshakeFailure as H;
@@ -175,14 +172,15 @@ pub(super) fn refusal_reason(status: u32, detail: &[u64]) -> RendezvousFailure {
         STATUS_TAMPERED => R::Tampered,
         STATUS_REPLAYED => R::Replayed,
         STATUS_DUPLICATE => R::Duplicate(d(0) as NodeId),
-        STATUS_MISSING => R::Missing {
-            nodes: detail.iter().skip(1).map(|&n| n as NodeId).collect(),
-            waited: Duration::from_millis(d(0)),
-        },
-        STATUS_NOT_READY => R::NotReady {
-            nodes: detail.iter().skip(1).map(|&n| n as NodeId).collect(),
-            waited: Duration::from_millis(d(0)),
-        },
+        STATUS_MISSING | STATUS_NOT_READY => {
+            let nodes = detail.iter().skip(1).map(|&n| n as NodeId).collect();
+            let waited = Duration::from_millis(d(0));
+            if status == STATUS_MISSING {
+                R::Missing { nodes, waited }
+            } else {
+                R::NotReady { nodes, waited }
+            }
+        }
         STATUS_VERSION | STATUS_NODES | STATUS_NODE => {
             // (found, expected) pairs of 32-bit fields.
             let (found, expected) = (d32(0), d32(1));
