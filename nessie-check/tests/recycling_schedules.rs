@@ -526,3 +526,39 @@ fn a_failed_stage_write_is_counted_and_the_put_stands() {
     let mut c = script.direct_client();
     assert_eq!(c.get(&k).unwrap().as_deref(), Some(&b"v2"[..]));
 }
+
+/// A client's own replaced entries come back from the queue of local
+/// stagings once expired, with no scan: a PUT touches memory that is
+/// already in use rather than a fresh slot (whose first write costs page
+/// faults), and the entry it replaces is the one reused. What each
+/// reused slot held stays readable through its successor.
+#[test]
+fn own_staged_slots_are_reused_from_the_queue_without_a_scan() {
+    let script = Script::new(tiny_config(4, 2), 1);
+    let key = script.key_first("q-", 0);
+    let mut c = script.direct_client();
+    let data = script.cluster.node_data(0).unwrap();
+    c.put(&key, b"v0").unwrap();
+    let first = script.target(script.ite(0)).0;
+    c.put(&key, b"v1").unwrap();
+    let second = script.target(script.ite(0)).0;
+    assert_ne!(first.slot, second.slot);
+    // Not expired yet: the next PUT takes another slot.
+    c.put(&key, b"v2").unwrap();
+    let third = script.target(script.ite(0)).0;
+    assert!(third.slot != first.slot && third.slot != second.slot);
+    assert_eq!(data.recycle_counts().reclaimed_from_queue, 0);
+    script.let_slots_expire();
+    // Expired: the oldest staging (the first entry's slot) is reused, at
+    // the next generation, without a scan.
+    c.put(&key, b"v3").unwrap();
+    let fourth = script.target(script.ite(0)).0;
+    assert_eq!(fourth.slot, first.slot);
+    assert_ne!(fourth.generation, first.generation);
+    let counts = data.recycle_counts();
+    assert_eq!((counts.reclaimed_from_queue, counts.scans), (1, 0));
+    c.put(&key, b"v4").unwrap();
+    assert_eq!(script.target(script.ite(0)).0.slot, second.slot);
+    assert_eq!(c.get(&key).unwrap().as_deref(), Some(&b"v4"[..]));
+    assert_eq!(data.recycle_counts().reclaimed_from_queue, 2);
+}

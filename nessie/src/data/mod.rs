@@ -43,6 +43,7 @@ use crate::layout::ite::next_generation;
 use crate::layout::SlotRef;
 use crate::Config;
 use reclaim::{Pending, PendingGuard};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -105,6 +106,9 @@ recycle_counts! {
     scans,
     /// Published slots returned to a free list after their expiry.
     reclaimed,
+    /// Of those, slots staged by this node's own clients and reused from
+    /// the queue of local stagings, without a scan.
+    reclaimed_from_queue,
     /// `MOVED(copy)` markers of committed copies cleared before the copy's
     /// slot was reused (the copy's predecessor was staged by the clear).
     markers_cleared,
@@ -132,6 +136,28 @@ struct InDoubt {
     value: u64,
 }
 
+/// What a look at one in-use slot decided.
+enum Verdict {
+    /// Not reusable yet.
+    Keep,
+    /// Reusable now.
+    Free,
+    /// Needs verbs (to other nodes) first.
+    Pending(Pending),
+}
+
+/// A local staging: this node's client stamped `expires_at` into its own
+/// slot (at `generation`).
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    slot: u32,
+    generation: u16,
+    expires_at: u64,
+}
+
+/// Marks a slot that is not in `in_use`.
+const NOT_IN_USE: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct ClassTable {
     slots: u32,
@@ -139,13 +165,46 @@ struct ClassTable {
     /// Slots ready for allocation, each at the generation its next
     /// incarnation gets.
     free: Vec<u32>,
-    /// Allocated slots, published or not, until reclaimed.
+    /// Allocated slots, published or not, until reclaimed (or while a scan
+    /// resolves them).
     in_use: Vec<u32>,
+    /// Where each slot sits in `in_use`, or [`NOT_IN_USE`].
+    in_use_at: Vec<u32>,
     generations: Vec<u16>,
     in_doubt: Vec<InDoubt>,
+    /// Stagings of this node's own clients in stamping order, so expired
+    /// slots are found in O(1) rather than by a scan. (Slots staged by
+    /// other nodes' clients are found by scans.)
+    staged: VecDeque<Staged>,
 }
 
 impl ClassTable {
+    fn enter(&mut self, slot: u32) {
+        self.in_use_at[slot as usize] = self.in_use.len() as u32;
+        self.in_use.push(slot);
+    }
+
+    /// Takes the slot at index `i` of `in_use` out of it.
+    fn leave_at(&mut self, i: usize) -> u32 {
+        let slot = self.in_use.swap_remove(i);
+        self.in_use_at[slot as usize] = NOT_IN_USE;
+        if let Some(&moved) = self.in_use.get(i) {
+            self.in_use_at[moved as usize] = i as u32;
+        }
+        slot
+    }
+
+    /// Takes `slot` out of `in_use`; false if it was not there.
+    fn leave(&mut self, slot: u32) -> bool {
+        match self.in_use_at.get(slot as usize) {
+            Some(&i) if i != NOT_IN_USE => {
+                self.leave_at(i as usize);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn take(&mut self) -> Option<u32> {
         if let Some(s) = self.free.pop() {
             return Some(s);
@@ -206,10 +265,12 @@ impl NodeData {
                     next_fresh: 0,
                     free: Vec::new(),
                     in_use: Vec::new(),
+                    in_use_at: vec![NOT_IN_USE; slots as usize],
                     // A fresh slot's first incarnation is generation 1
                     // (0 is never used, so that `EMPTY(x)` is never 0).
                     generations: vec![1; slots as usize],
                     in_doubt: Vec::new(),
+                    staged: VecDeque::new(),
                 })
             })
             .collect();
@@ -259,17 +320,22 @@ impl NodeData {
         class: u8,
         access: TableAccess<'_>,
     ) -> Result<Option<SlotRef>, FabricError> {
-        if let Some(r) = self.take(class, access.local)? {
+        if let Some(r) = self.take(class, access)? {
             return Ok(Some(r));
         }
         self.recycle(class, access)?;
-        self.take(class, access.local)
+        self.take(class, access)
     }
 
-    fn take(&self, class: u8, local: &dyn Fabric) -> Result<Option<SlotRef>, FabricError> {
+    /// Takes the oldest expired local staging if it may be reused, else a
+    /// free slot, else a fresh one: a reused slot's memory is already
+    /// touched, while a fresh one costs the page faults of its first write.
+    fn take(&self, class: u8, access: TableAccess<'_>) -> Result<Option<SlotRef>, FabricError> {
+        let local = access.local;
         let Some(mut table) = self.table(class) else {
             return Ok(None);
         };
+        self.reuse_staged(class, &mut table, access)?;
         let Some(slot) = table.take() else {
             return Ok(None);
         };
@@ -281,7 +347,7 @@ impl NodeData {
             table.free.push(slot);
             return Err(e);
         }
-        table.in_use.push(slot);
+        table.enter(slot);
         Ok(Some(SlotRef {
             node: self.node as u16,
             class,
@@ -297,11 +363,63 @@ impl NodeData {
         let Some(mut table) = self.table(r.class) else {
             return;
         };
-        if let Some(i) = table.in_use.iter().rposition(|&s| s == r.slot) {
-            table.in_use.swap_remove(i);
+        if table.leave(r.slot) {
             table.in_doubt.retain(|d| d.slot != r.slot);
             table.free.push(r.slot);
         }
+    }
+
+    /// Records that this node's client staged its own slot `r` with
+    /// `expires_at`: the slot is reused from the queue once expired, with
+    /// no scan (a scan would still find it).
+    pub fn note_staged(&self, r: SlotRef, expires_at: u64) {
+        if usize::from(r.node) != self.node {
+            return;
+        }
+        let Some(mut table) = self.table(r.class) else {
+            return;
+        };
+        if table.staged.len() >= table.slots as usize {
+            // Only stale entries can make it this long.
+            table.staged.pop_front();
+        }
+        table.staged.push_back(Staged {
+            slot: r.slot,
+            generation: r.generation,
+            expires_at,
+        });
+    }
+
+    /// Under the lock: frees the oldest local staging if it expired and
+    /// may be reused as it is (a MIGRATE copy or a slot in doubt is left to
+    /// a scan). Entries of slots a scan took or reclaimed meanwhile are
+    /// dropped.
+    fn reuse_staged(
+        &self,
+        class: u8,
+        table: &mut ClassTable,
+        access: TableAccess<'_>,
+    ) -> Result<(), FabricError> {
+        let now = access.clock.now_us();
+        while let Some(s) = table.staged.front().copied() {
+            let current = table.generations.get(s.slot as usize) == Some(&s.generation)
+                && table.in_use_at.get(s.slot as usize) != Some(&NOT_IN_USE);
+            if current && now <= s.expires_at.saturating_add(self.skew_us) {
+                return Ok(());
+            }
+            table.staged.pop_front();
+            if !current {
+                continue;
+            }
+            if let Verdict::Free = self.verdict(class, table, s.slot, now, access.local)? {
+                table.leave(s.slot);
+                table.reclaim(s.slot);
+                bump(&self.counters.reclaimed);
+                bump(&self.counters.reclaimed_from_queue);
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Records that the CAS publishing `r` into the ITE at `ite` (installing
@@ -410,57 +528,71 @@ impl NodeData {
         let mut i = 0;
         while i < table.in_use.len() {
             let slot = table.in_use[i];
-            let base = self.slot_addr(class, slot);
-            let mut word = [0u8; 8];
-            access
-                .local
-                .read(base.add(EXPIRES_AT_OFFSET as u64), &mut word)?;
-            let expires_at = u64::from_le_bytes(word);
-            let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
-            let doubt = if expires_at == 0 {
-                table.doubt(slot)
-            } else {
-                None
-            };
-            if !expired && doubt.is_none() {
-                i += 1;
-                continue;
-            }
-            let mut bytes = [0u8; DTE_HEADER_BYTES];
-            access.local.read(base, &mut bytes)?;
-            let header = DteHeader::decode(&bytes);
-            let item = match doubt {
-                None if !header.state.is_migrated() => {
-                    table.in_use.swap_remove(i);
+            match self.verdict(class, table, slot, now, access.local)? {
+                Verdict::Keep => i += 1,
+                Verdict::Free => {
+                    table.leave_at(i);
                     table.reclaim(slot);
                     bump(&self.counters.reclaimed);
                     freed += 1;
-                    continue;
                 }
-                None => Pending::Copy { slot, header },
-                Some(d) => {
-                    // The publishing CAS passed its deadline check before
-                    // `created_at + op_timeout` and lands within the landing
-                    // bound of it: after `expiry` it has landed or never will.
-                    let settled = header
-                        .created_at
-                        .saturating_add(self.expiry_us)
-                        .saturating_add(self.skew_us);
-                    if now <= settled {
-                        i += 1;
-                        continue;
-                    }
-                    Pending::Doubt {
+                Verdict::Pending(item) => {
+                    table.leave_at(i);
+                    pending.push(item);
+                }
+            }
+        }
+        Ok((freed, pending))
+    }
+
+    /// Under the lock: whether the in-use `slot` may be reused now, needs
+    /// verbs to other nodes first, or stays.
+    fn verdict(
+        &self,
+        class: u8,
+        table: &ClassTable,
+        slot: u32,
+        now: u64,
+        local: &dyn Fabric,
+    ) -> Result<Verdict, FabricError> {
+        let base = self.slot_addr(class, slot);
+        let mut word = [0u8; 8];
+        local.read(base.add(EXPIRES_AT_OFFSET as u64), &mut word)?;
+        let expires_at = u64::from_le_bytes(word);
+        let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
+        let doubt = if expires_at == 0 {
+            table.doubt(slot)
+        } else {
+            None
+        };
+        if !expired && doubt.is_none() {
+            return Ok(Verdict::Keep);
+        }
+        let mut bytes = [0u8; DTE_HEADER_BYTES];
+        local.read(base, &mut bytes)?;
+        let header = DteHeader::decode(&bytes);
+        Ok(match doubt {
+            None if !header.state.is_migrated() => Verdict::Free,
+            None => Verdict::Pending(Pending::Copy { slot, header }),
+            Some(d) => {
+                // The publishing CAS passed its deadline check before
+                // `created_at + op_timeout` and lands within the landing
+                // bound of it: after `expiry` it has landed or never will.
+                let settled = header
+                    .created_at
+                    .saturating_add(self.expiry_us)
+                    .saturating_add(self.skew_us);
+                if now <= settled {
+                    Verdict::Keep
+                } else {
+                    Verdict::Pending(Pending::Doubt {
                         slot,
                         ite: d.ite,
                         value: d.value,
-                    }
+                    })
                 }
-            };
-            table.in_use.swap_remove(i);
-            pending.push(item);
-        }
-        Ok((freed, pending))
+            }
+        })
     }
 
     /// The `expires_at` value for a DTE staged at wall time `now_us`

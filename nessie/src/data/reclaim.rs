@@ -87,7 +87,7 @@ impl Drop for PendingGuard<'_> {
         }
         if let Some(mut table) = self.data.table(self.class) {
             for item in self.left.drain(..) {
-                table.in_use.push(item.slot());
+                table.enter(item.slot());
             }
         }
     }
@@ -232,12 +232,12 @@ impl NodeData {
                 true
             }
             Fate::Keep => {
-                table.in_use.push(slot);
+                table.enter(slot);
                 false
             }
             Fate::Published => {
                 table.in_doubt.retain(|d| d.slot != slot);
-                table.in_use.push(slot);
+                table.enter(slot);
                 false
             }
         }

@@ -86,9 +86,12 @@ impl Ctx<'_> {
         };
         let at = self.env.data.expires_at(self.env.clock.now_us());
         let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
-        if let Err(e) = self.gate.write(addr, &at.to_le_bytes()) {
-            self.op.stats.stage_failures += 1;
-            tracing::warn!(%addr, "staging an unlinked entry failed ({e}); its slot leaks");
+        match self.gate.write(addr, &at.to_le_bytes()) {
+            Ok(()) => self.env.data.note_staged(r, at),
+            Err(e) => {
+                self.op.stats.stage_failures += 1;
+                tracing::warn!(%addr, "staging an unlinked entry failed ({e}); its slot leaks");
+            }
         }
     }
 
