@@ -90,6 +90,11 @@ pub struct OpStats {
     pub late_cas: u64,
     /// Stage WRITEs that failed (the unlinked slot leaks).
     pub stage_failures: u64,
+    /// Time slept backing off between retries, µs.
+    pub backoff_us: u64,
+    /// Time spent in the allocator taking a DTE slot (scans of the data
+    /// table for reusable slots included), µs.
+    pub allocator_us: u64,
 }
 
 add_fields!(OpStats {
@@ -104,6 +109,8 @@ add_fields!(OpStats {
     markers_left,
     late_cas,
     stage_failures,
+    backoff_us,
+    allocator_us,
 });
 
 /// Which operation a counter belongs to.

@@ -104,7 +104,10 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
-        let Some(slot) = self.gate.allocate(self.env.data, class)? else {
+        let started = std::time::Instant::now();
+        let slot = self.gate.allocate(self.env.data, class);
+        self.op.stats.allocator_us += started.elapsed().as_micros() as u64;
+        let Some(slot) = slot? else {
             return Ok(None);
         };
         let Some(addr) = self.env.geometry().dte_addr(slot) else {

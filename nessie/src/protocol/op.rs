@@ -137,6 +137,8 @@ impl Ctx<'_> {
     fn backoff(&mut self) {
         let delay = self.op.next_backoff(&mut self.kept.rng);
         let left = self.gate.left_us();
-        self.env.clock.sleep(delay.min(Duration::from_micros(left)));
+        let delay = delay.min(Duration::from_micros(left));
+        self.op.stats.backoff_us += delay.as_micros() as u64;
+        self.env.clock.sleep(delay);
     }
 }
