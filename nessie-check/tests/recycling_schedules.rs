@@ -562,3 +562,43 @@ fn own_staged_slots_are_reused_from_the_queue_without_a_scan() {
     assert_eq!(c.get(&key).unwrap().as_deref(), Some(&b"v4"[..]));
     assert_eq!(data.recycle_counts().reclaimed_from_queue, 2);
 }
+
+/// Runs `puts` PUTs over `keys` keys from one client, one every `step_us`
+/// of simulated time, on node tables of `data_bytes`; returns the errors.
+fn write_heavy(config: nessie::Config, keys: usize, puts: usize, step_us: u64) -> Vec<Error> {
+    let script = Script::new(config, 1);
+    let names: Vec<Vec<u8>> = (0..keys).map(|k| format!("w{k}").into_bytes()).collect();
+    let mut c = script.direct_client();
+    let mut errors = Vec::new();
+    for i in 0..puts {
+        if let Err(e) = c.put(&names[i % keys], &[i as u8; 100]) {
+            errors.push(e);
+        }
+        script.sched.advance(step_us);
+    }
+    errors
+}
+
+/// The sizing rule of `Config::data_bytes_per_node`: tables sized by it
+/// for a write-heavy load (every PUT replaces a live key, 1000 PUTs per
+/// simulated second against a 20.5 ms reuse window) never fail a PUT;
+/// tables of half that size fail with `DataTableFull`, never `Timeout`.
+#[test]
+fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full() {
+    let (keys, puts, step_us) = (8, 400, 1000);
+    let rate = 1e6 / step_us as f64;
+    let mut config = tiny_config(64, 3);
+    config.nodes = 1;
+    config.data_bytes_per_node = config.data_bytes_for(100, keys, rate).unwrap();
+    let slots = config.class_slots(0);
+    assert!(slots >= keys + 21, "the rule gives {slots} slots");
+    let errors = write_heavy(config.clone(), keys, puts, step_us);
+    assert!(errors.is_empty(), "sized by the rule: {errors:?}");
+    config.data_bytes_per_node /= 2;
+    let errors = write_heavy(config, keys, puts, step_us);
+    assert!(!errors.is_empty(), "half the rule must run out");
+    assert!(
+        errors.iter().all(|e| matches!(e, Error::DataTableFull)),
+        "{errors:?}"
+    );
+}

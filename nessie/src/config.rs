@@ -224,7 +224,23 @@ pub struct Config {
     pub key_size_max: usize,
     /// Largest value, bytes (the largest size class fits it).
     pub value_size_max: usize,
-    /// Memory of all data tables of a node, bytes.
+    /// Memory of all data tables of a node, bytes, split equally among
+    /// the size classes.
+    ///
+    /// **Sizing rule.** A replaced or deleted entry's slot may be reused
+    /// only `expiry + max_clock_skew` after it was unlinked, so each size
+    /// class of a node needs room for its live entries plus every entry
+    /// the node writes in that class during one such period:
+    /// `slots ≥ live + peak PUTs per second × (expiry + max_clock_skew)`,
+    /// each slot taking [`Config::class_slot_bytes`] (header, largest key,
+    /// the class's power-of-two capacity: up to twice the value for values
+    /// just above a power of two). Since every class gets an equal share,
+    /// `data_bytes_per_node` is the number of classes times the largest
+    /// class's need; [`Config::data_bytes_for`] computes it for a workload
+    /// of one value size. Memory is touched only when used (the region
+    /// files and mappings are sparse), so the idle classes' shares cost
+    /// address space, not memory. A table too small for its load makes
+    /// PUTs fail with [`crate::Error::DataTableFull`].
     pub data_bytes_per_node: usize,
     /// DTE expiry period.
     #[serde(with = "millis")]
@@ -447,6 +463,30 @@ impl Config {
     #[must_use]
     pub fn class_for(&self, value_len: usize) -> Option<usize> {
         Geometry::new(self).class_for(value_len).map(usize::from)
+    }
+
+    /// `data_bytes_per_node` by the sizing rule (see its docs) for a node
+    /// holding `live` entries of `value_size` bytes and writing at most
+    /// `puts_per_sec` of them per second: room for the live entries plus
+    /// one `expiry + max_clock_skew` of writes, in the value's size class,
+    /// times the number of classes (each gets an equal share). `None` for a
+    /// value larger than `value_size_max`.
+    #[must_use]
+    pub fn data_bytes_for(
+        &self,
+        value_size: usize,
+        live: usize,
+        puts_per_sec: f64,
+    ) -> Option<usize> {
+        let class = self.class_for(value_size)?;
+        let window = (self.expiry + self.max_clock_skew).as_secs_f64();
+        let staged = (puts_per_sec.max(0.0) * window).ceil() as usize;
+        let slots = live.saturating_add(staged);
+        Some(
+            slots
+                .saturating_mul(self.class_slot_bytes(class))
+                .saturating_mul(self.size_classes().len()),
+        )
     }
 
     /// Slots of size class `class` on each node: an equal share of
@@ -677,6 +717,39 @@ mod tests {
     fn unknown_keys_are_refused() {
         let e = Config::from_toml("nodes = 3\nnoeds = 4\n").unwrap_err();
         assert!(e.to_string().contains("noeds"), "{e}");
+    }
+
+    #[test]
+    fn the_sizing_rule_counts_live_entries_and_one_window_of_writes() {
+        let c = Config {
+            expiry: Duration::from_millis(990),
+            max_clock_skew: Duration::from_millis(10),
+            ..Config::default()
+        };
+        let (class, classes) = (c.class_for(16 << 10).unwrap(), c.size_classes().len());
+        let per_slot = c.class_slot_bytes(class) * classes;
+        // 1000 live entries and 500 PUTs/s over a 1 s window: 1500 slots.
+        assert_eq!(
+            c.data_bytes_for(16 << 10, 1000, 500.0),
+            Some(1500 * per_slot)
+        );
+        let sized = Config {
+            data_bytes_per_node: 1500 * per_slot,
+            ..c.clone()
+        };
+        assert!(sized.class_slots(class) >= 1500);
+        assert_eq!(c.data_bytes_for(16 << 10, 0, 0.0), Some(0));
+        // The README's example, at the defaults.
+        let d = Config::default();
+        assert_eq!(
+            (d.class_slot_bytes(6), d.size_classes().len()),
+            (16_568, 10)
+        );
+        assert_eq!(
+            d.data_bytes_for(16 << 10, 100_000, 20_000.0),
+            Some(120_200 * 16_568 * 10)
+        );
+        assert_eq!(c.data_bytes_for(c.value_size_max + 1, 1, 1.0), None);
     }
 
     #[test]
