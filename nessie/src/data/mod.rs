@@ -120,6 +120,8 @@ recycle_counts! {
     in_doubt_freed,
     /// Slots kept for a later scan because a verb resolving them failed.
     kept_after_error,
+    /// Time spent scanning (all slices, resolving verbs included), µs.
+    scan_us,
 }
 
 fn bump(c: &AtomicU64) {
@@ -155,6 +157,9 @@ struct Staged {
     expires_at: u64,
 }
 
+/// In-use slots one lock hold of a scan looks at.
+pub const SCAN_SLICE: usize = 256;
+
 /// Marks a slot that is not in `in_use`.
 const NOT_IN_USE: u32 = u32::MAX;
 
@@ -176,6 +181,8 @@ struct ClassTable {
     /// slots are found in O(1) rather than by a scan. (Slots staged by
     /// other nodes' clients are found by scans.)
     staged: VecDeque<Staged>,
+    /// Where the next scan slice starts in `in_use`.
+    cursor: usize,
 }
 
 impl ClassTable {
@@ -271,6 +278,7 @@ impl NodeData {
                     generations: vec![1; slots as usize],
                     in_doubt: Vec::new(),
                     staged: VecDeque::new(),
+                    cursor: 0,
                 })
             })
             .collect();
@@ -323,7 +331,7 @@ impl NodeData {
         if let Some(r) = self.take(class, access)? {
             return Ok(Some(r));
         }
-        self.recycle(class, access)?;
+        self.sweep(class, access, true)?;
         self.take(class, access)
     }
 
@@ -488,19 +496,60 @@ impl NodeData {
 
     /// Scans `class` for slots that may be reused, resolves the source
     /// markers of expired MIGRATE copies and the fate of in-doubt slots, and
-    /// frees what it can. Returns how many slots it freed.
+    /// frees what it can. Returns how many slots it freed. The scan holds
+    /// the allocator's lock for [`SCAN_SLICE`] slots at a time, so
+    /// allocations of the node's clients interleave with it.
     ///
     /// # Errors
     /// A fabric error on the node's own memory (a failed verb to another
     /// node only keeps the slot for a later scan).
     pub fn recycle(&self, class: u8, access: TableAccess<'_>) -> Result<usize, FabricError> {
-        let (mut freed, pending) = {
-            let Some(mut table) = self.table(class) else {
-                return Ok(0);
-            };
-            bump(&self.counters.scans);
-            self.scan(class, &mut table, access)?
+        self.sweep(class, access, false)
+    }
+
+    /// One pass over the in-use slots of `class` (from where the last one
+    /// stopped), a slice per lock hold; with `until_first`, it stops after
+    /// the first slice that freed a slot (an allocation waits for one slot,
+    /// not for the whole table).
+    fn sweep(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        until_first: bool,
+    ) -> Result<usize, FabricError> {
+        let started = std::time::Instant::now();
+        let Some(mut left) = self.table(class).map(|t| t.in_use.len()) else {
+            return Ok(0);
         };
+        bump(&self.counters.scans);
+        let mut freed = 0;
+        let result = loop {
+            let slice = {
+                let Some(mut table) = self.table(class) else {
+                    break Ok(freed);
+                };
+                self.scan(class, &mut table, access, left.min(SCAN_SLICE))
+            };
+            let (plain, pending, looked) = match slice {
+                Ok(s) => s,
+                Err(e) => break Err(e),
+            };
+            freed += plain + self.settle_pending(class, pending, access);
+            left = left.saturating_sub(looked);
+            if left == 0 || looked == 0 || (until_first && freed > 0) {
+                break Ok(freed);
+            }
+        };
+        self.counters
+            .scan_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        result
+    }
+
+    /// Resolves the slots a scan took out of `in_use` (verbs, without the
+    /// lock) and settles each; returns how many were freed.
+    fn settle_pending(&self, class: u8, pending: Vec<Pending>, access: TableAccess<'_>) -> usize {
+        let mut freed = 0;
         let mut guard = PendingGuard::new(self, class, pending);
         while let Some(item) = guard.next() {
             let fate = self.resolve(class, &item, access);
@@ -511,25 +560,45 @@ impl NodeData {
                 }
             }
         }
-        Ok(freed)
+        freed
     }
 
-    /// Under the lock: frees expired plain slots, and takes out of `in_use`
-    /// the slots that need verbs to other nodes before they may be freed.
+    /// Under the lock: looks at up to `budget` in-use slots from the
+    /// table's cursor on, frees the expired plain ones and takes out of
+    /// `in_use` those that need verbs to other nodes before they may be
+    /// freed. Returns (freed, pending, slots looked at).
     fn scan(
         &self,
         class: u8,
         table: &mut ClassTable,
         access: TableAccess<'_>,
-    ) -> Result<(usize, Vec<Pending>), FabricError> {
+        budget: usize,
+    ) -> Result<(usize, Vec<Pending>, usize), FabricError> {
         let now = access.clock.now_us();
         let mut freed = 0;
-        let mut pending = Vec::new();
-        let mut i = 0;
-        while i < table.in_use.len() {
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut looked = 0;
+        while looked < budget && !table.in_use.is_empty() {
+            if table.cursor >= table.in_use.len() {
+                table.cursor = 0;
+            }
+            let i = table.cursor;
             let slot = table.in_use[i];
-            match self.verdict(class, table, slot, now, access.local)? {
-                Verdict::Keep => i += 1,
+            looked += 1;
+            // A slot taken out of `in_use` is replaced at `i` by the last
+            // one, which the cursor looks at next.
+            let verdict = match self.verdict(class, table, slot, now, access.local) {
+                Ok(v) => v,
+                Err(e) => {
+                    // Nothing taken out may be lost: back to `in_use`.
+                    for item in &pending {
+                        table.enter(item.slot());
+                    }
+                    return Err(e);
+                }
+            };
+            match verdict {
+                Verdict::Keep => table.cursor += 1,
                 Verdict::Free => {
                     table.leave_at(i);
                     table.reclaim(slot);
@@ -542,7 +611,7 @@ impl NodeData {
                 }
             }
         }
-        Ok((freed, pending))
+        Ok((freed, pending, looked))
     }
 
     /// Under the lock: whether the in-use `slot` may be reused now, needs

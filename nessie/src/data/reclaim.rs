@@ -34,7 +34,7 @@ pub(super) enum Pending {
 }
 
 impl Pending {
-    fn slot(&self) -> u32 {
+    pub(super) fn slot(&self) -> u32 {
         match *self {
             Pending::Copy { slot, .. } | Pending::Doubt { slot, .. } => slot,
         }
