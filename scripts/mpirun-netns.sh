@@ -2,11 +2,27 @@
 # Runs a command under Open MPI's mpirun with one rank per network
 # namespace, each namespace standing for one host.
 #
-#   scripts/mpirun-netns.sh [-n NODES] [-s A.B.C] [-t SECONDS]
+#   scripts/mpirun-netns.sh [-n NODES] [-s A.B.C] [-t SECONDS] [--hub]
 #                           [--link RATE] [--delay DELAY] -- COMMAND [ARGS...]
 #
 # runs `mpirun -np NODES COMMAND [ARGS...]` (NODES defaults to 3) and exits
 # with its status.
+#
+# --hub runs COMMAND [ARGS...] itself, once, in the hub namespace, instead
+# of through mpirun: a program that calls mpirun itself, such as
+# `nessie-bench --launcher mpirun`, runs there as on a cluster's login
+# node. Its PATH then starts with a directory holding an `mpirun` wrapper
+# that adds everything below (hostfile, rsh agent, --mca settings,
+# --allow-run-as-root) to the caller's arguments, so `mpirun -np NODES
+# PROGRAM` places one rank per namespace. COMMAND also sees:
+#   NETNS_HUB_ADDR        the hub's address on the /24 (A.B.C.254), where
+#                         servers the ranks must reach can listen
+#   NESSIE_RENDEZVOUS     A.B.C.1:20000 (the first namespace, where rank 0
+#                         runs), unless already set: Open MPI names no
+#                         host for the tcp fabric's rendezvous
+#   NESSIE_BENCH_NETWORK  one line describing the hosts and the link
+#                         shaping, which nessie-bench puts in its reports
+#                         (unless already set)
 #
 # Layout (names carry this script's pid, so runs never collide; the
 # namespaces come from scripts/lib/netns.sh):
@@ -57,7 +73,7 @@ netns_subreaper "$0" "$@"
 
 skip() { netns_skip mpirun-netns "$@"; }
 
-netns_options no-port "$@"
+netns_options with-hub "$@"
 shift "$NETNS_SHIFT"
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
@@ -92,9 +108,27 @@ export NETNS_RSH_TAG=$NETNS_TAG
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "mpirun-netns: $nodes namespaces $NETNS_TAG-* (${NETNS_ADDRS[*]}), mpirun in $NETNS_HUB ($subnet.254)" >&2
 
-netns_lead mpirun-netns mpirun "$NETNS_HUB" mpirun --allow-run-as-root \
-  --hostfile "$dir/hostfile" -np "$nodes" --map-by node --leave-session-attached \
-  --mca plm rsh --mca plm_rsh_agent "$here/lib/netns-rsh" --mca plm_rsh_no_tree_spawn 1 \
-  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24" \
-  --mca rtc_hwloc_vmhole none \
-  "$@"
+mpirun_options=(--allow-run-as-root
+  --hostfile "$dir/hostfile" --map-by node --leave-session-attached
+  --mca plm rsh --mca plm_rsh_agent "$here/lib/netns-rsh" --mca plm_rsh_no_tree_spawn 1
+  --mca oob_tcp_if_include "$subnet.0/24" --mca btl_tcp_if_include "$subnet.0/24"
+  --mca rtc_hwloc_vmhole none)
+
+if [ "$hub_mode" = 1 ]; then
+  mkdir "$dir/bin"
+  {
+    echo '#!/usr/bin/env bash'
+    echo "# mpirun with the settings of scripts/mpirun-netns.sh (run $NETNS_TAG)"
+    printf 'exec %q' "$(command -v mpirun)"
+    printf ' %q' "${mpirun_options[@]}"
+    echo ' "$@"'
+  } >"$dir/bin/mpirun"
+  chmod 755 "$dir/bin/mpirun"
+  export PATH="$dir/bin:$PATH" NETNS_HUB_ADDR="$subnet.254"
+  export NESSIE_RENDEZVOUS=${NESSIE_RENDEZVOUS:-$subnet.1:20000}
+  NESSIE_BENCH_NETWORK=${NESSIE_BENCH_NETWORK:-$(netns_describe "$link" "$delay")}
+  export NESSIE_BENCH_NETWORK
+  netns_lead mpirun-netns "$1" "$NETNS_HUB" "$@"
+else
+  netns_lead mpirun-netns mpirun "$NETNS_HUB" mpirun "${mpirun_options[@]}" -np "$nodes" "$@"
+fi

@@ -3,13 +3,23 @@
 # are network namespaces, runs one job step on it with srun, and tears the
 # cluster down again.
 #
-#   scripts/slurm-netns.sh [-n NODES] [-s A.B.C] [-t SECONDS]
+#   scripts/slurm-netns.sh [-n NODES] [-s A.B.C] [-t SECONDS] [--hub]
 #                          [--link RATE] [--delay DELAY] -- COMMAND [ARGS...]
 #
 # runs `srun -N NODES -n NODES COMMAND [ARGS...]` (NODES defaults to 3: one
 # task per node) and exits with its status (srun's: the highest of the
 # tasks'). srun's input variables pass through, e.g. SLURM_KILL_BAD_EXIT=1
 # to end all tasks when one fails.
+#
+# --hub runs COMMAND [ARGS...] itself, once, in the hub namespace with the
+# cluster up, instead of through srun: a program that calls srun (or sinfo,
+# squeue) itself, such as `nessie-bench --launcher srun`, runs there as on
+# a cluster's login node. COMMAND then sees, besides SLURM_CONF:
+#   NETNS_HUB_ADDR        the hub's address on the /24 (A.B.C.254), where
+#                         servers the tasks must reach can listen
+#   NESSIE_BENCH_NETWORK  one line describing the hosts and the link
+#                         shaping, which nessie-bench puts in its reports
+#                         (unless already set)
 #
 # Layout (names carry this script's pid, so runs never collide; the
 # namespaces come from scripts/lib/netns.sh):
@@ -57,7 +67,7 @@ up_limit=60
 
 skip() { netns_skip slurm-netns "$@"; }
 
-netns_options no-port "$@"
+netns_options with-hub "$@"
 shift "$NETNS_SHIFT"
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, daemons running as root)"
@@ -206,4 +216,11 @@ if [ "$idle" != "$nodes" ]; then
 fi
 echo "slurm-netns: $nodes nodes idle after $(($(date +%s) - started)) s (controller $ctl in $hub, nodes ${NETNS_ADDRS[*]})" >&2
 
-netns_lead slurm-netns srun "$hub" srun -N "$nodes" -n "$nodes" "$@"
+if [ "$hub_mode" = 1 ]; then
+  export NETNS_HUB_ADDR=$ctl
+  NESSIE_BENCH_NETWORK=${NESSIE_BENCH_NETWORK:-$(netns_describe "$link" "$delay")}
+  export NESSIE_BENCH_NETWORK
+  netns_lead slurm-netns "$1" "$hub" "$@"
+else
+  netns_lead slurm-netns srun "$hub" srun -N "$nodes" -n "$nodes" "$@"
+fi

@@ -23,15 +23,23 @@
 //! cluster's `/dev/shm` files. Children also die with the harness
 //! (`PR_SET_PDEATHSIG`) and exit when their stdin closes. The protocol's
 //! messages are in [`crate::protocol`].
+//!
+//! Under a launcher (`--launcher srun|mpirun`, see [`crate::launcher`]) the
+//! harness starts one child, the launcher, instead: the same lines arrive
+//! merged on its stdout, each command reaches every node through its stdin,
+//! reports arrive as files, and the launcher's exit ends the run as a
+//! node's would.
 
 use crate::error::{HarnessError, Result};
+use crate::launcher::{Fabric, Launching, RunFiles, RunSecret, LAUNCHER_GRACE, SHM_MARKER};
 use crate::measure::{self, Merged, NodeReport, PowerFigures, RunFigures};
-use crate::peers::PeerServer;
-use crate::proc::{failed, interrupted, process_cpu_secs, ChildGuard, Line, Talking};
+use crate::peers::{free_port, PeerServer};
+use crate::proc::{failed, interrupted, process_cpu_secs, tail, ChildGuard, Line, Talking};
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
-use nessie::Config;
+use nessie::{Config, FabricConfig};
 use std::io::Write;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,13 +98,15 @@ fn remove_cluster_shm(name: &str, dir: &Path) {
 }
 
 /// Owns every process and file of one run; dropping it kills what still
-/// runs and removes the cluster's shared-memory files.
+/// runs and removes the cluster's shared-memory files and its secret.
 #[derive(Debug, Default)]
 pub struct ClusterGuard {
+    /// The node processes, or the one launcher that started them all.
     nodes: Vec<ChildGuard>,
     hogs: Vec<ChildGuard>,
     peer: Option<PeerServer>,
     shm: Option<(String, PathBuf)>,
+    secret: RunSecret,
 }
 
 impl Drop for ClusterGuard {
@@ -149,11 +159,38 @@ pub struct RunOutput {
     pub reports: Vec<NodeReport>,
 }
 
+/// The launcher that started every node of a run.
+#[derive(Debug)]
+struct Launched {
+    /// Its name (`srun`, `mpirun`).
+    name: &'static str,
+    /// Its stderr file.
+    log: PathBuf,
+    /// Where lines on its stdout that are no event go.
+    stray: PathBuf,
+}
+
+impl Launched {
+    /// Keeps a line that is no event (launcher chatter, or a line torn
+    /// apart on its way).
+    fn keep_stray(&self, line: &str) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stray)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 struct Running<'p> {
     spec: RunSpec,
     guard: ClusterGuard,
     events: Receiver<Line>,
+    /// Each node's stderr file.
     logs: Vec<PathBuf>,
+    launched: Option<Launched>,
     closed: Vec<bool>,
     progress_ops: Vec<u64>,
     progress: &'p mut dyn FnMut(Progress),
@@ -161,28 +198,86 @@ struct Running<'p> {
 
 impl Running<'_> {
     fn send(&mut self, cmd: NodeCommand) -> Result<()> {
-        for node in 0..self.guard.nodes.len() {
-            if let Some(s) = self.guard.nodes[node].stdin() {
+        for child in 0..self.guard.nodes.len() {
+            if let Some(s) = self.guard.nodes[child].stdin() {
                 if writeln!(s, "{}", cmd.word())
                     .and_then(|()| s.flush())
                     .is_err()
                 {
-                    return Err(self.failure(node, "its stdin closed (it exited)".into()));
+                    return Err(self.closed_failure(child, "its stdin closed (it exited)"));
                 }
             }
         }
         Ok(())
     }
 
-    fn failure(&mut self, node: usize, what: String) -> HarnessError {
+    /// The exit status of child `child` if it exits within a moment, as
+    /// " (status)".
+    fn status_of(&mut self, child: usize) -> String {
         // Give a dying child a moment so its exit status is known.
         let status = self
             .guard
             .nodes
-            .get_mut(node)
-            .and_then(|c| c.wait_for(Duration::from_millis(200)))
-            .map_or_else(String::new, |s| format!(" ({s})"));
-        failed(node, &format!("{what}{status}"), &self.logs[node])
+            .get_mut(child)
+            .and_then(|c| c.wait_for(Duration::from_millis(200)));
+        match (status, &self.launched) {
+            (None, _) => String::new(),
+            (Some(s), None) => format!(" ({s})"),
+            (Some(s), Some(l)) => format!(" ({}: {s})", l.name),
+        }
+    }
+
+    fn failure(&mut self, node: usize, what: String) -> HarnessError {
+        let child = if self.launched.is_some() { 0 } else { node };
+        let status = self.status_of(child);
+        match self.logs.get(node).or(self.logs.first()) {
+            Some(log) => failed(node, &format!("{what}{status}"), log),
+            None => HarnessError::NodeFailed {
+                node,
+                why: format!("{what}{status}"),
+            },
+        }
+    }
+
+    /// Child `child` (a node, or the launcher) is gone or deaf: `what`.
+    fn closed_failure(&mut self, child: usize, what: &str) -> HarnessError {
+        let Some(launched) = &self.launched else {
+            return self.failure(child, what.to_owned());
+        };
+        let (name, log) = (launched.name, launched.log.clone());
+        let status = self.status_of(child);
+        let mut why = format!(
+            "{what}{status}; its stderr ({}): {}",
+            log.display(),
+            tail(&log, 1200)
+        );
+        for node_log in self.logs.iter().filter(|l| **l != log) {
+            if std::fs::metadata(node_log).is_ok_and(|m| m.len() > 0) {
+                why.push_str(&format!(
+                    "; {}: {}",
+                    node_log.display(),
+                    tail(node_log, 400)
+                ));
+            }
+        }
+        HarnessError::LauncherFailed {
+            launcher: name,
+            why,
+        }
+    }
+
+    /// The event on line `line`, `None` for a launcher's line that is none.
+    fn parse(&self, child: usize, line: &str) -> Result<Option<NodeEvent>> {
+        match (serde_json::from_str(line), &self.launched) {
+            (Ok(event), _) => Ok(Some(event)),
+            (Err(_), Some(launched)) => {
+                launched.keep_stray(line);
+                Ok(None)
+            }
+            (Err(e), None) => Err(HarnessError::Protocol(format!(
+                "node {child} printed {line:?}: {e}"
+            ))),
+        }
     }
 
     fn report_progress(&mut self, phase: &'static str, run_elapsed: Duration) {
@@ -206,20 +301,21 @@ impl Running<'_> {
                 return Err(HarnessError::Interrupted);
             }
             match self.events.recv_timeout(Duration::from_millis(50)) {
-                Ok(Line::Text(node, line)) => {
-                    let event: NodeEvent = serde_json::from_str(&line).map_err(|e| {
-                        HarnessError::Protocol(format!("node {node} printed {line:?}: {e}"))
-                    })?;
-                    if let NodeEvent::Error { node, message } = event {
-                        return Err(self.failure(node, format!("reported: {message}")));
-                    }
-                    if on_event(self, event)? {
-                        return Ok(());
+                Ok(Line::Text(child, line)) => {
+                    if let Some(event) = self.parse(child, &line)? {
+                        if let NodeEvent::Error { node, message } = event {
+                            return Err(self.failure(node, format!("reported: {message}")));
+                        }
+                        if on_event(self, event)? {
+                            return Ok(());
+                        }
                     }
                 }
-                Ok(Line::Closed(node)) => {
-                    self.closed[node] = true;
-                    return Err(self.failure(node, format!("exited during {phase}")));
+                Ok(Line::Closed(child)) => {
+                    if let Some(c) = self.closed.get_mut(child) {
+                        *c = true;
+                    }
+                    return Err(self.closed_failure(child, &format!("exited during {phase}")));
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
@@ -227,9 +323,15 @@ impl Running<'_> {
                 }
             }
             if Instant::now() > deadline {
+                let what = format!("the cluster did not finish {phase} within {timeout:?}");
+                if self.launched.is_some() {
+                    // The launcher's stderr says why (waiting for an
+                    // allocation, a node that cannot start, …).
+                    return Err(self.closed_failure(0, &what));
+                }
                 return Err(HarnessError::NodeFailed {
                     node: self.closed.iter().position(|c| !c).unwrap_or(0),
-                    why: format!("the cluster did not finish {phase} within {timeout:?}"),
+                    why: what,
                 });
             }
         }
@@ -307,6 +409,13 @@ impl Running<'_> {
                     })?;
                     *slot = Some(*report);
                 }
+                NodeEvent::ReportFile { node, file } => {
+                    let report = read_report(node, &file)?;
+                    let slot = reports.get_mut(node).ok_or_else(|| {
+                        HarnessError::Protocol(format!("report from unknown node {node}"))
+                    })?;
+                    *slot = Some(report);
+                }
                 _ => {}
             }
             Ok(reports.iter().all(Option::is_some))
@@ -324,9 +433,22 @@ impl Running<'_> {
         })
     }
 
-    /// Orderly shutdown: every node drops its regions and exits 0.
+    /// Orderly shutdown: every node drops its regions and exits 0 (and
+    /// then the launcher, if any).
     fn shut_down(&mut self) -> Result<()> {
         self.send(NodeCommand::Exit)?;
+        if self.launched.is_some() {
+            let limit = Duration::from_secs(15) + LAUNCHER_GRACE;
+            return match self.guard.nodes[0].wait_for(limit) {
+                Some(status) if status.success() => Ok(()),
+                Some(status) => {
+                    Err(self.closed_failure(0, &format!("exited with {status} at shutdown")))
+                }
+                None => {
+                    Err(self.closed_failure(0, &format!("did not exit within {limit:?} of `exit`")))
+                }
+            };
+        }
         let deadline = Instant::now() + Duration::from_secs(15);
         for node in 0..self.guard.nodes.len() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -351,6 +473,20 @@ struct Measured {
     power: Vec<power_ipmi::Outcome>,
 }
 
+/// Node `node`'s report from the file it named.
+fn read_report(node: usize, file: &Path) -> Result<NodeReport> {
+    let bytes = std::fs::read(file).map_err(HarnessError::io("reading the report", file))?;
+    let report: NodeReport = serde_json::from_slice(&bytes)?;
+    if report.node != node {
+        return Err(HarnessError::Protocol(format!(
+            "node {node} named {} as its report, which is node {}'s",
+            file.display(),
+            report.node
+        )));
+    }
+    Ok(report)
+}
+
 fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
     let mut f = PowerFigures {
         sampler: o.sampler,
@@ -371,28 +507,59 @@ fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
     f
 }
 
-/// Prepares run `spec` in `run_dir`: the cluster's name and configuration,
-/// its shm files, a peer server for Redis and memcached, and the config
-/// and spec files the node processes read. Returns the spec the nodes get
-/// (with the peer's address), the configuration, and the guard.
-fn prepare(spec: &RunSpec, run_dir: &Path) -> Result<(RunSpec, Config, ClusterGuard)> {
+/// Prepares run `spec` with `files`: the cluster's name and
+/// configuration, its shm files (with the marker launched nodes look for)
+/// or its tcp secret and (for nodes of this host) rendezvous, a peer server
+/// for Redis and memcached on `launching`'s peer host, and the config and
+/// spec files the node processes read. Returns the spec the nodes get (with
+/// the peer's address), the configuration, and the guard.
+fn prepare(
+    spec: &RunSpec,
+    launching: &Launching,
+    files: &RunFiles,
+) -> Result<(RunSpec, Config, ClusterGuard)> {
     spec.validate()?;
     crate::system::check_available(spec.system)?;
+    let run_dir = &files.dir;
     std::fs::create_dir_all(run_dir).map_err(HarnessError::io("creating", run_dir))?;
     let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
     let cluster = format!("bench-{}-{n}", std::process::id());
-    let config = spec.config(&cluster)?;
+    let mut config = spec.config(&cluster)?;
     let mut guard = ClusterGuard::default();
     let mut spec = spec.clone();
-    if spec.system.is_nessie() {
-        let dir = config.shm_dir();
-        remove_cluster_shm(&cluster, &dir);
-        guard.shm = Some((cluster.clone(), dir));
+    let launched = launching.program().is_some();
+    match spec.fabric {
+        // Stores without regions (Redis, memcached, null) need no fabric.
+        _ if !spec.system.is_nessie() => config.fabric = FabricConfig::Local,
+        Fabric::Shm => {
+            let dir = config.shm_dir();
+            remove_cluster_shm(&cluster, &dir);
+            guard.shm = Some((cluster.clone(), dir.clone()));
+            if launched {
+                use std::os::unix::fs::DirBuilderExt;
+                let marker = dir.join(SHM_MARKER);
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
+                    .and_then(|()| std::fs::write(&marker, b""))
+                    .map_err(HarnessError::io("creating", &marker))?;
+            }
+        }
+        Fabric::Tcp => {
+            guard.secret = RunSecret::prepare(run_dir, |v| std::env::var(v).ok())?;
+            if let (FabricConfig::Tcp { rendezvous, .. }, false) = (&mut config.fabric, launched) {
+                let port = free_port(Ipv4Addr::LOCALHOST.into())?;
+                *rendezvous = Some(format!("127.0.0.1:{port}"));
+            }
+        }
+        Fabric::Verbs => {}
     }
     if spec.system.is_peer() {
         let bytes = spec.workload.keys * (spec.workload.value_size + spec.workload.key_size) as u64;
         let server = PeerServer::start(
             spec.system,
+            launching.peer_host()?,
             spec.nodes,
             bytes * 2,
             &run_dir.join("peer.log"),
@@ -400,54 +567,79 @@ fn prepare(spec: &RunSpec, run_dir: &Path) -> Result<(RunSpec, Config, ClusterGu
         spec.peer = Some(server.target.clone());
         guard.peer = Some(server);
     }
+    std::fs::write(&files.config, config.to_toml()?)
+        .map_err(HarnessError::io("writing", &files.config))?;
+    std::fs::write(&files.spec, serde_json::to_vec_pretty(&spec)?)
+        .map_err(HarnessError::io("writing", &files.spec))?;
     Ok((spec, config, guard))
 }
 
-/// Runs `spec` on a fresh cluster of node processes of this binary (`exe`),
-/// keeping its files in `run_dir`, and reports progress to `progress`.
+/// Starts the node processes of `spec` with `files`: this binary (`exe`)
+/// once per node, or the launcher once.
+fn start_nodes(
+    exe: &Path,
+    spec: &RunSpec,
+    launching: &Launching,
+    files: &RunFiles,
+    secret: &RunSecret,
+) -> Result<(Talking, Option<Launched>)> {
+    let logs = |node| launching.node_log(&files.dir, node);
+    let Some(program) = launching.program() else {
+        let talking = Talking::spawn_with(
+            exe,
+            spec.nodes,
+            "starting a node process",
+            |node| files.node_args(Some(node)),
+            logs,
+            secret.env(),
+        )?;
+        return Ok((talking, None));
+    };
+    let launched = Launched {
+        name: launching.kind.program().unwrap_or("the launcher"),
+        log: files.dir.join("launcher.stderr"),
+        stray: files.dir.join("launcher.stdout"),
+    };
+    let args = launching.launcher_args(exe, spec.nodes, files, secret, |v| std::env::var(v).ok());
+    let mut talking = Talking::spawn_launcher(
+        program,
+        &args,
+        launched.log.clone(),
+        secret.env(),
+        LAUNCHER_GRACE,
+    )?;
+    talking.logs = (0..spec.nodes).map(logs).collect();
+    Ok((talking, Some(launched)))
+}
+
+/// Runs `spec` on a fresh cluster of node processes of this binary (`exe`)
+/// placed by `launching`, keeping its files in `run_dir`, and reports
+/// progress to `progress`.
 ///
 /// # Errors
 /// [`HarnessError::NotAvailable`] for a system this build or machine lacks;
 /// [`HarnessError::NodeFailed`] when a node exits, errs or hangs;
+/// [`HarnessError::LauncherFailed`] when the launcher exits early or fails;
 /// [`HarnessError::Interrupted`] on Ctrl-C. Everything is torn down either way.
 pub fn run(
     exe: &Path,
     spec: &RunSpec,
+    launching: &Launching,
     run_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunOutput> {
-    let (spec, config, mut guard) = prepare(spec, run_dir)?;
-    let config_path = run_dir.join("config.toml");
-    let spec_path = run_dir.join("spec.json");
-    std::fs::write(&config_path, config.to_toml()?)
-        .map_err(HarnessError::io("writing", &config_path))?;
-    std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)
-        .map_err(HarnessError::io("writing", &spec_path))?;
-    let talking = Talking::spawn(
-        exe,
-        spec.nodes,
-        "starting a node process",
-        |node| {
-            vec![
-                "node".into(),
-                "--config".into(),
-                config_path.clone().into(),
-                "--spec".into(),
-                spec_path.clone().into(),
-                "--node-id".into(),
-                node.to_string().into(),
-            ]
-        },
-        |node| run_dir.join(format!("node-{node}.stderr")),
-    )?;
+    let files = RunFiles::in_dir(run_dir)?;
+    let (spec, config, mut guard) = prepare(spec, launching, &files)?;
+    let (talking, launched) = start_nodes(exe, &spec, launching, &files, &guard.secret)?;
     guard.nodes = talking.children;
     let mut r = Running {
-        closed: vec![false; spec.nodes],
+        closed: vec![false; guard.nodes.len()],
         progress_ops: vec![0; spec.nodes],
         spec,
         guard,
         events: talking.lines,
         logs: talking.logs,
+        launched,
         progress,
     };
     r.start_and_preload(&config)?;

@@ -41,6 +41,15 @@ pub enum HarnessError {
         /// What happened, with the tail of its stderr when there is one.
         why: String,
     },
+    /// The launcher (`srun`, `mpirun`) of a run's node processes exited
+    /// before the run ended, or failed at its end.
+    #[error("{launcher} failed: {why}")]
+    LauncherFailed {
+        /// The launcher.
+        launcher: &'static str,
+        /// What happened, with the tails of its stderr and the nodes'.
+        why: String,
+    },
     /// A peer server (Redis, memcached) failed to start or answer.
     #[error("peer server {name}: {why}")]
     Peer {

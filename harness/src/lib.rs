@@ -5,10 +5,11 @@
 //! the same YCSB-style workloads, and reproduces the experiments of the Nessie
 //! paper (§6, Figs. 4–14 and Table 1), one subcommand each.
 //!
-//! Every run starts a real cluster: one process per node on the `shm` fabric,
-//! each a re-execution of this binary (`nessie-bench node`), coordinated over
-//! stdin/stdout and torn down completely afterwards (also on Ctrl-C or when a
-//! node crashes).
+//! Every run starts a real cluster: one process per node, by default on the
+//! `shm` fabric, each a re-execution of this binary (`nessie-bench node`)
+//! started by the harness or by a launcher (`srun`, `mpirun`) on other
+//! hosts, coordinated over stdin/stdout and torn down completely afterwards
+//! (also on Ctrl-C or when a node crashes).
 //!
 //! Modules:
 //! * [`workload`] — keys, values, uniform and scrambled-Zipf key choice,
@@ -19,6 +20,9 @@
 //! * [`system`] — the stores ([`nessie_examples::StoreKind`]) behind one
 //!   [`system::NodeHandle`] abstraction that hands out boxed
 //!   [`nessie::KvClient`]s.
+//! * [`launcher`] — `--fabric shm|tcp|verbs` and `--launcher
+//!   local|srun|mpirun`: fabric settings, launcher command lines, the run's
+//!   secret.
 //! * [`spec`] — one run's parameters and the table sizing rules.
 //! * [`measure`] — histograms and counters, per node and merged.
 //! * [`protocol`] — the lines node processes and the harness exchange.
@@ -29,12 +33,14 @@
 //! * [`experiments`] — the subcommands.
 //!
 //! Modules depend downwards in this list's reverse order of use: error and
-//! workload at the bottom, then proc, peers, system, spec, measure,
-//! protocol, cluster and node, report and paper, experiments on top.
+//! workload at the bottom, then proc, peers, system, launcher, spec,
+//! measure, protocol, cluster and node, report and paper, experiments on
+//! top.
 
 pub mod cluster;
 pub mod error;
 pub mod experiments;
+pub mod launcher;
 pub mod measure;
 pub mod node;
 pub mod paper;

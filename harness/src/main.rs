@@ -14,7 +14,8 @@ use harness::{proc, HarnessError};
 
 /// Benchmarks for Nessie (CD) and its server-driven (SD) and hybrid (HY)
 /// baselines: each subcommand reproduces one experiment of the paper on a
-/// cluster of node processes on this host. Reports go to
+/// cluster of node processes on this host (or, with --launcher srun|mpirun,
+/// on the hosts of a job). Reports go to
 /// `results/<subcommand>-<timestamp>/` (results.json, CSV, SVG/PNG, report.md).
 #[derive(Debug, Parser)]
 #[command(name = "nessie-bench", version)]
@@ -25,8 +26,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// CD vs SD vs HY on the default workload (16 KiB values, 90% GETs,
-    /// uniform keys, 3 nodes): table and plots.
+    /// CD vs SD vs HY (with --with-peers also Redis and memcached) on the
+    /// default workload (16 KiB values, 90% GETs, uniform keys, 3 nodes):
+    /// table and plots.
     Compare(CompareArgs),
     /// Fig. 4: throughput as background CPU hogs are added.
     Contention(ContentionArgs),
@@ -41,7 +43,8 @@ enum Cmd {
     /// Fig. 14: power (RAPL/IPMI where the host allows) and CPU cost at
     /// fractions of peak load.
     Energy(EnergyArgs),
-    /// The same workload against Redis and memcached on loopback.
+    /// The same workload against Redis and memcached (on loopback, or on
+    /// `--peer-host` under a launcher).
     Peers(PeersArgs),
     /// Faults on a multi-process cluster: kills, stalls longer than expiry,
     /// full data tables, a crowded index; checks linearizability and wedges.

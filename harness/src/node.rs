@@ -9,15 +9,17 @@
 //! for the protocol.
 
 use crate::error::{HarnessError, Result};
+use crate::launcher::{self, SHM_MARKER};
 use crate::measure::{NodeReport, OpCounters, PreloadReport, Recorder};
 use crate::proc::die_with_parent;
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use crate::system;
 use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
-use nessie::{Config, KvClient};
+use nessie::bootstrap::{Launch, Overrides};
+use nessie::{Config, FabricConfig, KvClient};
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -41,28 +43,46 @@ pub struct NodeArgs {
     /// The run's spec (JSON: system, workload, phases).
     #[arg(long)]
     pub spec: PathBuf,
-    /// This node's id, 0-based.
+    /// This node's id, 0-based; without it, the id comes from the
+    /// launcher's environment (srun, mpirun, …; see `nessie::bootstrap`).
     #[arg(long)]
-    pub node_id: usize,
+    pub node_id: Option<usize>,
     /// Do not wait for commands on stdin: preload and run at once (for
     /// starting nodes by hand).
     #[arg(long)]
     pub no_barrier: bool,
+    /// Write the report to `DIR/node-<id>.report.json` and print only a short
+    /// line naming it (under a launcher, whose merged stdout may tear long
+    /// lines apart).
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
 }
+
+/// The longest error message a node prints on stdout (the whole message
+/// goes to stderr): event lines stay short, which keeps them whole when a
+/// launcher merges many nodes' output.
+const MAX_EVENT_MESSAGE: usize = 2000;
 
 /// Runs a node process; returns its exit code. Errors are reported to the
 /// harness as an `error` event and on stderr.
 #[must_use]
 pub fn main(args: &NodeArgs) -> i32 {
     die_with_parent();
-    match run(args) {
+    let mut placed = args.node_id;
+    match run(args, &mut placed) {
         Ok(()) => 0,
         Err(e) => {
-            emit(&NodeEvent::Error {
-                node: args.node_id,
-                message: e.to_string(),
+            let mut message = e.to_string();
+            let node = placed.unwrap_or_else(|| {
+                message.insert_str(0, "a launched node (its id unknown): ");
+                0
             });
-            eprintln!("nessie-bench node {}: {e}", args.node_id);
+            eprintln!("nessie-bench node {node}: {message}");
+            if let Some((cut, _)) = message.char_indices().nth(MAX_EVENT_MESSAGE) {
+                message.truncate(cut);
+                message.push_str(" … (the rest on stderr)");
+            }
+            emit(&NodeEvent::Error { node, message });
             1
         }
     }
@@ -72,8 +92,15 @@ fn emit(event: &NodeEvent) {
     let line = serde_json::to_string(event).unwrap_or_else(|e| {
         format!(r#"{{"event":"error","node":0,"message":"cannot encode an event: {e}"}}"#)
     });
+    // One write of the whole line: a launcher that merges many nodes'
+    // output keeps a short line whole only if it arrives at once.
+    let line = format!("{line}\n");
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+    if out
+        .write_all(line.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
         // The harness is gone: nothing left to report to.
         std::process::exit(3);
     }
@@ -134,21 +161,90 @@ impl Commands {
     }
 }
 
-fn run(args: &NodeArgs) -> Result<()> {
-    // Open-loop workers sleep between arrivals: make those sleeps precise
-    // (the default timer slack adds 50 µs).
-    let _ = nix::sys::prctl::set_timerslack(1_000);
-    let config = Config::from_file(&args.config)?;
-    let text = std::fs::read(&args.spec).map_err(HarnessError::io("reading", &args.spec))?;
-    let spec: RunSpec = serde_json::from_slice(&text)?;
-    spec.validate()?;
-    let node_id = args.node_id;
-    if node_id >= spec.nodes {
+/// This node's place in its cluster: from `--node-id` (a node the harness
+/// started) or from the launcher's environment.
+fn launch(args: &NodeArgs, spec: &RunSpec) -> Result<Launch> {
+    if let Some(node) = args.node_id.filter(|&n| n >= spec.nodes) {
         return Err(HarnessError::Usage(format!(
-            "node id {node_id} is not below the cluster's {} nodes",
+            "node id {node} is not below the cluster's {} nodes",
             spec.nodes
         )));
     }
+    let overrides = Overrides {
+        node: args.node_id,
+        nodes: args.node_id.map(|_| spec.nodes),
+        rendezvous: None,
+    };
+    let launch = Launch::detect_with(&overrides)?.ok_or_else(|| {
+        HarnessError::Usage(
+            "no --node-id, and no launcher (srun, mpirun, …) in the environment".into(),
+        )
+    })?;
+    Ok(launch)
+}
+
+/// The cluster's configuration completed with what `launch` knows (the
+/// tcp fabric's rendezvous and secret, the verbs fabric's exchange
+/// addresses) and checked; a launch of another size than the run's is
+/// refused, and a launched node on `shm` checks that it runs on the
+/// harness's host.
+fn configure(args: &NodeArgs, launch: &Launch, spec: &RunSpec) -> Result<Config> {
+    if launch.nodes != spec.nodes {
+        return Err(HarnessError::Usage(format!(
+            "{} started {} tasks for a cluster of {} nodes",
+            launch.launcher, launch.nodes, spec.nodes
+        )));
+    }
+    let path = &args.config;
+    let text = std::fs::read_to_string(path).map_err(HarnessError::io("reading", path))?;
+    // Parsed without `Config::from_file`'s check, which the launch's
+    // settings must complete first.
+    let mut config: Config = toml::from_str(&text).map_err(|e| {
+        HarnessError::Store(nessie::Error::Config(format!("{}: {e}", path.display())))
+    })?;
+    let launched = args.node_id.is_none();
+    let marker = config.shm_dir().join(SHM_MARKER);
+    match &mut config.fabric {
+        FabricConfig::Shm { .. } if launched && !marker.exists() => {
+            return Err(HarnessError::Usage(format!(
+                "node {} runs on another host than the harness ({} is missing): the shm fabric \
+                 reaches only processes of one host; use --fabric tcp",
+                launch.node,
+                marker.display()
+            )));
+        }
+        FabricConfig::Verbs { peers, .. } if peers.is_empty() => {
+            *peers = launcher::verbs_peers(launched.then_some(&launch.hosts[..]), spec.nodes)?;
+        }
+        _ => {}
+    }
+    launch.configure(&mut config)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// Writes `report` to `dir/node-<i>.report.json` (whole or not at all);
+/// returns the file.
+fn write_report(dir: &Path, report: &NodeReport) -> Result<PathBuf> {
+    let file = dir.join(format!("node-{}.report.json", report.node));
+    let partial = dir.join(format!(".node-{}.report.json.partial", report.node));
+    std::fs::write(&partial, serde_json::to_vec(report)?)
+        .map_err(HarnessError::io("writing", &partial))?;
+    std::fs::rename(&partial, &file).map_err(HarnessError::io("renaming", &partial))?;
+    Ok(file)
+}
+
+fn run(args: &NodeArgs, placed: &mut Option<usize>) -> Result<()> {
+    // Open-loop workers sleep between arrivals: make those sleeps precise
+    // (the default timer slack adds 50 µs).
+    let _ = nix::sys::prctl::set_timerslack(1_000);
+    let text = std::fs::read(&args.spec).map_err(HarnessError::io("reading", &args.spec))?;
+    let spec: RunSpec = serde_json::from_slice(&text)?;
+    spec.validate()?;
+    let launch = launch(args, &spec)?;
+    let node_id = launch.node;
+    *placed = Some(node_id);
+    let config = configure(args, &launch, &spec)?;
     let commands = Commands::new(!args.no_barrier);
     let node = system::start_node(spec.system, &config, node_id, spec.peer.as_ref())?;
     let mut clients = (0..spec.clients_per_node)
@@ -178,9 +274,15 @@ fn run(args: &NodeArgs) -> Result<()> {
         std::process::abort();
     }
     let report = measure(&spec, node_id, &mut clients, &commands, preload)?;
-    emit(&NodeEvent::Report {
-        report: Box::new(report),
-    });
+    match &args.report_dir {
+        None => emit(&NodeEvent::Report {
+            report: Box::new(report),
+        }),
+        Some(dir) => emit(&NodeEvent::ReportFile {
+            node: node_id,
+            file: write_report(dir, &report)?,
+        }),
+    }
 
     // Stay up until every node has finished: peers read our memory.
     let _ = commands.expect(NodeCommand::Exit);

@@ -2,18 +2,20 @@
 //! minimal protocol clients (RESP2 and the memcached text protocol, crate
 //! `text-kv`) so that the harness needs no client crates.
 //!
-//! The harness starts the server on a free loopback port ([`PeerServer`]),
-//! the node processes connect one client per worker
+//! The harness starts the server on a free port ([`PeerServer`]) of
+//! loopback, or under a launcher of an address the node processes' hosts
+//! reach (`--peer-host`, see [`crate::launcher`]); the node processes
+//! connect one client per worker
 //! ([`crate::system::start_node`]), and the server is killed when its guard
 //! drops. Each client counts one round trip
 //! per operation and the request and reply bytes in [`nessie::Stats`], so
 //! the report's bytes-per-operation columns mean the same for every system.
 
 use crate::error::{HarnessError, Result};
-use crate::proc::{interrupted, tail, ChildGuard};
+use crate::proc::{find_on_path, interrupted, tail, ChildGuard};
 use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -37,18 +39,7 @@ pub(crate) fn program(system: StoreKind) -> &'static str {
 /// The server binary of `system` on `PATH`, if any.
 #[must_use]
 pub fn find_program(system: StoreKind) -> Option<PathBuf> {
-    let name = program(system);
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| is_executable(p))
-    })
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    find_on_path(program(system))
 }
 
 /// Whether the server of `system` is installed.
@@ -82,28 +73,37 @@ pub struct PeerServer {
 }
 
 impl PeerServer {
-    /// Starts the server of `system` on a free loopback port with `threads`
-    /// worker threads (memcached) and room for `memory_bytes` of data, and
-    /// waits until it accepts connections.
+    /// Starts the server of `system` on a free port of `host` (this host's
+    /// address on the network its clients use; loopback when they run
+    /// here) with `threads` worker threads (memcached) and room for
+    /// `memory_bytes` of data, and waits until it accepts connections.
     ///
     /// # Errors
-    /// [`HarnessError::NotAvailable`] if not installed, [`HarnessError::Peer`]
-    /// if it does not come up within 10 s.
-    pub fn start(system: StoreKind, threads: usize, memory_bytes: u64, log: &Path) -> Result<Self> {
+    /// [`HarnessError::NotAvailable`] if not installed, [`HarnessError::Io`]
+    /// if `host` is not an address of this host, [`HarnessError::Peer`] if
+    /// it does not come up within 10 s.
+    pub fn start(
+        system: StoreKind,
+        host: IpAddr,
+        threads: usize,
+        memory_bytes: u64,
+        log: &Path,
+    ) -> Result<Self> {
         let name = program(system);
         let path = find_program(system).ok_or_else(|| HarnessError::NotAvailable {
             system,
             why: format!("`{name}` is not installed"),
         })?;
-        let port = free_port()?;
+        let port = free_port(host)?;
+        let bind = host.to_string();
         let mut cmd = ChildGuard::command(&path);
         if system == StoreKind::Redis {
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            cmd.args(["--port", &port.to_string(), "--bind", &bind])
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
                 .args(["--daemonize", "no", "--loglevel", "warning"]);
         } else {
             let mb = (memory_bytes / (1 << 20)).max(64);
-            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+            cmd.args(["-p", &port.to_string(), "-l", &bind, "-U", "0"])
                 .args(["-m", &mb.to_string(), "-t", &threads.max(1).to_string()])
                 .args(["-I", "2m"]);
             if nix::unistd::geteuid().is_root() {
@@ -119,7 +119,7 @@ impl PeerServer {
             )
             .stderr(log_file);
         let child = ChildGuard::spawn(&mut cmd, "starting")?;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let addr = SocketAddr::from((host, port));
         let mut server = PeerServer {
             child,
             target: PeerTarget { addr },
@@ -156,12 +156,17 @@ impl PeerServer {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(HarnessError::io("binding a loopback port", "127.0.0.1:0"))?;
+/// A port of `host` that is free now.
+///
+/// # Errors
+/// [`HarnessError::Io`] if nothing can listen on `host` (not an address of
+/// this host).
+pub fn free_port(host: IpAddr) -> Result<u16> {
+    let at = SocketAddr::from((host, 0)).to_string();
+    let l = TcpListener::bind((host, 0)).map_err(HarnessError::io("binding a port of", &at))?;
     let port = l
         .local_addr()
-        .map_err(HarnessError::io("binding a loopback port", "127.0.0.1:0"))?
+        .map_err(HarnessError::io("binding a port of", &at))?
         .port();
     Ok(port)
 }
@@ -193,7 +198,8 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let server = PeerServer::start(system, 1, 64 << 20, &dir.path().join("log")).unwrap();
+        let host = std::net::Ipv4Addr::LOCALHOST.into();
+        let server = PeerServer::start(system, host, 1, 64 << 20, &dir.path().join("log")).unwrap();
         let mut c = connect(system, &server.target).unwrap();
         let key = crate::workload::key(3, 128);
         let value = vec![7u8; 20_000];

@@ -83,12 +83,29 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     power_ipmi::process_cpu_times(pid).ok().map(|t| t.cpu_s())
 }
 
+/// The program `name` on `PATH`, if any (an executable regular file).
+#[must_use]
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| executable(p))
+    })
+}
+
 /// A child process of the harness, in its own process group and killed
 /// with the harness; dropping the guard kills the whole group and reaps
-/// the child.
+/// the child (after asking it to stop first, for a guard made
+/// [`ChildGuard::with_grace`]).
 #[derive(Debug)]
 pub struct ChildGuard {
     child: Child,
+    grace: Option<Duration>,
 }
 
 impl ChildGuard {
@@ -99,8 +116,16 @@ impl ChildGuard {
     /// `program`, so it holds for programs that are not ours (peer servers)
     /// too. Add arguments and stdio, then [`ChildGuard::spawn`] it.
     pub fn command(program: &Path) -> Command {
+        Self::command_dying_by(program, "KILL")
+    }
+
+    /// The same as [`ChildGuard::command`], with `signal` (a name such as
+    /// `TERM`) sent to the child when the harness dies: a launcher (`srun`,
+    /// `mpirun`) must be told to stop, so that it ends its job on every
+    /// host, rather than killed.
+    pub fn command_dying_by(program: &Path, signal: &str) -> Command {
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--pdeathsig", "KILL", "--"])
+        cmd.args(["--pdeathsig", signal, "--"])
             .arg(program)
             .process_group(0);
         cmd
@@ -118,7 +143,17 @@ impl ChildGuard {
         let program = PathBuf::from(cmd.get_args().nth(3).unwrap_or(cmd.get_program()));
         std::fs::metadata(&program).map_err(HarnessError::io(what, &program))?;
         let child = cmd.spawn().map_err(HarnessError::io(what, &program))?;
-        Ok(ChildGuard { child })
+        Ok(ChildGuard { child, grace: None })
+    }
+
+    /// Makes dropping the guard ask the child to stop first: SIGTERM to
+    /// the child alone (a launcher then ends its tasks on every host and
+    /// gives its allocation back), and the group's SIGKILL only if it is
+    /// still running `grace` later.
+    #[must_use]
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
     }
 
     /// The process id.
@@ -159,10 +194,17 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        let pid = i32::try_from(self.child.id()).ok().map(Pid::from_raw);
+        if let (Some(grace), Some(pid)) = (self.grace, pid) {
+            if self.try_wait().is_none() {
+                let _ = signal::kill(pid, Signal::SIGTERM);
+                let _ = self.wait_for(grace);
+            }
+        }
         // The child leads its own group (`process_group(0)`), so its pid
         // names the group: this also reaches whatever it started.
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        if let Some(pid) = pid {
+            let _ = signal::killpg(pid, Signal::SIGKILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -197,6 +239,22 @@ impl Talking {
         args: impl Fn(usize) -> Vec<OsString>,
         log: impl Fn(usize) -> PathBuf,
     ) -> Result<Self> {
+        Self::spawn_with(exe, count, what, args, log, &[])
+    }
+
+    /// The same as [`Talking::spawn`], with the variables `env` added to
+    /// every process's environment.
+    ///
+    /// # Errors
+    /// As [`Talking::spawn`].
+    pub fn spawn_with(
+        exe: &Path,
+        count: usize,
+        what: &'static str,
+        args: impl Fn(usize) -> Vec<OsString>,
+        log: impl Fn(usize) -> PathBuf,
+        env: &[(OsString, OsString)],
+    ) -> Result<Self> {
         let (tx, lines) = mpsc::channel();
         let mut talking = Talking {
             children: Vec::with_capacity(count),
@@ -204,23 +262,68 @@ impl Talking {
             logs: Vec::with_capacity(count),
         };
         for index in 0..count {
-            let log = log(index);
-            let log_file =
-                std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
             let mut cmd = ChildGuard::command(exe);
-            cmd.args(args(index))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(log_file);
-            let mut child = ChildGuard::spawn(&mut cmd, what)?;
-            if let Some(out) = child.child.stdout.take() {
-                let tx = tx.clone();
-                std::thread::spawn(move || forward(out, index, &tx));
-            }
-            talking.children.push(child);
-            talking.logs.push(log);
+            cmd.args(args(index)).envs(env.iter().map(|(k, v)| (k, v)));
+            talking.add(cmd, what, log(index), &tx)?;
         }
         Ok(talking)
+    }
+
+    /// Starts one launcher (`srun`, `mpirun`) as `program args…` with the
+    /// variables `env` added, its stderr in the file `log`: its stdout
+    /// carries the lines of every process it starts (each line says whose
+    /// it is) and its stdin reaches them all. It is told to stop (SIGTERM,
+    /// also when the harness dies) and given `grace` to end its tasks
+    /// before it is killed.
+    ///
+    /// # Errors
+    /// As [`Talking::spawn`].
+    pub fn spawn_launcher(
+        program: &Path,
+        args: &[OsString],
+        log: PathBuf,
+        env: &[(OsString, OsString)],
+        grace: Duration,
+    ) -> Result<Self> {
+        let (tx, lines) = mpsc::channel();
+        let mut talking = Talking {
+            children: Vec::with_capacity(1),
+            lines,
+            logs: Vec::with_capacity(1),
+        };
+        let mut cmd = ChildGuard::command_dying_by(program, "TERM");
+        cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        talking.add(cmd, "starting the launcher", log, &tx)?;
+        talking.children = talking
+            .children
+            .into_iter()
+            .map(|c| c.with_grace(grace))
+            .collect();
+        Ok(talking)
+    }
+
+    /// Starts `cmd` with piped stdin and stdout and its stderr in `log`,
+    /// forwarding its stdout lines to `tx` tagged with its index.
+    fn add(
+        &mut self,
+        mut cmd: Command,
+        what: &'static str,
+        log: PathBuf,
+        tx: &Sender<Line>,
+    ) -> Result<()> {
+        let index = self.children.len();
+        let log_file = std::fs::File::create(&log).map_err(HarnessError::io("creating", &log))?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log_file);
+        let mut child = ChildGuard::spawn(&mut cmd, what)?;
+        if let Some(out) = child.child.stdout.take() {
+            let tx = tx.clone();
+            std::thread::spawn(move || forward(out, index, &tx));
+        }
+        self.children.push(child);
+        self.logs.push(log);
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::measure::{NodeReport, PreloadReport};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// A line a node process prints on stdout.
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,6 +34,15 @@ pub enum NodeEvent {
     Report {
         /// Everything it measured.
         report: Box<NodeReport>,
+    },
+    /// The node's measurements are in a file (a launched node: launchers
+    /// may tear a long line apart; see [`crate::launcher`]).
+    #[serde(rename = "report_file")]
+    ReportFile {
+        /// Node id.
+        node: usize,
+        /// The JSON file holding its [`NodeReport`].
+        file: PathBuf,
     },
     /// The node failed.
     Error {
@@ -93,5 +103,14 @@ mod tests {
     fn events_are_json_lines() {
         let line = serde_json::to_string(&NodeEvent::Progress { node: 2, ops: 7 }).unwrap();
         assert_eq!(line, r#"{"event":"progress","node":2,"ops":7}"#);
+        let file = NodeEvent::ReportFile {
+            node: 1,
+            file: "/r/node-1.report.json".into(),
+        };
+        let line = serde_json::to_string(&file).unwrap();
+        assert_eq!(
+            line,
+            r#"{"event":"report_file","node":1,"file":"/r/node-1.report.json"}"#
+        );
     }
 }

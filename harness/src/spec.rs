@@ -3,12 +3,12 @@
 //! that turn a workload into a store configuration that does not fill up.
 
 use crate::error::{HarnessError, Result};
+use crate::launcher::{self, Fabric};
 use crate::peers::PeerTarget;
 use crate::workload::WorkloadSpec;
-use nessie::{Config, FabricConfig, Optimizations, MIN_CLASS_BYTES};
+use nessie::{Config, Optimizations, MIN_CLASS_BYTES};
 use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Index load factor of every experiment of the paper (§6: "All experiments
@@ -78,6 +78,9 @@ pub struct RunSpec {
     /// Sample the host's power (RAPL, IPMI) over the measured phase.
     #[serde(default)]
     pub measure_power: bool,
+    /// What carries the verbs between the nodes.
+    #[serde(default)]
+    pub fabric: Fabric,
 }
 
 impl RunSpec {
@@ -99,6 +102,7 @@ impl RunSpec {
             load_factor: PAPER_LOAD_FACTOR,
             peer: None,
             measure_power: false,
+            fabric: Fabric::Shm,
         }
     }
 
@@ -164,15 +168,19 @@ impl RunSpec {
         Duration::from_millis(self.warmup_ms + self.duration_ms)
     }
 
-    /// The store configuration of this run for cluster `cluster`: shm fabric
-    /// under `/dev/shm/nessie-<cluster>`, tables sized so the run cannot
-    /// fill them (see [`size_tables`]), and the paper's cache size (0.5 % of
-    /// the keys per node, split among the node's clients).
+    /// The store configuration of this run for cluster `cluster`: the
+    /// run's fabric (shm under `/dev/shm/nessie-<cluster>`; on tcp one
+    /// connection per peer for each of a node's threads), tables sized so
+    /// the run cannot fill them (see [`size_tables`]), and the paper's
+    /// cache size (0.5 % of the keys per node, split among the node's
+    /// clients). What each node's launch fills in (rendezvous, secret) is
+    /// left empty and the rest checked ([`launcher::checkable`]).
     ///
     /// # Errors
     /// [`HarnessError::Store`] if the sized configuration is invalid (e.g.
     /// more slots than an index entry can address).
     pub fn config(&self, cluster: &str) -> Result<Config> {
+        let threads = (self.clients_per_node + self.server_workers).clamp(1, 64);
         let mut c = Config {
             cluster: cluster.to_owned(),
             nodes: self.nodes,
@@ -180,16 +188,14 @@ impl RunSpec {
             value_size_max: self.workload.value_size.max(MIN_CLASS_BYTES),
             optimizations: self.optimizations,
             server_workers: self.server_workers,
-            fabric: FabricConfig::Shm {
-                dir: Some(PathBuf::from(format!("/dev/shm/nessie-{cluster}"))),
-            },
+            fabric: self.fabric.config(cluster, threads),
             ..Config::default()
         };
         size_tables(&mut c, &self.workload, self.nodes, self.load_factor);
         // The store's cache is per client; the paper's is per node.
         let per_node = (self.workload.keys as f64 * PAPER_CACHE_SHARE).ceil();
         c.cache_entries = ((per_node / self.clients_per_node as f64).ceil() as usize).max(1);
-        c.validate()?;
+        launcher::checkable(&c).validate()?;
         Ok(c)
     }
 }
@@ -241,7 +247,10 @@ mod tests {
             let class = c.class_for(value_size).unwrap();
             assert!(c.class_slots(class) >= 2 * 5000 / 3, "{value_size}");
             assert!(c.index_slots_per_node * 3 >= (5000.0 / 0.4) as usize);
-            assert_eq!(c.shm_dir(), PathBuf::from("/dev/shm/nessie-bench-test"));
+            assert_eq!(
+                c.shm_dir(),
+                std::path::PathBuf::from("/dev/shm/nessie-bench-test")
+            );
             assert_eq!(c.cache_entries, 13, "0.5 % of 5000 keys over 2 clients");
         }
     }

@@ -7,22 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{assert_ok, bench, leftover_shm, results, run, wait_until};
-
-/// Node processes of a run whose files live under `dir` that still run.
-fn leftover_processes(dir: &Path) -> Vec<String> {
-    let needle = dir.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(&needle) && cmd.contains(" node ") {
-                found.push(cmd);
-            }
-        }
-    }
-    found
-}
+use support::{assert_ok, bench, leftover_processes, leftover_shm, results, run, wait_until};
 
 fn assert_clean(dir: &Path, pid: u32) {
     assert!(

@@ -106,3 +106,8 @@ pub use nessie_fabric as fabric;
 pub use node::Node;
 pub use stats::{OpKind, OpStats, RetryCounts, Stats};
 pub use store::store_regions;
+
+/// Whether this build has the `verbs` fabric backend (cargo feature
+/// `verbs`). Without it a node refuses `fabric = verbs` when it opens the
+/// fabric; callers that start many processes can refuse earlier.
+pub const VERBS_BUILT: bool = cfg!(feature = "verbs");

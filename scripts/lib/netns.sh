@@ -61,6 +61,7 @@ subnet=10.213.0
 limit=0
 link=
 delay=
+hub_mode=0
 
 # Prints the calling script's header comment and exits 2.
 usage() {
@@ -69,18 +70,20 @@ usage() {
 }
 
 # Parses the options the netns scripts share (-n NODES, -s A.B.C,
-# -t SECONDS, --link RATE, --delay DELAY, and -p PORT when the first
-# argument is "with-port") from the rest of the arguments into the
-# caller's variables nodes, subnet, limit, link, delay and port. Sets
-# NETNS_SHIFT to the number of words they took: the caller shifts them off
-# and finds COMMAND. A bad option calls the caller's `usage`.
+# -t SECONDS, --link RATE, --delay DELAY; -p PORT when the first argument
+# is "with-port", --hub when it is "with-hub") from the rest of the
+# arguments into the caller's variables nodes, subnet, limit, link, delay,
+# port and hub_mode (1 with --hub). Sets NETNS_SHIFT to the number of words
+# they took: the caller shifts them off and finds COMMAND. A bad option
+# calls the caller's `usage`.
 netns_options() {
-  local ports=$1 total
+  local kind=$1 total
   shift
   total=$#
   while [ $# -gt 0 ]; do
     case "$1" in
-      -p | -p?*) [ "$ports" = with-port ] || usage ;;
+      -p | -p?*) [ "$kind" = with-port ] || usage ;;
+      --hub) [ "$kind" = with-hub ] || usage; hub_mode=1; shift; continue ;;
     esac
     case "$1" in
       -n | -s | -p | -t | --link | --delay)
@@ -239,6 +242,21 @@ netns_shape() {
     fi
   done
   echo "netns: every veth end shaped with: ${qdisc[*]}" >&2
+}
+
+# Prints one line saying what the namespaces stand for, for reports: the
+# hosts, the subnet, and how the links are shaped (RATE, DELAY as given to
+# netns_shape).
+netns_describe() {
+  local rate=$1 delay=$2 shaping
+  if [ -n "$delay" ]; then
+    shaping="netem delay $delay per node-switch hop${rate:+, rate $rate}"
+  elif [ -n "$rate" ]; then
+    shaping="tbf rate $rate on both ends of every node's link (an emulated $rate network)"
+  else
+    shaping="not shaped (veth pairs run at memory speed)"
+  fi
+  echo "$NETNS_NODES network-namespace hosts on one machine (${NETNS_ADDRS[*]}, $NETNS_SUBNET.0/24, bridged in $NETNS_HUB); links: $shaping"
 }
 
 # Waits (at most TENTHS tenths of a second) until none of PIDS exists any

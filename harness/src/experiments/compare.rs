@@ -1,5 +1,6 @@
 //! `compare`: CD vs SD vs HY on the paper's default workload (16 KiB values,
-//! 90 % GETs, uniform keys), with the summary table and plots.
+//! 90 % GETs, uniform keys), with the summary table and plots; with
+//! `--with-peers`, Redis and memcached in the same table.
 
 use super::{add_summary, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
@@ -21,6 +22,19 @@ pub struct CompareArgs {
     /// Zipf-distributed keys (θ = 0.99) instead of uniform.
     #[arg(long)]
     pub zipf: bool,
+    /// Run Redis and memcached too, after CD, SD and HY (when `--systems`
+    /// is not given).
+    #[arg(long)]
+    pub with_peers: bool,
+}
+
+/// The systems `compare` runs without `--systems`.
+fn default_systems(with_peers: bool) -> Vec<StoreKind> {
+    let mut systems = StoreKind::PAPER.to_vec();
+    if with_peers {
+        systems.extend([StoreKind::Redis, StoreKind::Memcached]);
+    }
+    systems
 }
 
 /// Runs `compare`; returns the exit code.
@@ -36,8 +50,9 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     };
     let workload = ctx.point_workload(&args.point, dist)?;
     let duration = ctx.duration_ms(10_000, 2_000);
-    let systems = ctx.systems(&StoreKind::PAPER);
-    let title = format!("CD vs SD vs HY, {}", workload.describe());
+    let systems = ctx.systems(&default_systems(args.with_peers));
+    let names: Vec<&str> = systems.iter().map(|s| s.label()).collect();
+    let title = format!("{}, {}", names.join(" vs "), workload.describe());
     let (mut report, specs) = ctx.one_run_each("compare", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     add_summary(&mut report, &workload, &done);
@@ -111,5 +126,29 @@ pub fn run(args: CompareArgs) -> Result<i32> {
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         ctx.common.threads
     ));
+    if let (true, Ok(host)) = (
+        systems.iter().any(|s| s.is_peer()),
+        ctx.launching.peer_host(),
+    ) {
+        report.notes.push(format!(
+            "Redis and memcached run as one server process on the harness's host, listening on {host} (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
+            ctx.common.nodes
+        ));
+    }
     ctx.finish(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_peers_adds_redis_and_memcached() {
+        let names = |v: Vec<StoreKind>| v.iter().map(|s| s.label()).collect::<Vec<_>>();
+        assert_eq!(names(default_systems(false)), ["CD", "SD", "HY"]);
+        assert_eq!(
+            names(default_systems(true)),
+            ["CD", "SD", "HY", "Redis", "memcached"]
+        );
+    }
 }

@@ -24,6 +24,7 @@ pub use zipf::ZipfArgs;
 
 use crate::cluster::{self, Progress};
 use crate::error::{HarnessError, Result};
+use crate::launcher::{ClusterArgs, Launching};
 use crate::measure::{Merged, RunFigures};
 use crate::report::{num, Figure, FigureKind, Report, RunRecord, RunStatus, Table};
 use crate::spec::RunSpec;
@@ -95,6 +96,10 @@ pub struct Common {
     #[command(flatten)]
     #[serde(flatten)]
     pub output: OutputArgs,
+    /// Fabric and launcher of the node processes.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub cluster: ClusterArgs,
     /// Systems to run (default: the experiment's own list).
     #[arg(long, value_delimiter = ',', value_name = "SYSTEM,...")]
     pub systems: Option<Vec<StoreKind>>,
@@ -211,18 +216,24 @@ pub struct Ctx {
     pub common: Common,
     /// The report directory.
     pub out: PathBuf,
+    /// Where the node processes run and what carries their verbs.
+    pub launching: Launching,
     exe: PathBuf,
     bar: ProgressBar,
     runs: usize,
 }
 
 impl Ctx {
-    /// Starts experiment `name`: resolves the output directory and this
-    /// binary's path, and sweeps stale shared memory of killed harnesses.
+    /// Starts experiment `name`: checks the fabric and launcher flags,
+    /// resolves the output directory and this binary's path, and sweeps
+    /// stale shared memory of killed harnesses.
     ///
     /// # Errors
-    /// [`HarnessError::Io`] if the binary's path is unknown.
+    /// [`HarnessError::Usage`] for fabric and launcher flags that cannot be
+    /// run ([`ClusterArgs::resolve`]); [`HarnessError::Io`] if the binary's
+    /// path is unknown.
     pub fn new(name: &str, common: Common) -> Result<Self> {
+        let launching = common.cluster.resolve()?;
         let exe = std::env::current_exe()
             .map_err(HarnessError::io("locating", "the nessie-bench binary"))?;
         let out = common.output.dir(name);
@@ -242,6 +253,7 @@ impl Ctx {
         Ok(Ctx {
             common,
             out,
+            launching,
             exe,
             bar,
             runs: 0,
@@ -249,7 +261,7 @@ impl Ctx {
     }
 
     /// The report of this experiment; its parameters are `params` plus the
-    /// common flags.
+    /// common flags, and its setup says where the nodes ran.
     #[must_use]
     pub fn report(&self, experiment: &str, title: &str, mut params: serde_json::Value) -> Report {
         if let Some(map) = params.as_object_mut() {
@@ -258,7 +270,9 @@ impl Ctx {
                 serde_json::to_value(&self.common).unwrap_or_default(),
             );
         }
-        Report::new(experiment, title, params)
+        let mut report = Report::new(experiment, title, params);
+        report.setup = self.launching.describe(usize::from(self.common.nodes));
+        report
     }
 
     /// The systems to run: `--systems` or the experiment's default.
@@ -325,6 +339,7 @@ impl Ctx {
             usize::from(self.common.server_workers),
         );
         s.nodes = usize::from(self.common.nodes);
+        s.fabric = self.launching.fabric;
         s.hogs = usize::from(self.common.cpu_hogs);
         if let Some(ops_per_sec) = self.common.rate {
             s.load = crate::spec::Load::Open { ops_per_sec };
@@ -445,7 +460,7 @@ impl Ctx {
             };
             let result = match crate::system::check_available(spec.system) {
                 Err(e) => Err(e),
-                Ok(()) => cluster::run(&self.exe, &spec, &dir, &mut on_progress),
+                Ok(()) => cluster::run(&self.exe, &spec, &self.launching, &dir, &mut on_progress),
             };
             base += run_time + overhead;
             self.bar.set_position(base.as_millis() as u64);

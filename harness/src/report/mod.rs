@@ -249,6 +249,9 @@ pub struct Report {
     pub command: Vec<String>,
     /// The host: cores, kernel.
     pub host: serde_json::Value,
+    /// What the nodes ran on: launcher, fabric, network.
+    #[serde(default)]
+    pub setup: String,
     /// The experiment's parameters.
     pub params: serde_json::Value,
     /// Every run.
@@ -273,6 +276,7 @@ impl Report {
             created: chrono::Local::now().to_rfc3339(),
             command: std::env::args().collect(),
             host: host_info(),
+            setup: "one process per node on one host, `shm` fabric (one-sided verbs are memory copies and atomics, not RDMA); the paper used 15 nodes with 10 GbE RDMA NICs. Compare shapes, not absolute numbers.".to_owned(),
             params,
             runs: Vec::new(),
             tables: Vec::new(),
@@ -292,6 +296,7 @@ impl Report {
     /// Prints the tables, the comparisons with the paper and the notes on
     /// stdout, and where the full report (in `dir`) is.
     pub fn print(&self, dir: &Path) {
+        println!("setup: {}\n", self.setup);
         for t in &self.tables {
             println!("{}\n\n{}", t.title, t.markdown());
         }
@@ -374,10 +379,7 @@ impl Report {
             h["kernel"].as_str().unwrap_or("?"),
             h["load_average_at_start"]
         );
-        let _ = writeln!(
-            md,
-            "- setup: one process per node on one host, `shm` fabric (one-sided verbs are memory copies and atomics, not RDMA); the paper used 15 nodes with 10 GbE RDMA NICs. Compare shapes, not absolute numbers.\n"
-        );
+        let _ = writeln!(md, "- setup: {}\n", self.setup);
         let _ = writeln!(
             md,
             "## Parameters\n\n```json\n{}\n```\n",

@@ -31,6 +31,21 @@ pub(crate) fn leftover_shm(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Node processes of a run whose files live under `dir` that still run.
+pub(crate) fn leftover_processes(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(&needle) && cmd.contains(" node ") {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
 /// Runs `nessie-bench <args> --out <dir>` with `env`; its output and pid.
 pub(crate) fn run(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Output, u32) {
     let mut cmd = bench();

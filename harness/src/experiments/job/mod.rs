@@ -318,6 +318,7 @@ fn run_store(
     if store == StoreKind::Redis {
         let server = PeerServer::start(
             StoreKind::Redis,
+            std::net::Ipv4Addr::LOCALHOST.into(),
             1,
             plan.input_bytes * 3,
             &dir.join("redis.log"),
