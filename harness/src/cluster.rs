@@ -509,7 +509,7 @@ fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
 
 /// Prepares run `spec` with `files`: the cluster's name and
 /// configuration, its shm files (with the marker launched nodes look for)
-/// or its tcp secret and (for nodes of this host) rendezvous, a peer server
+/// or its tcp/verbs secret and (for nodes of this host) rendezvous, a peer server
 /// for Redis and memcached on `launching`'s peer host, and the config and
 /// spec files the node processes read. Returns the spec the nodes get (with
 /// the peer's address), the configuration, and the guard.
@@ -546,14 +546,13 @@ fn prepare(
                     .map_err(HarnessError::io("creating", &marker))?;
             }
         }
-        Fabric::Tcp => {
+        Fabric::Tcp | Fabric::Verbs => {
             guard.secret = RunSecret::prepare(run_dir, |v| std::env::var(v).ok())?;
-            if let (FabricConfig::Tcp { rendezvous, .. }, false) = (&mut config.fabric, launched) {
+            if let (Some((_, rendezvous, _)), false) = (config.fabric.meeting_mut(), launched) {
                 let port = free_port(Ipv4Addr::LOCALHOST.into())?;
                 *rendezvous = Some(format!("127.0.0.1:{port}"));
             }
         }
-        Fabric::Verbs => {}
     }
     if spec.system.is_peer() {
         let bytes = spec.workload.keys * (spec.workload.value_size + spec.workload.key_size) as u64;

@@ -9,7 +9,7 @@
 //! for the protocol.
 
 use crate::error::{HarnessError, Result};
-use crate::launcher::{self, SHM_MARKER};
+use crate::launcher::SHM_MARKER;
 use crate::measure::{NodeReport, OpCounters, PreloadReport, Recorder};
 use crate::proc::die_with_parent;
 use crate::protocol::{NodeCommand, NodeEvent};
@@ -184,8 +184,7 @@ fn launch(args: &NodeArgs, spec: &RunSpec) -> Result<Launch> {
 }
 
 /// The cluster's configuration completed with what `launch` knows (the
-/// tcp fabric's rendezvous and secret, the verbs fabric's exchange
-/// addresses) and checked; a launch of another size than the run's is
+/// tcp and verbs fabrics' rendezvous and secret) and checked; a launch of another size than the run's is
 /// refused, and a launched node on `shm` checks that it runs on the
 /// harness's host.
 fn configure(args: &NodeArgs, launch: &Launch, spec: &RunSpec) -> Result<Config> {
@@ -212,9 +211,6 @@ fn configure(args: &NodeArgs, launch: &Launch, spec: &RunSpec) -> Result<Config>
                 launch.node,
                 marker.display()
             )));
-        }
-        FabricConfig::Verbs { peers, .. } if peers.is_empty() => {
-            *peers = launcher::verbs_peers(launched.then_some(&launch.hosts[..]), spec.nodes)?;
         }
         _ => {}
     }

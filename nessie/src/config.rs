@@ -176,10 +176,9 @@ impl FabricConfig {
     }
 
     /// The static peer list, the rendezvous address and the secret of a
-    /// fabric whose nodes meet over the network (`tcp`, `verbs`).
-    pub(crate) fn meeting_mut(
-        &mut self,
-    ) -> Option<(&mut Vec<String>, &mut Option<String>, &mut String)> {
+    /// fabric whose nodes meet over the network (`tcp`, `verbs`), to fill
+    /// in; `None` for the others.
+    pub fn meeting_mut(&mut self) -> Option<(&mut Vec<String>, &mut Option<String>, &mut String)> {
         match self {
             FabricConfig::Tcp {
                 peers,

@@ -47,10 +47,9 @@
 //!   else a fresh random secret in `RUN/secret` (mode 0600, removed after the
 //!   run) named by `NESSIE_SECRET_FILE` ([`RunSecret`]).
 //! * **`verbs`**: RDMA NICs; needs a build with the `nessie/verbs` feature
-//!   and is refused before anything starts otherwise. The queue-pair
-//!   exchange listens on port [`VERBS_EXCHANGE_PORT`] of each node's host
-//!   (Slurm's host list, one task per host) or on consecutive loopback
-//!   ports (`local`).
+//!   and is refused before anything starts otherwise. Queue pairs and rkeys
+//!   are exchanged through the same authenticated rendezvous and secret as
+//!   on `tcp`.
 //!
 //! Redis and memcached: the harness starts the server on its own host, on
 //! `--peer-host` (default: loopback for `local`, else the first IPv4
@@ -68,10 +67,6 @@ use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The port each node's queue-pair exchange listens on under a launcher
-/// (`verbs` fabric); `local` runs use this port and the next ones.
-pub const VERBS_EXCHANGE_PORT: u16 = 18_515;
 
 /// The file the harness puts in an `shm` cluster's directory; a launched
 /// node that does not see it runs on another host.
@@ -110,8 +105,7 @@ impl Fabric {
     }
 
     /// The fabric settings of cluster `cluster` as the harness writes them:
-    /// what only a node's launch knows (rendezvous, secret, verbs peers) is
-    /// left empty; `threads` is the tcp fabric's connections per peer.
+    /// what only a node's launch knows (rendezvous, secret) is left empty; `threads` is the tcp fabric's connections per peer.
     #[must_use]
     pub fn config(self, cluster: &str, threads: usize) -> FabricConfig {
         match self {
@@ -127,6 +121,8 @@ impl Fabric {
             Fabric::Verbs => FabricConfig::Verbs {
                 device: None,
                 peers: Vec::new(),
+                rendezvous: None,
+                secret: String::new(),
                 gid_index: None,
             },
         }
@@ -139,24 +135,13 @@ impl Fabric {
 pub fn checkable(config: &Config) -> Config {
     let mut c = config.clone();
     let stand_in = || "127.0.0.1:1".to_owned();
-    match &mut c.fabric {
-        FabricConfig::Tcp {
-            peers,
-            rendezvous,
-            secret,
-            ..
-        } => {
-            if peers.is_empty() && rendezvous.is_none() {
-                *rendezvous = Some(stand_in());
-            }
-            if secret.is_empty() {
-                *secret = "x".repeat(32);
-            }
+    if let Some((peers, rendezvous, secret)) = c.fabric.meeting_mut() {
+        if peers.is_empty() && rendezvous.is_none() {
+            *rendezvous = Some(stand_in());
         }
-        FabricConfig::Verbs { peers, .. } if peers.is_empty() => {
-            *peers = vec![stand_in(); c.nodes];
+        if secret.is_empty() {
+            *secret = "x".repeat(32);
         }
-        _ => {}
     }
     c
 }
@@ -480,33 +465,6 @@ impl Launching {
             "{who}; {fabric}{network}. The paper used 15 nodes with 10 GbE RDMA NICs: compare shapes, not absolute numbers."
         )
     }
-}
-
-/// The `verbs` fabric's exchange addresses: for a launched node, on port
-/// [`VERBS_EXCHANGE_PORT`] of each of the launch's `hosts` (Slurm's step
-/// node list, one task per host); for nodes the harness starts (`None`),
-/// on consecutive loopback ports from that one.
-///
-/// # Errors
-/// [`HarnessError::Usage`] if `hosts` does not name one host per node (an
-/// MPI launch names none).
-pub fn verbs_peers(hosts: Option<&[String]>, nodes: usize) -> Result<Vec<String>> {
-    let Some(hosts) = hosts else {
-        return Ok((0..nodes)
-            .map(|i| format!("127.0.0.1:{}", usize::from(VERBS_EXCHANGE_PORT) + i))
-            .collect());
-    };
-    if hosts.len() != nodes {
-        return Err(HarnessError::Usage(format!(
-            "--fabric verbs under a launcher needs the launcher's host list with one task on each \
-             host (srun -N n -n n): {nodes} nodes, {} hosts known",
-            hosts.len()
-        )));
-    }
-    Ok(hosts
-        .iter()
-        .map(|h| format!("{h}:{VERBS_EXCHANGE_PORT}"))
-        .collect())
 }
 
 #[cfg(test)]

@@ -262,21 +262,6 @@ fn what_a_launch_fills_in_is_left_empty_and_checked_apart() {
 }
 
 #[test]
-fn verbs_exchange_addresses() {
-    assert_eq!(
-        verbs_peers(None, 2).unwrap(),
-        ["127.0.0.1:18515", "127.0.0.1:18516"]
-    );
-    let hosts = ["n0".to_owned(), "n1".to_owned()];
-    assert_eq!(
-        verbs_peers(Some(&hosts), 2).unwrap(),
-        ["n0:18515", "n1:18515"]
-    );
-    assert!(verbs_peers(Some(&hosts), 3).is_err());
-    assert!(verbs_peers(Some(&[]), 2).is_err(), "MPI names no hosts");
-}
-
-#[test]
 fn the_setup_names_launcher_fabric_and_network() {
     let l = launching(&[
         "--launcher",
