@@ -157,8 +157,10 @@ struct Staged {
     expires_at: u64,
 }
 
-/// In-use slots one lock hold of a scan looks at.
-pub const SCAN_SLICE: usize = 256;
+/// In-use slots one lock hold of a scan looks at (small: a lock hold stays
+/// within a few microseconds, and the simulation's small tables cross
+/// slice boundaries).
+pub const SCAN_SLICE: usize = 32;
 
 /// Marks a slot that is not in `in_use`.
 const NOT_IN_USE: u32 = u32::MAX;
