@@ -149,11 +149,10 @@ enum Verdict {
 }
 
 /// A local staging: this node's client stamped `expires_at` into its own
-/// slot (at `generation`).
+/// slot.
 #[derive(Debug, Clone, Copy)]
 struct Staged {
     slot: u32,
-    generation: u16,
     expires_at: u64,
 }
 
@@ -395,7 +394,6 @@ impl NodeData {
         }
         table.staged.push_back(Staged {
             slot: r.slot,
-            generation: r.generation,
             expires_at,
         });
     }
@@ -412,17 +410,22 @@ impl NodeData {
     ) -> Result<(), FabricError> {
         let now = access.clock.now_us();
         while let Some(s) = table.staged.front().copied() {
-            let current = table.generations.get(s.slot as usize) == Some(&s.generation)
-                && table.in_use_at.get(s.slot as usize) != Some(&NOT_IN_USE);
-            if current && now <= s.expires_at.saturating_add(self.skew_us) {
+            // A slot that left `in_use` since (reclaimed, or with a scan
+            // that resolves it) is not this entry's business any more.
+            let in_use = table.in_use_at.get(s.slot as usize) != Some(&NOT_IN_USE);
+            if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
                 return Ok(());
             }
             table.staged.pop_front();
-            if !current {
-                continue;
-            }
-            if let Verdict::Free = self.verdict(class, table, s.slot, now, access.local)? {
-                table.leave(s.slot);
+            // The slot's own stamp decides (it may hold a later incarnation
+            // by now, staged or not): the entry only says where to look.
+            if in_use
+                && matches!(
+                    self.verdict(class, table, s.slot, now, access.local)?,
+                    Verdict::Free
+                )
+                && table.leave(s.slot)
+            {
                 table.reclaim(s.slot);
                 bump(&self.counters.reclaimed);
                 bump(&self.counters.reclaimed_from_queue);
