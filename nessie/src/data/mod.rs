@@ -523,32 +523,40 @@ impl NodeData {
         until_first: bool,
     ) -> Result<usize, FabricError> {
         let started = std::time::Instant::now();
+        let result = self.sweep_slices(class, access, until_first);
+        self.counters
+            .scan_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        result
+    }
+
+    fn sweep_slices(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        until_first: bool,
+    ) -> Result<usize, FabricError> {
         let Some(mut left) = self.table(class).map(|t| t.in_use.len()) else {
             return Ok(0);
         };
         bump(&self.counters.scans);
         let mut freed = 0;
-        let result = loop {
-            let slice = {
-                let Some(mut table) = self.table(class) else {
-                    break Ok(freed);
-                };
-                self.scan(class, &mut table, access, left.min(SCAN_SLICE))
+        while left > 0 {
+            let Some(mut table) = self.table(class) else {
+                break;
             };
-            let (plain, pending, looked) = match slice {
-                Ok(s) => s,
-                Err(e) => break Err(e),
-            };
+            let (plain, pending, looked) =
+                self.scan(class, &mut table, access, left.min(SCAN_SLICE))?;
+            drop(table);
             freed += plain + self.settle_pending(class, pending, access);
             left = left.saturating_sub(looked);
-            if left == 0 || looked == 0 || (until_first && freed > 0) {
-                break Ok(freed);
+            // Nothing left to look at (the table emptied meanwhile), or an
+            // allocation's slot is free.
+            if looked == 0 || (until_first && freed > 0) {
+                break;
             }
-        };
-        self.counters
-            .scan_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        result
+        }
+        Ok(freed)
     }
 
     /// Resolves the slots a scan took out of `in_use` (verbs, without the
