@@ -29,6 +29,21 @@
 //!   unknown) is kept until `expiry` after its creation, when that CAS can no
 //!   longer land; it is freed then if it never did.
 
+//!
+//! # How reusable slots are found
+//!
+//! * A slot this node's own client staged is queued with its stamp; the
+//!   next allocation of its class takes the oldest one once it expired, in
+//!   O(1), before a free or fresh slot (a fresh slot's first write costs
+//!   the page faults of touching new memory).
+//! * Slots staged by other nodes' clients are found by scans of the class's
+//!   in-use slots, a slice of [`SCAN_SLICE`] at a time under the lock, from
+//!   where the last scan stopped: by the background [`Recycler`] once a
+//!   class runs low, and by an allocation that finds nothing free (which
+//!   stops after the first slice that freed a slot).
+//!
+//! Either way the slot's own stamp and header decide, with the same rules.
+
 mod geometry;
 mod reclaim;
 mod recycler;
