@@ -8,7 +8,7 @@ mod support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use support::{assert_ok, bench, leftover_processes, leftover_shm, results, run};
+use support::{assert_ok, bench, failed_reason, leftover_processes, leftover_shm, results, run};
 
 const FAKE_SRUN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/fake-srun");
 
@@ -123,22 +123,14 @@ fn a_crashing_launched_node_ends_the_launcher_and_the_run() {
         ("NESSIE_RENDEZVOUS_PORT", port.as_str()),
     ];
     let (out, pid) = launched_compare(&dir, "tcp", "cd", &env);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json = results(&dir);
-    let run = &json["runs"][0];
-    assert_eq!(run["status"], "failed");
-    let reason = run["reason"].as_str().unwrap();
+    let reason = failed_reason(&out, &dir);
     assert!(reason.contains("srun"), "{reason}");
     assert!(
         reason.contains("crashing on purpose"),
         "node 1's stderr: {reason}"
     );
-    let run_dir = Path::new(run["dir"].as_str().unwrap());
+    let json = results(&dir);
+    let run_dir = Path::new(json["runs"][0]["dir"].as_str().unwrap());
     assert!(!run_dir.join("secret").exists());
     assert_clean(&dir, pid);
 }

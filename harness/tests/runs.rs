@@ -7,7 +7,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{assert_ok, bench, leftover_processes, leftover_shm, results, run, wait_until};
+use support::{
+    assert_ok, bench, failed_reason, leftover_processes, leftover_shm, results, run, wait_until,
+};
 
 fn assert_clean(dir: &Path, pid: u32) {
     assert!(
@@ -97,16 +99,7 @@ fn a_crashing_node_fails_the_run_and_is_cleaned_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("crash");
     let (out, pid) = null_compare(&dir, "2000", "300", &[("NESSIE_BENCH_FAIL_NODE", "1")]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json = results(&dir);
-    let run = &json["runs"][0];
-    assert_eq!(run["status"], "failed");
-    let reason = run["reason"].as_str().unwrap();
+    let reason = failed_reason(&out, &dir);
     assert!(reason.contains("node 1 failed"), "{reason}");
     assert_clean(&dir, pid);
 }

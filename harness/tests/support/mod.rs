@@ -19,6 +19,21 @@ pub(crate) fn results(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&text).expect("results.json is JSON")
 }
 
+/// The reason of the one run in `dir`, which must have failed with the
+/// harness exiting 1.
+pub(crate) fn failed_reason(out: &Output, dir: &Path) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = results(dir);
+    let run = &json["runs"][0];
+    assert_eq!(run["status"], "failed");
+    run["reason"].as_str().expect("a reason").to_owned()
+}
+
 /// `/dev/shm` entries of clusters of harness `pid`.
 pub(crate) fn leftover_shm(pid: u32) -> Vec<String> {
     std::fs::read_dir("/dev/shm")
