@@ -756,6 +756,11 @@ mod tests {
         assert_eq!(data.in_use(0), 1);
         data.release_unpublished(r);
         assert_eq!(data.in_use(0), 0);
+        // A second release of a slot no longer in use changes nothing (it
+        // must not put the slot on the free list twice).
+        data.release_unpublished(r);
+        assert_eq!(data.available(0), data.capacity(0));
         assert_eq!(data.allocate(0, access).unwrap(), Some(r));
+        assert_ne!(data.allocate(0, access).unwrap().map(|s| s.slot), Some(r.slot));
     }
 }
