@@ -409,6 +409,24 @@ fn a_scan_cut_short_returns_its_pending_slots() {
         "the copy's slot is back in use"
     );
     assert_eq!(script.ite(0), Ite::moved(copy));
+    // A later scan resolves the copy (a pending slot) and counts what it
+    // freed, the copy's slot included.
+    let before = data.recycle_counts();
+    let freed = data
+        .recycle(copy.class, script.cluster.table_access(1))
+        .unwrap() as u64;
+    let after = data.recycle_counts();
+    assert!(
+        !data
+            .in_use_slots(copy.class)
+            .iter()
+            .any(|r| r.slot == copy.slot),
+        "the copy's slot was freed"
+    );
+    assert_eq!(
+        freed,
+        after.reclaimed - before.reclaimed + after.in_doubt_freed - before.in_doubt_freed
+    );
     script.reuse_slots();
     assert_eq!(script.ite(0), d1, "a later scan resolved the marker");
     assert_eq!(data.recycle_counts().markers_restored, 1);

@@ -761,6 +761,9 @@ mod tests {
         data.release_unpublished(r);
         assert_eq!(data.available(0), data.capacity(0));
         assert_eq!(data.allocate(0, access).unwrap(), Some(r));
-        assert_ne!(data.allocate(0, access).unwrap().map(|s| s.slot), Some(r.slot));
+        assert_ne!(
+            data.allocate(0, access).unwrap().map(|s| s.slot),
+            Some(r.slot)
+        );
     }
 }
