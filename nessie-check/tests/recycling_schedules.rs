@@ -622,52 +622,42 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
 }
 
 /// Slots staged by another node's client are found by scans, a slice at a
-/// time: an allocation that finds no free slot scans until one slice (32
-/// looks) has freed something, not the whole table; a full recycle then
-/// frees the rest and says how many.
+/// time: an allocation that finds no free slot scans until one slice has
+/// freed something (here exactly one slice: 32 expired slots), not the
+/// whole table; a full recycle then frees the rest and says how many.
 #[test]
 fn an_allocation_scans_one_slice_and_a_recycle_the_whole_table() {
     let mut config = tiny_config(512, 3);
-    config.data_bytes_per_node = 80 * nessie::layout::dte::entry_bytes(48, 256);
+    config.data_bytes_per_node = 64 * nessie::layout::dte::entry_bytes(48, 256);
     let script = Script::new(config, 1);
     let data = script.cluster.node_data(0).unwrap();
-    assert_eq!(data.capacity(0), 80);
+    assert_eq!(data.capacity(0), 64);
     let keys: Vec<Vec<u8>> = (0..64).map(|k| format!("s{k}").into_bytes()).collect();
     let mut writer = script.direct_client();
     for k in &keys {
         writer.put(k, b"first").unwrap();
     }
+    assert_eq!(data.available(0), 0, "every slot of node 0 holds an entry");
     // Node 1's client replaces every entry: node 0's 64 slots are staged
     // by another node, so they are not in node 0's queue.
     let mut other = script.cluster.client(1).unwrap();
     for k in &keys {
         other.put(k, b"second").unwrap();
     }
-    assert_eq!(data.in_use(0), 64);
     script.let_slots_expire();
     let access = script.cluster.table_access(0);
-    let mut taken = Vec::new();
-    for _ in 0..16 {
-        taken.push(data.allocate(0, access).unwrap().expect("a fresh slot"));
-    }
-    assert_eq!(data.recycle_counts().scans, 0, "fresh slots first");
-    taken.push(data.allocate(0, access).unwrap().expect("a reclaimed slot"));
+    let taken = data.allocate(0, access).unwrap().expect("a reclaimed slot");
     let counts = data.recycle_counts();
-    let first = counts.reclaimed;
-    assert!(
-        counts.scans == 1 && first > 0 && first <= nessie::data::SCAN_SLICE as u64,
-        "one slice: {counts:?}"
-    );
+    let slice = nessie::data::SCAN_SLICE as u64;
+    assert_eq!((counts.scans, counts.reclaimed), (1, slice), "{counts:?}");
     assert_eq!(
         data.recycle(0, access).unwrap() as u64,
-        64 - first,
+        64 - slice,
         "the rest of the table"
     );
     assert_eq!(data.recycle(0, access).unwrap(), 0);
-    assert_eq!(data.in_use(0), 17);
-    for r in taken {
-        data.release_unpublished(r);
-    }
+    assert_eq!(data.in_use(0), 1);
+    data.release_unpublished(taken);
     for k in &keys {
         assert_eq!(writer.get(k).unwrap().as_deref(), Some(&b"second"[..]));
     }
