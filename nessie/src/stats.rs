@@ -92,9 +92,9 @@ pub struct OpStats {
     pub stage_failures: u64,
     /// Time slept backing off between retries, µs.
     pub backoff_us: u64,
-    /// Time spent in the allocator taking a DTE slot (scans of the data
-    /// table for reusable slots included), µs.
-    pub allocator_us: u64,
+    /// Time spent scanning the data table for a reusable slot because none
+    /// was free when a slot was needed, µs.
+    pub scan_us: u64,
 }
 
 add_fields!(OpStats {
@@ -110,7 +110,7 @@ add_fields!(OpStats {
     late_cas,
     stage_failures,
     backoff_us,
-    allocator_us,
+    scan_us,
 });
 
 /// Which operation a counter belongs to.

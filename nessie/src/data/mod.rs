@@ -344,10 +344,27 @@ impl NodeData {
         class: u8,
         access: TableAccess<'_>,
     ) -> Result<Option<SlotRef>, FabricError> {
+        self.allocate_noting_scan(class, access, &mut 0)
+    }
+
+    /// As [`NodeData::allocate`], adding the µs it spent scanning (only when
+    /// nothing was free: the common path reads no clock) to `scan_us`.
+    ///
+    /// # Errors
+    /// A fabric error on the node's own memory.
+    pub fn allocate_noting_scan(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        scan_us: &mut u64,
+    ) -> Result<Option<SlotRef>, FabricError> {
         if let Some(r) = self.take(class, access)? {
             return Ok(Some(r));
         }
-        self.sweep(class, access, true)?;
+        let started = std::time::Instant::now();
+        let swept = self.sweep(class, access, true);
+        *scan_us += started.elapsed().as_micros() as u64;
+        swept?;
         self.take(class, access)
     }
 

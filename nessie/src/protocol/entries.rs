@@ -104,10 +104,8 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
-        let started = std::time::Instant::now();
-        let slot = self.gate.allocate(self.env.data, class);
-        self.op.stats.allocator_us += started.elapsed().as_micros() as u64;
-        let Some(slot) = slot? else {
+        let scan_us = &mut self.op.stats.scan_us;
+        let Some(slot) = self.gate.allocate(self.env.data, class, scan_us)? else {
             return Ok(None);
         };
         let Some(addr) = self.env.geometry().dte_addr(slot) else {

@@ -112,13 +112,14 @@ impl<'a> Gate<'a> {
         &self,
         data: &NodeData,
         class: u8,
+        scan_us: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
         let access = TableAccess {
             local: self.local,
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
         };
-        data.allocate(class, access)
+        data.allocate_noting_scan(class, access, scan_us)
     }
 
     /// The only way the protocol issues a CAS: checks the deadline right
