@@ -32,8 +32,9 @@
 //!
 //! # How reusable slots are found
 //!
-//! * A slot this node's own client staged is queued with its stamp; the
-//!   next allocation of its class takes the oldest one once it expired, in
+//! * A slot of this node that a client of this node staged is queued by
+//!   that client ([`Stagings`]) with its stamp; the client's next
+//!   allocation of its class takes the oldest one once it expired, in
 //!   O(1), before a free or fresh slot (a fresh slot's first write costs
 //!   the page faults of touching new memory).
 //! * Slots staged by other nodes' clients are found by scans of the class's
@@ -163,12 +164,56 @@ enum Verdict {
     Pending(Pending),
 }
 
-/// A local staging: this node's client stamped `expires_at` into its own
-/// slot.
+/// A local staging: a client stamped `expires_at` into a slot of its own
+/// node.
 #[derive(Debug, Clone, Copy)]
 struct Staged {
     slot: u32,
     expires_at: u64,
+}
+
+/// The slots of its own node a client staged, oldest first, per size
+/// class. The client keeps them (noting one takes no lock), and its
+/// allocations take the oldest once expired, in O(1), under the class's
+/// lock. A slot whose entry is dropped (the client went away, or its queue
+/// overflowed) is found by a scan like any other.
+#[derive(Debug, Default)]
+pub struct Stagings {
+    classes: Vec<VecDeque<Staged>>,
+}
+
+impl Stagings {
+    /// Most entries kept per class; the oldest go first.
+    pub const CAP: usize = 1 << 16;
+
+    /// Notes that the client staged `r` (a slot of its own node) with
+    /// `expires_at`.
+    pub fn note(&mut self, r: SlotRef, expires_at: u64) {
+        let class = usize::from(r.class);
+        if self.classes.len() <= class {
+            self.classes.resize_with(class + 1, VecDeque::new);
+        }
+        let queue = &mut self.classes[class];
+        if queue.len() >= Self::CAP {
+            queue.pop_front();
+        }
+        queue.push_back(Staged {
+            slot: r.slot,
+            expires_at,
+        });
+    }
+
+    /// Entries noted and not yet taken or dropped.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.classes.iter().map(VecDeque::len).sum()
+    }
+
+    /// Whether no entry is left.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// In-use slots one lock hold of a scan looks at (small: a lock hold stays
@@ -193,10 +238,6 @@ struct ClassTable {
     in_use_at: Vec<u32>,
     generations: Vec<u16>,
     in_doubt: Vec<InDoubt>,
-    /// Stagings of this node's own clients in stamping order, so expired
-    /// slots are found in O(1) rather than by a scan. (Slots staged by
-    /// other nodes' clients are found by scans.)
-    staged: VecDeque<Staged>,
     /// Where the next scan slice starts in `in_use`.
     cursor: usize,
 }
@@ -293,7 +334,6 @@ impl NodeData {
                     // (0 is never used, so that `EMPTY(x)` is never 0).
                     generations: vec![1; slots as usize],
                     in_doubt: Vec::new(),
-                    staged: VecDeque::new(),
                     cursor: 0,
                 })
             })
@@ -306,6 +346,12 @@ impl NodeData {
             classes,
             counters: Counters::default(),
         }
+    }
+
+    /// The node these tables belong to.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.node
     }
 
     /// The tables' shape.
@@ -344,39 +390,48 @@ impl NodeData {
         class: u8,
         access: TableAccess<'_>,
     ) -> Result<Option<SlotRef>, FabricError> {
-        self.allocate_noting_scan(class, access, &mut 0)
+        self.allocate_for(class, access, &mut Stagings::default(), &mut 0)
     }
 
-    /// As [`NodeData::allocate`], adding the µs it spent scanning (only when
-    /// nothing was free: the common path reads no clock) to `scan_us`.
+    /// As [`NodeData::allocate`] for a client: first the oldest of its
+    /// `stagings` of `class` once expired; adds the µs spent scanning (only
+    /// when nothing was free: the common path reads no clock) to `scan_us`.
     ///
     /// # Errors
     /// A fabric error on the node's own memory.
-    pub fn allocate_noting_scan(
+    pub fn allocate_for(
         &self,
         class: u8,
         access: TableAccess<'_>,
+        stagings: &mut Stagings,
         scan_us: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
-        if let Some(r) = self.take(class, access)? {
+        if let Some(r) = self.take(class, access, stagings)? {
             return Ok(Some(r));
         }
         let started = std::time::Instant::now();
         let swept = self.sweep(class, access, true);
         *scan_us += started.elapsed().as_micros() as u64;
         swept?;
-        self.take(class, access)
+        self.take(class, access, stagings)
     }
 
     /// Takes the oldest expired local staging if it may be reused, else a
     /// free slot, else a fresh one: a reused slot's memory is already
     /// touched, while a fresh one costs the page faults of its first write.
-    fn take(&self, class: u8, access: TableAccess<'_>) -> Result<Option<SlotRef>, FabricError> {
+    fn take(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        stagings: &mut Stagings,
+    ) -> Result<Option<SlotRef>, FabricError> {
         let local = access.local;
         let Some(mut table) = self.table(class) else {
             return Ok(None);
         };
-        self.reuse_staged(class, &mut table, access)?;
+        if let Some(queue) = stagings.classes.get_mut(usize::from(class)) {
+            self.reuse_staged(class, &mut table, access, queue)?;
+        }
         let Some(slot) = table.take() else {
             return Ok(None);
         };
@@ -410,28 +465,8 @@ impl NodeData {
         }
     }
 
-    /// Records that this node's client staged its own slot `r` with
-    /// `expires_at`: the slot is reused from the queue once expired, with
-    /// no scan (a scan would still find it).
-    pub fn note_staged(&self, r: SlotRef, expires_at: u64) {
-        if usize::from(r.node) != self.node {
-            return;
-        }
-        let Some(mut table) = self.table(r.class) else {
-            return;
-        };
-        if table.staged.len() >= table.slots as usize {
-            // Only stale entries can make it this long.
-            table.staged.pop_front();
-        }
-        table.staged.push_back(Staged {
-            slot: r.slot,
-            expires_at,
-        });
-    }
-
-    /// Under the lock: frees the oldest local staging if it expired and
-    /// may be reused as it is (a MIGRATE copy or a slot in doubt is left to
+    /// Under the lock: frees the oldest of a client's stagings if it expired
+    /// and may be reused as it is (a MIGRATE copy or a slot in doubt is left to
     /// a scan). Entries of slots a scan took or reclaimed meanwhile are
     /// dropped.
     fn reuse_staged(
@@ -439,16 +474,21 @@ impl NodeData {
         class: u8,
         table: &mut ClassTable,
         access: TableAccess<'_>,
+        queue: &mut VecDeque<Staged>,
     ) -> Result<(), FabricError> {
+        if queue.is_empty() {
+            return Ok(());
+        }
         let now = access.clock.now_us();
-        while let Some(s) = table.staged.front().copied() {
+        while let Some(s) = queue.front().copied() {
             // A slot that left `in_use` since (reclaimed, or with a scan
             // that resolves it) is not this entry's business any more.
-            let in_use = table.in_use_at.get(s.slot as usize) != Some(&NOT_IN_USE);
+            let in_use =
+                matches!(table.in_use_at.get(s.slot as usize), Some(&i) if i != NOT_IN_USE);
             if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
                 return Ok(());
             }
-            table.staged.pop_front();
+            queue.pop_front();
             // The slot's own stamp decides (it may hold a later incarnation
             // by now, staged or not): the entry only says where to look.
             if in_use

@@ -87,7 +87,9 @@ impl Ctx<'_> {
         let at = self.env.data.expires_at(self.env.clock.now_us());
         let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
         match self.gate.write(addr, &at.to_le_bytes()) {
-            Ok(()) => self.env.data.note_staged(r, at),
+            // Its own node's slots come back through its own allocations.
+            Ok(()) if usize::from(r.node) == self.env.data.node() => self.kept.stagings.note(r, at),
+            Ok(()) => {}
             Err(e) => {
                 self.op.stats.stage_failures += 1;
                 tracing::warn!(%addr, "staging an unlinked entry failed ({e}); its slot leaks");
@@ -104,8 +106,11 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
-        let scan_us = &mut self.op.stats.scan_us;
-        let Some(slot) = self.gate.allocate(self.env.data, class, scan_us)? else {
+        let (stagings, scan_us) = (&mut self.kept.stagings, &mut self.op.stats.scan_us);
+        let Some(slot) = self
+            .gate
+            .allocate(self.env.data, class, stagings, scan_us)?
+        else {
             return Ok(None);
         };
         let Some(addr) = self.env.geometry().dte_addr(slot) else {

@@ -9,7 +9,7 @@
 
 use super::Timing;
 use crate::clock::Clock;
-use crate::data::{NodeData, TableAccess};
+use crate::data::{NodeData, Stagings, TableAccess};
 use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb};
 use crate::layout::SlotRef;
 use crate::Error;
@@ -112,6 +112,7 @@ impl<'a> Gate<'a> {
         &self,
         data: &NodeData,
         class: u8,
+        stagings: &mut Stagings,
         scan_us: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
         let access = TableAccess {
@@ -119,7 +120,7 @@ impl<'a> Gate<'a> {
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
         };
-        data.allocate_noting_scan(class, access, scan_us)
+        data.allocate_for(class, access, stagings, scan_us)
     }
 
     /// The only way the protocol issues a CAS: checks the deadline right

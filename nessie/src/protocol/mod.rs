@@ -68,6 +68,7 @@ mod view;
 mod write;
 
 use crate::cache::DteCache;
+use crate::data::Stagings;
 use crate::fabric::{Endpoint, Fabric};
 use crate::stats::OpStats;
 use rand::rngs::StdRng;
@@ -89,6 +90,8 @@ pub(crate) struct Kept {
     buffers: Vec<Vec<u8>>,
     /// Back-off jitter.
     rng: StdRng,
+    /// Slots of its own node the client staged, for its allocations.
+    stagings: Stagings,
 }
 
 impl Kept {
@@ -97,6 +100,7 @@ impl Kept {
             cache,
             buffers: Vec::new(),
             rng,
+            stagings: Stagings::default(),
         }
     }
 }
