@@ -202,18 +202,6 @@ impl Stagings {
             expires_at,
         });
     }
-
-    /// Entries noted and not yet taken or dropped.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.classes.iter().map(VecDeque::len).sum()
-    }
-
-    /// Whether no entry is left.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// In-use slots one lock hold of a scan looks at (small: a lock hold stays
