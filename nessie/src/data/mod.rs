@@ -811,4 +811,23 @@ mod tests {
             Some(r.slot)
         );
     }
+
+    #[test]
+    fn a_clients_stagings_keep_the_newest_when_full() {
+        let mut st = Stagings::default();
+        let at = |slot| SlotRef {
+            node: 0,
+            class: 2,
+            slot,
+            generation: 1,
+        };
+        for slot in 0..=Stagings::CAP as u32 {
+            st.note(at(slot), u64::from(slot));
+        }
+        assert_eq!(st.classes.len(), 3, "one queue per class up to the noted one");
+        let q = &st.classes[2];
+        assert_eq!(q.len(), Stagings::CAP);
+        assert_eq!(q.front().map(|s| s.slot), Some(1), "the oldest went first");
+        assert_eq!(q.back().map(|s| s.slot), Some(Stagings::CAP as u32));
+    }
 }
