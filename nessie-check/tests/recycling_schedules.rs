@@ -650,6 +650,7 @@ fn an_allocation_scans_one_slice_and_a_recycle_the_whole_table() {
     let counts = data.recycle_counts();
     let slice = nessie::data::SCAN_SLICE as u64;
     assert_eq!((counts.scans, counts.reclaimed), (1, slice), "{counts:?}");
+    assert!(counts.scan_ns > 0, "the scan's time is counted");
     assert_eq!(
         data.recycle(0, access).unwrap() as u64,
         64 - slice,
@@ -658,7 +659,38 @@ fn an_allocation_scans_one_slice_and_a_recycle_the_whole_table() {
     assert_eq!(data.recycle(0, access).unwrap(), 0);
     assert_eq!(data.in_use(0), 1);
     data.release_unpublished(taken);
-    for k in &keys {
-        assert_eq!(writer.get(k).unwrap().as_deref(), Some(&b"second"[..]));
+    // Once nothing is free, a PUT's own scan is counted in its stats: half
+    // of node 0's slots hold entries node 1 replaced, the other half are
+    // taken.
+    for k in &keys[..32] {
+        writer.put(k, b"third").unwrap();
+    }
+    // (Node 1's replaced entries must expire before it can write again.)
+    script.let_slots_expire();
+    for k in &keys[..32] {
+        other.put(k, b"fourth").unwrap();
+    }
+    let mut fill = Vec::new();
+    while let Some(r) = data.allocate(0, access).unwrap() {
+        fill.push(r);
+    }
+    assert_eq!(fill.len(), 32);
+    script.let_slots_expire();
+    let before = writer.stats().put.scan_ns;
+    writer.put(&keys[0], b"fifth").unwrap();
+    assert!(
+        writer.stats().put.scan_ns > before,
+        "the PUT's scan is counted"
+    );
+    for r in fill {
+        data.release_unpublished(r);
+    }
+    assert_eq!(
+        writer.get(&keys[0]).unwrap().as_deref(),
+        Some(&b"fifth"[..])
+    );
+    for (i, k) in keys.iter().enumerate().skip(1) {
+        let want: &[u8] = if i < 32 { b"fourth" } else { b"second" };
+        assert_eq!(writer.get(k).unwrap().as_deref(), Some(want), "key {i}");
     }
 }

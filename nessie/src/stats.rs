@@ -93,8 +93,8 @@ pub struct OpStats {
     /// Time slept backing off between retries, µs.
     pub backoff_us: u64,
     /// Time spent scanning the data table for a reusable slot because none
-    /// was free when a slot was needed, µs.
-    pub scan_us: u64,
+    /// was free when a slot was needed, ns.
+    pub scan_ns: u64,
 }
 
 add_fields!(OpStats {
@@ -110,7 +110,7 @@ add_fields!(OpStats {
     late_cas,
     stage_failures,
     backoff_us,
-    scan_us,
+    scan_ns,
 });
 
 /// Which operation a counter belongs to.

@@ -136,8 +136,8 @@ recycle_counts! {
     in_doubt_freed,
     /// Slots kept for a later scan because a verb resolving them failed.
     kept_after_error,
-    /// Time spent scanning (all slices, resolving verbs included), µs.
-    scan_us,
+    /// Time spent scanning (all slices, resolving verbs included), ns.
+    scan_ns,
 }
 
 fn bump(c: &AtomicU64) {
@@ -382,8 +382,8 @@ impl NodeData {
     }
 
     /// As [`NodeData::allocate`] for a client: first the oldest of its
-    /// `stagings` of `class` once expired; adds the µs spent scanning (only
-    /// when nothing was free: the common path reads no clock) to `scan_us`.
+    /// `stagings` of `class` once expired; adds the ns spent scanning (only
+    /// when nothing was free: the common path reads no clock) to `scan_ns`.
     ///
     /// # Errors
     /// A fabric error on the node's own memory.
@@ -392,14 +392,14 @@ impl NodeData {
         class: u8,
         access: TableAccess<'_>,
         stagings: &mut Stagings,
-        scan_us: &mut u64,
+        scan_ns: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
         if let Some(r) = self.take(class, access, stagings)? {
             return Ok(Some(r));
         }
         let started = std::time::Instant::now();
         let swept = self.sweep(class, access, true);
-        *scan_us += started.elapsed().as_micros() as u64;
+        *scan_ns += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         swept?;
         self.take(class, access, stagings)
     }
@@ -584,9 +584,10 @@ impl NodeData {
     ) -> Result<usize, FabricError> {
         let started = std::time::Instant::now();
         let result = self.sweep_slices(class, access, until_first);
-        self.counters
-            .scan_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.counters.scan_ns.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         result
     }
 
@@ -824,7 +825,11 @@ mod tests {
         for slot in 0..=Stagings::CAP as u32 {
             st.note(at(slot), u64::from(slot));
         }
-        assert_eq!(st.classes.len(), 3, "one queue per class up to the noted one");
+        assert_eq!(
+            st.classes.len(),
+            3,
+            "one queue per class up to the noted one"
+        );
         let q = &st.classes[2];
         assert_eq!(q.len(), Stagings::CAP);
         assert_eq!(q.front().map(|s| s.slot), Some(1), "the oldest went first");

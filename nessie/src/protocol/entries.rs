@@ -106,10 +106,10 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
-        let (stagings, scan_us) = (&mut self.kept.stagings, &mut self.op.stats.scan_us);
+        let (stagings, scan_ns) = (&mut self.kept.stagings, &mut self.op.stats.scan_ns);
         let Some(slot) = self
             .gate
-            .allocate(self.env.data, class, stagings, scan_us)?
+            .allocate(self.env.data, class, stagings, scan_ns)?
         else {
             return Ok(None);
         };

@@ -113,14 +113,14 @@ impl<'a> Gate<'a> {
         data: &NodeData,
         class: u8,
         stagings: &mut Stagings,
-        scan_us: &mut u64,
+        scan_ns: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
         let access = TableAccess {
             local: self.local,
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
         };
-        data.allocate_for(class, access, stagings, scan_us)
+        data.allocate_for(class, access, stagings, scan_ns)
     }
 
     /// The only way the protocol issues a CAS: checks the deadline right
