@@ -48,18 +48,20 @@
 mod geometry;
 mod reclaim;
 mod recycler;
+mod scan;
+mod stagings;
 
 pub use geometry::{dte_addr, Geometry};
 pub use recycler::Recycler;
+pub use scan::SCAN_SLICE;
+pub use stagings::Stagings;
 
 use crate::clock::Clock;
 use crate::fabric::{Fabric, FabricError, NodeId, RegionSpec, RemoteAddr};
-use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
+use crate::layout::dte::EXPIRES_AT_OFFSET;
 use crate::layout::ite::next_generation;
 use crate::layout::SlotRef;
 use crate::Config;
-use reclaim::{Pending, PendingGuard};
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -153,61 +155,6 @@ struct InDoubt {
     /// The value it tried to install.
     value: u64,
 }
-
-/// What a look at one in-use slot decided.
-enum Verdict {
-    /// Not reusable yet.
-    Keep,
-    /// Reusable now.
-    Free,
-    /// Needs verbs (to other nodes) first.
-    Pending(Pending),
-}
-
-/// A local staging: a client stamped `expires_at` into a slot of its own
-/// node.
-#[derive(Debug, Clone, Copy)]
-struct Staged {
-    slot: u32,
-    expires_at: u64,
-}
-
-/// The slots of its own node a client staged, oldest first, per size
-/// class. The client keeps them (noting one takes no lock), and its
-/// allocations take the oldest once expired, in O(1), under the class's
-/// lock. A slot whose entry is dropped (the client went away, or its queue
-/// overflowed) is found by a scan like any other.
-#[derive(Debug, Default)]
-pub struct Stagings {
-    classes: Vec<VecDeque<Staged>>,
-}
-
-impl Stagings {
-    /// Most entries kept per class; the oldest go first.
-    pub const CAP: usize = 1 << 16;
-
-    /// Notes that the client staged `r` (a slot of its own node) with
-    /// `expires_at`.
-    pub fn note(&mut self, r: SlotRef, expires_at: u64) {
-        let class = usize::from(r.class);
-        if self.classes.len() <= class {
-            self.classes.resize_with(class + 1, VecDeque::new);
-        }
-        let queue = &mut self.classes[class];
-        if queue.len() >= Self::CAP {
-            queue.pop_front();
-        }
-        queue.push_back(Staged {
-            slot: r.slot,
-            expires_at,
-        });
-    }
-}
-
-/// In-use slots one lock hold of a scan looks at (small: a lock hold stays
-/// within a few microseconds, and the simulation's small tables cross
-/// slice boundaries).
-pub const SCAN_SLICE: usize = 32;
 
 /// Marks a slot that is not in `in_use`.
 const NOT_IN_USE: u32 = u32::MAX;
@@ -417,7 +364,7 @@ impl NodeData {
         let Some(mut table) = self.table(class) else {
             return Ok(None);
         };
-        if let Some(queue) = stagings.classes.get_mut(usize::from(class)) {
+        if let Some(queue) = stagings.class_mut(class) {
             self.reuse_staged(class, &mut table, access, queue)?;
         }
         let Some(slot) = table.take() else {
@@ -451,48 +398,6 @@ impl NodeData {
             table.in_doubt.retain(|d| d.slot != r.slot);
             table.free.push(r.slot);
         }
-    }
-
-    /// Under the lock: frees the oldest of a client's stagings if it expired
-    /// and may be reused as it is (a MIGRATE copy or a slot in doubt is left to
-    /// a scan). Entries of slots a scan took or reclaimed meanwhile are
-    /// dropped.
-    fn reuse_staged(
-        &self,
-        class: u8,
-        table: &mut ClassTable,
-        access: TableAccess<'_>,
-        queue: &mut VecDeque<Staged>,
-    ) -> Result<(), FabricError> {
-        if queue.is_empty() {
-            return Ok(());
-        }
-        let now = access.clock.now_us();
-        while let Some(s) = queue.front().copied() {
-            // A slot that left `in_use` since (reclaimed, or with a scan
-            // that resolves it) is not this entry's business any more.
-            let in_use =
-                matches!(table.in_use_at.get(s.slot as usize), Some(&i) if i != NOT_IN_USE);
-            if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
-                return Ok(());
-            }
-            queue.pop_front();
-            // The slot's own stamp decides (it may hold a later incarnation
-            // by now, staged or not): the entry only says where to look.
-            if in_use
-                && matches!(
-                    self.verdict(class, table, s.slot, now, access.local)?,
-                    Verdict::Free
-                )
-                && table.leave(s.slot)
-            {
-                table.reclaim(s.slot);
-                bump(&self.counters.reclaimed);
-                bump(&self.counters.reclaimed_from_queue);
-                return Ok(());
-            }
-        }
-        Ok(())
     }
 
     /// Records that the CAS publishing `r` into the ITE at `ite` (installing
@@ -557,185 +462,6 @@ impl NodeData {
     #[must_use]
     pub fn recycle_counts(&self) -> RecycleCounts {
         self.counters.snapshot()
-    }
-
-    /// Scans `class` for slots that may be reused, resolves the source
-    /// markers of expired MIGRATE copies and the fate of in-doubt slots, and
-    /// frees what it can. Returns how many slots it freed. The scan holds
-    /// the allocator's lock for [`SCAN_SLICE`] slots at a time, so
-    /// allocations of the node's clients interleave with it.
-    ///
-    /// # Errors
-    /// A fabric error on the node's own memory (a failed verb to another
-    /// node only keeps the slot for a later scan).
-    pub fn recycle(&self, class: u8, access: TableAccess<'_>) -> Result<usize, FabricError> {
-        self.sweep(class, access, false)
-    }
-
-    /// One pass over the in-use slots of `class` (from where the last one
-    /// stopped), a slice per lock hold; with `until_first`, it stops after
-    /// the first slice that freed a slot (an allocation waits for one slot,
-    /// not for the whole table).
-    fn sweep(
-        &self,
-        class: u8,
-        access: TableAccess<'_>,
-        until_first: bool,
-    ) -> Result<usize, FabricError> {
-        let started = std::time::Instant::now();
-        let result = self.sweep_slices(class, access, until_first);
-        self.counters.scan_ns.fetch_add(
-            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        result
-    }
-
-    fn sweep_slices(
-        &self,
-        class: u8,
-        access: TableAccess<'_>,
-        until_first: bool,
-    ) -> Result<usize, FabricError> {
-        let Some(mut left) = self.table(class).map(|t| t.in_use.len()) else {
-            return Ok(0);
-        };
-        bump(&self.counters.scans);
-        let mut freed = 0;
-        while left > 0 {
-            let Some(mut table) = self.table(class) else {
-                break;
-            };
-            let (plain, pending, looked) =
-                self.scan(class, &mut table, access, left.min(SCAN_SLICE))?;
-            drop(table);
-            freed += plain + self.settle_pending(class, pending, access);
-            left = left.saturating_sub(looked);
-            // Nothing left to look at (the table emptied meanwhile), or an
-            // allocation's slot is free.
-            if looked == 0 || (until_first && freed > 0) {
-                break;
-            }
-        }
-        Ok(freed)
-    }
-
-    /// Resolves the slots a scan took out of `in_use` (verbs, without the
-    /// lock) and settles each; returns how many were freed.
-    fn settle_pending(&self, class: u8, pending: Vec<Pending>, access: TableAccess<'_>) -> usize {
-        let mut freed = 0;
-        let mut guard = PendingGuard::new(self, class, pending);
-        while let Some(item) = guard.next() {
-            let fate = self.resolve(class, &item, access);
-            guard.settled();
-            if let Some(mut table) = self.table(class) {
-                if self.settle(&mut table, &item, fate) {
-                    freed += 1;
-                }
-            }
-        }
-        freed
-    }
-
-    /// Under the lock: looks at up to `budget` in-use slots from the
-    /// table's cursor on, frees the expired plain ones and takes out of
-    /// `in_use` those that need verbs to other nodes before they may be
-    /// freed. Returns (freed, pending, slots looked at).
-    fn scan(
-        &self,
-        class: u8,
-        table: &mut ClassTable,
-        access: TableAccess<'_>,
-        budget: usize,
-    ) -> Result<(usize, Vec<Pending>, usize), FabricError> {
-        let now = access.clock.now_us();
-        let mut freed = 0;
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut looked = 0;
-        while looked < budget && !table.in_use.is_empty() {
-            if table.cursor >= table.in_use.len() {
-                table.cursor = 0;
-            }
-            let i = table.cursor;
-            let slot = table.in_use[i];
-            looked += 1;
-            // A slot taken out of `in_use` is replaced at `i` by the last
-            // one, which the cursor looks at next.
-            let verdict = match self.verdict(class, table, slot, now, access.local) {
-                Ok(v) => v,
-                Err(e) => {
-                    // Nothing taken out may be lost: back to `in_use`.
-                    for item in &pending {
-                        table.enter(item.slot());
-                    }
-                    return Err(e);
-                }
-            };
-            match verdict {
-                Verdict::Keep => table.cursor += 1,
-                Verdict::Free => {
-                    table.leave_at(i);
-                    table.reclaim(slot);
-                    bump(&self.counters.reclaimed);
-                    freed += 1;
-                }
-                Verdict::Pending(item) => {
-                    table.leave_at(i);
-                    pending.push(item);
-                }
-            }
-        }
-        Ok((freed, pending, looked))
-    }
-
-    /// Under the lock: whether the in-use `slot` may be reused now, needs
-    /// verbs to other nodes first, or stays.
-    fn verdict(
-        &self,
-        class: u8,
-        table: &ClassTable,
-        slot: u32,
-        now: u64,
-        local: &dyn Fabric,
-    ) -> Result<Verdict, FabricError> {
-        let base = self.slot_addr(class, slot);
-        let mut word = [0u8; 8];
-        local.read(base.add(EXPIRES_AT_OFFSET as u64), &mut word)?;
-        let expires_at = u64::from_le_bytes(word);
-        let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
-        let doubt = if expires_at == 0 {
-            table.doubt(slot)
-        } else {
-            None
-        };
-        if !expired && doubt.is_none() {
-            return Ok(Verdict::Keep);
-        }
-        let mut bytes = [0u8; DTE_HEADER_BYTES];
-        local.read(base, &mut bytes)?;
-        let header = DteHeader::decode(&bytes);
-        Ok(match doubt {
-            None if !header.state.is_migrated() => Verdict::Free,
-            None => Verdict::Pending(Pending::Copy { slot, header }),
-            Some(d) => {
-                // The publishing CAS passed its deadline check before
-                // `created_at + op_timeout` and lands within the landing
-                // bound of it: after `expiry` it has landed or never will.
-                let settled = header
-                    .created_at
-                    .saturating_add(self.expiry_us)
-                    .saturating_add(self.skew_us);
-                if now <= settled {
-                    Verdict::Keep
-                } else {
-                    Verdict::Pending(Pending::Doubt {
-                        slot,
-                        ite: d.ite,
-                        value: d.value,
-                    })
-                }
-            }
-        })
     }
 
     /// The `expires_at` value for a DTE staged at wall time `now_us`
@@ -811,28 +537,5 @@ mod tests {
             data.allocate(0, access).unwrap().map(|s| s.slot),
             Some(r.slot)
         );
-    }
-
-    #[test]
-    fn a_clients_stagings_keep_the_newest_when_full() {
-        let mut st = Stagings::default();
-        let at = |slot| SlotRef {
-            node: 0,
-            class: 2,
-            slot,
-            generation: 1,
-        };
-        for slot in 0..=Stagings::CAP as u32 {
-            st.note(at(slot), u64::from(slot));
-        }
-        assert_eq!(
-            st.classes.len(),
-            3,
-            "one queue per class up to the noted one"
-        );
-        let q = &st.classes[2];
-        assert_eq!(q.len(), Stagings::CAP);
-        assert_eq!(q.front().map(|s| s.slot), Some(1), "the oldest went first");
-        assert_eq!(q.back().map(|s| s.slot), Some(Stagings::CAP as u32));
     }
 }
