@@ -244,7 +244,8 @@ impl Registration {
             secret,
             KIND_GO,
             &self.session,
-            MAX_DETAIL_WORDS * 8,
+            // A refusal: its status word and at most MAX_DETAIL_WORDS more.
+            (1 + MAX_DETAIL_WORDS) * crate::wire::WORD,
         )
         .map_err(fail)?;
         match Reply::decode(&body).map_err(decode_failure).map_err(fail)? {

@@ -366,7 +366,7 @@ impl Launching {
     }
 
     /// The launcher's arguments for a run of `nodes` nodes of `exe` with
-    /// `files`, passing on `secret` and the tcp fabric's rendezvous variables
+    /// `files`, passing on `secret` and the rendezvous variables of `tcp` and `verbs`
     /// (`NESSIE_RENDEZVOUS`, `NESSIE_RENDEZVOUS_PORT`) that
     /// `var` finds set (to `mpirun`; `srun` passes the whole environment).
     #[must_use]

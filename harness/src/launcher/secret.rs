@@ -1,11 +1,11 @@
-//! The cluster secret of a `tcp` run: the caller's, or a fresh one in a
+//! The cluster secret of a `tcp` or `verbs` run: the caller's, or a fresh one in a
 //! file only its owner reads; never on a command line.
 
 use crate::error::{HarnessError, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// The cluster secret of one `tcp` run, as the node processes find it: the
+/// The cluster secret of one `tcp` or `verbs` run, as the node processes find it: the
 /// caller's (`NESSIE_SECRET` or `NESSIE_SECRET_FILE` set), or a fresh one
 /// in a file of the run directory with mode 0600, named to the nodes by
 /// `NESSIE_SECRET_FILE` and removed when this drops. Never an argument.
@@ -17,13 +17,13 @@ pub struct RunSecret {
 }
 
 impl RunSecret {
-    /// No secret (the `shm` and `verbs` fabrics).
+    /// No secret (the `shm` fabric).
     #[must_use]
     pub fn none() -> Self {
         RunSecret::default()
     }
 
-    /// The secret of a `tcp` run in `dir`; `var` reads the harness's
+    /// The secret of a `tcp` or `verbs` run in `dir`; `var` reads the harness's
     /// environment.
     ///
     /// # Errors

@@ -105,17 +105,17 @@ impl Held {
             late.push(me);
         }
         late.sort_unstable();
-        let verdict = if late.is_empty() {
-            Reply::Refuse {
+        let failure = (!late.is_empty()).then(|| RendezvousFailure::NotReady {
+            nodes: late,
+            waited: started.elapsed(),
+        });
+        let verdict = match &failure {
+            None => Reply::Refuse {
                 status: STATUS_GO,
                 detail: Vec::new(),
             }
-            .encode()
-        } else {
-            refusal(&RendezvousFailure::NotReady {
-                nodes: late.clone(),
-                waited: started.elapsed(),
-            })
+            .encode(),
+            Some(reason) => refusal(reason),
         };
         for w in &mut self.waiting {
             let go = seal(&self.secret, KIND_GO, &w.session, &verdict);
@@ -123,16 +123,12 @@ impl Held {
                 tracing::warn!("rendezvous: cannot tell node {} to go on: {e}", w.node);
             }
         }
-        if late.is_empty() {
-            Ok(())
-        } else {
-            Err(FabricError::Rendezvous {
+        match failure {
+            None => Ok(()),
+            Some(reason) => Err(FabricError::Rendezvous {
                 addr: format!("node {me} (serving)"),
-                reason: RendezvousFailure::NotReady {
-                    nodes: late,
-                    waited: started.elapsed(),
-                },
-            })
+                reason,
+            }),
         }
     }
 }
