@@ -175,6 +175,18 @@ impl Endpoint {
         self.fabric.write(addr, data)
     }
 
+    /// Gathered WRITE that may bypass the cache (one round trip if remote;
+    /// see [`Fabric::write_streaming`]).
+    ///
+    /// # Errors
+    /// As [`Fabric::write_streaming`].
+    pub fn write_streaming(&mut self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.count(addr, 0, len as u64, false);
+        self.count_trip(addr.node != self.node);
+        self.fabric.write_streaming(addr, parts)
+    }
+
     /// CAS (one round trip if remote); returns the old value.
     ///
     /// # Errors

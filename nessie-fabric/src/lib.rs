@@ -252,6 +252,22 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     /// Bounds, alignment or transport errors.
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError>;
 
+    /// WRITE of the concatenation of `parts` (each a whole number of words)
+    /// that no one on this host is expected to read soon: a backend that
+    /// executes it with the CPU may bypass the cache (a recycled data-table
+    /// slot has been idle for at least `expiry`, so caching its old lines
+    /// only costs a read of each before it is overwritten). The default
+    /// gathers the parts and issues [`Fabric::write`].
+    ///
+    /// # Errors
+    /// As [`Fabric::write`].
+    fn write_streaming(&self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+        match parts {
+            [one] => self.write(addr, one),
+            _ => self.write(addr, &parts.concat()),
+        }
+    }
+
     /// CAS: if the word at `addr` holds `expected`, stores `new`. Returns the
     /// old value either way.
     ///

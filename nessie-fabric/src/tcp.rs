@@ -427,6 +427,13 @@ impl Fabric for TcpFabric {
         self.post(&mut [Verb::Write { addr, data }])
     }
 
+    fn write_streaming(&self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+        if addr.node == self.node {
+            return self.map().write_streaming(addr, parts);
+        }
+        self.write(addr, &parts.concat())
+    }
+
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
         self.cas_by(addr, expected, new, 0)
     }

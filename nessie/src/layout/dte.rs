@@ -267,21 +267,62 @@ pub fn decode_source(source: u64) -> (u16, u64) {
     ((source >> 48) as u16, source & ((1 << 48) - 1))
 }
 
+/// A complete DTE image (header with checksum, key, value) as three runs of
+/// whole words, so that a WRITE can gather the value from the caller's
+/// buffer instead of copying it into an image first.
+#[derive(Debug)]
+pub struct EntryImage<'v> {
+    /// The header as written (with its checksum).
+    pub header: DteHeader,
+    /// Header and key, padded to a word.
+    head: Vec<u8>,
+    /// The value's whole words, borrowed.
+    body: &'v [u8],
+    /// The value's last partial word, zero-padded.
+    tail: [u8; WORD],
+    tail_len: usize,
+}
+
+impl<'v> EntryImage<'v> {
+    /// The image of `header` (its checksum filled in), `key` and `value`.
+    #[must_use]
+    pub fn new(mut header: DteHeader, key: &[u8], value: &'v [u8]) -> EntryImage<'v> {
+        header.checksum = header.compute_checksum(key, value);
+        let mut head = vec![0u8; value_offset(key.len())];
+        head[..DTE_HEADER_BYTES].copy_from_slice(&header.encode());
+        head[KEY_OFFSET..KEY_OFFSET + key.len()].copy_from_slice(key);
+        let whole = value.len() / WORD * WORD;
+        let mut tail = [0u8; WORD];
+        tail[..value.len() - whole].copy_from_slice(&value[whole..]);
+        EntryImage {
+            header,
+            head,
+            body: &value[..whole],
+            tail,
+            tail_len: if whole == value.len() { 0 } else { WORD },
+        }
+    }
+
+    /// The image's runs in order; together [`entry_bytes`] bytes.
+    #[must_use]
+    pub fn parts(&self) -> [&[u8]; 3] {
+        [&self.head, self.body, &self.tail[..self.tail_len]]
+    }
+}
+
 /// Writes a complete DTE image (header with checksum, key, value) into `out`,
 /// which must hold [`entry_bytes`] bytes. Returns the header as written.
 ///
 /// # Panics
 /// If `out` is too short (a caller bug).
-pub fn encode_entry(mut header: DteHeader, key: &[u8], value: &[u8], out: &mut [u8]) -> DteHeader {
-    header.checksum = header.compute_checksum(key, value);
-    let vo = value_offset(key.len());
-    let end = vo + round_up_words(value.len());
-    out[..DTE_HEADER_BYTES].copy_from_slice(&header.encode());
-    out[KEY_OFFSET..KEY_OFFSET + key.len()].copy_from_slice(key);
-    out[KEY_OFFSET + key.len()..vo].fill(0);
-    out[vo..vo + value.len()].copy_from_slice(value);
-    out[vo + value.len()..end].fill(0);
-    header
+pub fn encode_entry(header: DteHeader, key: &[u8], value: &[u8], out: &mut [u8]) -> DteHeader {
+    let image = EntryImage::new(header, key, value);
+    let mut at = 0;
+    for part in image.parts() {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    image.header
 }
 
 #[cfg(test)]
@@ -324,8 +365,14 @@ mod tests {
                                           flip in any::<prop::sample::Index>()) {
             let state = DteState::new(3, key.len(), value.len(), false, false);
             let header = DteHeader { state, created_at: 7, prev: 9, ..DteHeader::default() };
-            let mut buf = vec![0u8; entry_bytes(key.len(), value.len())];
+            let image = EntryImage::new(header, &key, &value);
+            prop_assert_eq!(image.parts().concat().len(), entry_bytes(key.len(), value.len()));
+            let mut buf = vec![0xffu8; entry_bytes(key.len(), value.len())];
             let written = encode_entry(header, &key, &value, &mut buf);
+            prop_assert_eq!(&image.parts().concat(), &buf);
+            // The padding after the key and after the value is zero.
+            prop_assert!(buf[KEY_OFFSET + key.len()..value_offset(key.len())].iter().all(|&b| b == 0));
+            prop_assert!(buf[value_offset(key.len()) + value.len()..].iter().all(|&b| b == 0));
             let decoded = DteHeader::decode(&buf);
             prop_assert_eq!(decoded, written);
             let vo = value_offset(key.len());

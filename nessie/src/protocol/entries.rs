@@ -119,9 +119,8 @@ impl Ctx<'_> {
             )));
         };
         let h = header(slot.generation);
-        let mut bytes = vec![0u8; dte::entry_bytes(key.len(), value.len())];
-        dte::encode_entry(h, key, value, &mut bytes);
-        if let Err(e) = self.gate.write(addr, &bytes) {
+        let image = dte::EntryImage::new(h, key, value);
+        if let Err(e) = self.gate.write_streaming(addr, &image.parts()) {
             // Never linked: the slot is free again whatever the WRITE did.
             self.env.data.release_unpublished(slot);
             return Err(e.into());

@@ -92,6 +92,17 @@ impl<'a> Gate<'a> {
         self.ep.write(addr, data)
     }
 
+    /// WRITE of a new DTE image into a recycled slot, gathered from its
+    /// parts and bypassing the cache where the fabric can (see
+    /// [`crate::fabric::Fabric::write_streaming`]).
+    pub(crate) fn write_streaming(
+        &mut self,
+        addr: RemoteAddr,
+        parts: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        self.ep.write_streaming(addr, parts)
+    }
+
     /// READs posted as one batch (READs only: a CAS goes through
     /// [`Gate::cas`]).
     pub(crate) fn read_batch<'b>(
