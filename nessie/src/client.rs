@@ -42,6 +42,7 @@ impl Client {
             kept: Kept::new(
                 DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
                 rng,
+                data.stagings(),
             ),
             data,
             stats: Stats::default(),

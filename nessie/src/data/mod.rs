@@ -240,6 +240,8 @@ pub struct NodeData {
     skew_us: u64,
     classes: Vec<Mutex<ClassTable>>,
     counters: Counters,
+    /// Per class, the slots clients' [`Stagings`] hold.
+    queued: std::sync::Arc<[std::sync::atomic::AtomicUsize]>,
 }
 
 impl fmt::Debug for NodeData {
@@ -256,7 +258,7 @@ impl NodeData {
     #[must_use]
     pub fn new(config: &Config, node: NodeId) -> NodeData {
         let geometry = Geometry::new(config);
-        let classes = (0..geometry.classes())
+        let classes: Vec<Mutex<ClassTable>> = (0..geometry.classes())
             .map(|c| {
                 let slots = geometry.slots(c as u8) as u32;
                 Mutex::new(ClassTable {
@@ -278,6 +280,7 @@ impl NodeData {
             geometry,
             expiry_us: crate::config::micros(config.expiry),
             skew_us: crate::config::micros(config.max_clock_skew),
+            queued: (0..classes.len()).map(|_| Default::default()).collect(),
             classes,
             counters: Counters::default(),
         }
@@ -364,9 +367,7 @@ impl NodeData {
         let Some(mut table) = self.table(class) else {
             return Ok(None);
         };
-        if let Some(queue) = stagings.class_mut(class) {
-            self.reuse_staged(class, &mut table, access, queue)?;
-        }
+        self.reuse_staged(class, &mut table, access, stagings)?;
         let Some(slot) = table.take() else {
             return Ok(None);
         };

@@ -16,8 +16,9 @@ pub struct Recycler {
 
 impl Recycler {
     /// Starts a thread that, every `period`, scans each size class of each
-    /// node in `nodes` whose free slots have fallen below a quarter of its
-    /// capacity. `local` reaches the nodes' own memory without any wrapper,
+    /// node in `nodes` whose free slots, with the slots its clients' queues
+    /// will return ([`NodeData::queued`]), have fallen below a quarter of
+    /// its capacity: a scan is for slots other nodes' clients staged. `local` reaches the nodes' own memory without any wrapper,
     /// `cluster` every node (see [`TableAccess`]).
     ///
     /// # Errors
@@ -37,7 +38,8 @@ impl Recycler {
             };
             for data in &nodes {
                 for class in 0..data.classes() as u8 {
-                    if data.available(class) * 4 < data.capacity(class) {
+                    let coming = data.available(class) + data.queued(class);
+                    if coming * 4 < data.capacity(class) {
                         if let Err(e) = data.recycle(class, access) {
                             tracing::warn!("recycler scan failed: {e}");
                         }

@@ -6,6 +6,8 @@ use super::{bump, ClassTable, NodeData, TableAccess, NOT_IN_USE};
 use crate::fabric::FabricError;
 use crate::layout::SlotRef;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A local staging: a client stamped `expires_at` into a slot of its own
 /// node.
@@ -15,20 +17,47 @@ pub(super) struct Staged {
     expires_at: u64,
 }
 
+impl NodeData {
+    /// An empty queue of stagings for a client of this node, counted in
+    /// [`NodeData::queued`].
+    #[must_use]
+    pub fn stagings(&self) -> Stagings {
+        Stagings::counted(Arc::clone(&self.queued))
+    }
+
+    /// Slots of `class` that clients of this node staged and keep in their
+    /// queues: their allocations take them back without a scan.
+    #[must_use]
+    pub fn queued(&self, class: u8) -> usize {
+        self.queued
+            .get(usize::from(class))
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+}
+
 /// The slots of its own node a client staged, oldest first, per size
 /// class. The client keeps them (noting one takes no lock), and its
 /// allocations take the oldest once expired, in O(1), under the class's
 /// lock. A slot whose entry is dropped (the client went away, or its queue
 /// overflowed) is found by a scan like any other.
+///
+/// Stagings made by [`NodeData::stagings`] keep the node's count of queued
+/// slots per class up to date, so that the recycler does not scan for slots
+/// these queues will return anyway.
 #[derive(Debug, Default)]
 pub struct Stagings {
     pub(super) classes: Vec<VecDeque<Staged>>,
+    /// The node's queued-slot counts, per class.
+    queued: Option<Arc<[AtomicUsize]>>,
 }
 
 impl Stagings {
-    /// The queue of `class`, if anything was ever noted there.
-    pub(super) fn class_mut(&mut self, class: u8) -> Option<&mut VecDeque<Staged>> {
-        self.classes.get_mut(usize::from(class))
+    /// Stagings counted in `queued` (one counter per class).
+    pub(super) fn counted(queued: Arc<[AtomicUsize]>) -> Stagings {
+        Stagings {
+            classes: Vec::new(),
+            queued: Some(queued),
+        }
     }
 
     /// Most entries kept per class; the oldest go first.
@@ -41,14 +70,47 @@ impl Stagings {
         if self.classes.len() <= class {
             self.classes.resize_with(class + 1, VecDeque::new);
         }
-        let queue = &mut self.classes[class];
-        if queue.len() >= Self::CAP {
-            queue.pop_front();
+        if self.classes[class].len() >= Self::CAP {
+            self.pop_front(r.class);
         }
-        queue.push_back(Staged {
+        self.classes[class].push_back(Staged {
             slot: r.slot,
             expires_at,
         });
+        self.count(class, |n| n.fetch_add(1, Ordering::Relaxed));
+    }
+
+    /// The oldest entry of `class`.
+    pub(super) fn front(&self, class: u8) -> Option<Staged> {
+        self.classes.get(usize::from(class))?.front().copied()
+    }
+
+    /// Drops the oldest entry of `class`.
+    pub(super) fn pop_front(&mut self, class: u8) {
+        let class = usize::from(class);
+        if self
+            .classes
+            .get_mut(class)
+            .and_then(VecDeque::pop_front)
+            .is_some()
+        {
+            self.count(class, |n| n.fetch_sub(1, Ordering::Relaxed));
+        }
+    }
+
+    fn count(&self, class: usize, f: impl FnOnce(&AtomicUsize) -> usize) {
+        if let Some(n) = self.queued.as_ref().and_then(|q| q.get(class)) {
+            f(n);
+        }
+    }
+}
+
+impl Drop for Stagings {
+    fn drop(&mut self) {
+        for class in 0..self.classes.len() {
+            let left = self.classes[class].len();
+            self.count(class, |n| n.fetch_sub(left, Ordering::Relaxed));
+        }
     }
 }
 
@@ -62,13 +124,13 @@ impl NodeData {
         class: u8,
         table: &mut ClassTable,
         access: TableAccess<'_>,
-        queue: &mut VecDeque<Staged>,
+        stagings: &mut Stagings,
     ) -> Result<(), FabricError> {
-        if queue.is_empty() {
+        if stagings.front(class).is_none() {
             return Ok(());
         }
         let now = access.clock.now_us();
-        while let Some(s) = queue.front().copied() {
+        while let Some(s) = stagings.front(class) {
             // A slot that left `in_use` since (reclaimed, or with a scan
             // that resolves it) is not this entry's business any more.
             let in_use =
@@ -76,7 +138,7 @@ impl NodeData {
             if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
                 return Ok(());
             }
-            queue.pop_front();
+            stagings.pop_front(class);
             // The slot's own stamp decides (it may hold a later incarnation
             // by now, staged or not): the entry only says where to look.
             if in_use
@@ -121,5 +183,30 @@ mod tests {
         assert_eq!(q.len(), Stagings::CAP);
         assert_eq!(q.front().map(|s| s.slot), Some(1), "the oldest went first");
         assert_eq!(q.back().map(|s| s.slot), Some(Stagings::CAP as u32));
+    }
+
+    #[test]
+    fn a_nodes_queued_count_follows_its_clients_stagings() {
+        let data = NodeData::new(&crate::data::small_config(1, 4096, 1 << 20), 0);
+        let at = |slot| SlotRef {
+            node: 0,
+            class: 1,
+            slot,
+            generation: 1,
+        };
+        let mut a = data.stagings();
+        let mut b = data.stagings();
+        for slot in 0..=Stagings::CAP as u32 {
+            a.note(at(slot), 5);
+        }
+        b.note(at(7), 5);
+        assert_eq!(data.queued(1), Stagings::CAP + 1, "an overflow drops one");
+        assert_eq!(data.queued(0), 0);
+        a.pop_front(1);
+        assert_eq!(data.queued(1), Stagings::CAP);
+        drop(a);
+        assert_eq!(data.queued(1), 1, "a client that goes away takes its queue");
+        drop(b);
+        assert_eq!(data.queued(1), 0);
     }
 }

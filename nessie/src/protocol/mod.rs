@@ -95,12 +95,12 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
-    pub(crate) fn new(cache: DteCache, rng: StdRng) -> Kept {
+    pub(crate) fn new(cache: DteCache, rng: StdRng, stagings: Stagings) -> Kept {
         Kept {
             cache,
             buffers: Vec::new(),
             rng,
-            stagings: Stagings::default(),
+            stagings,
         }
     }
 }
