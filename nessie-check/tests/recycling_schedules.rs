@@ -582,8 +582,14 @@ fn own_staged_slots_are_reused_from_the_queue_without_a_scan() {
 }
 
 /// Runs `puts` PUTs over `keys` keys from one client, one every `step_us`
-/// of simulated time, on node tables of `data_bytes`; returns the errors.
-fn write_heavy(config: nessie::Config, keys: usize, puts: usize, step_us: u64) -> Vec<Error> {
+/// of simulated time, on node tables of `data_bytes`; returns the errors
+/// and the figures of the client's last `DataTableFull`.
+fn write_heavy(
+    config: nessie::Config,
+    keys: usize,
+    puts: usize,
+    step_us: u64,
+) -> (Vec<Error>, Option<nessie::data::DataTableFigures>) {
     let script = Script::new(config, 1);
     let names: Vec<Vec<u8>> = (0..keys).map(|k| format!("w{k}").into_bytes()).collect();
     let mut c = script.direct_client();
@@ -594,7 +600,7 @@ fn write_heavy(config: nessie::Config, keys: usize, puts: usize, step_us: u64) -
         }
         script.sched.advance(step_us);
     }
-    errors
+    (errors, c.last_data_table_full().cloned())
 }
 
 /// The sizing rule of `Config::data_bytes_per_node`: tables sized by it
@@ -610,15 +616,37 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
     config.data_bytes_per_node = config.data_bytes_for(100, keys, rate).unwrap();
     let slots = config.class_slots(0);
     assert!(slots >= keys + 21, "the rule gives {slots} slots");
-    let errors = write_heavy(config.clone(), keys, puts, step_us);
+    let (errors, figures) = write_heavy(config.clone(), keys, puts, step_us);
     assert!(errors.is_empty(), "sized by the rule: {errors:?}");
+    assert_eq!(figures, None);
     config.data_bytes_per_node /= 2;
-    let errors = write_heavy(config, keys, puts, step_us);
+    let half = config.class_slots(0);
+    let (errors, figures) = write_heavy(config.clone(), keys, puts, step_us);
     assert!(!errors.is_empty(), "half the rule must run out");
     assert!(
         errors.iter().all(|e| matches!(e, Error::DataTableFull)),
         "{errors:?}"
     );
+    // The figures say which table, how large it is, and that it is full
+    // of entries waiting out the reuse window.
+    let f = figures.expect("the figures of the full table");
+    assert_eq!((f.node, f.class, f.slots, f.free), (0, 0, half, 0), "{f:?}");
+    assert_eq!(f.in_use, half);
+    assert_eq!(f.slot_bytes, config.class_slot_bytes(0));
+    assert_eq!(f.reuse_after, config.expiry + config.max_clock_skew);
+    assert!(f.queued > 0 && f.queued <= half, "{f:?}");
+    assert!(
+        f.sustained_puts_per_sec(keys) < rate,
+        "the table sustains less than the load: {f:?}"
+    );
+    let message = f.to_string();
+    for needle in [
+        format!("{half} slots"),
+        "0 free".to_owned(),
+        "data_bytes_for".to_owned(),
+    ] {
+        assert!(message.contains(&needle), "{needle:?} not in {message:?}");
+    }
 }
 
 /// Slots staged by another node's client are found by scans, a slice at a

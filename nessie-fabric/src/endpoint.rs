@@ -180,7 +180,11 @@ impl Endpoint {
     ///
     /// # Errors
     /// As [`Fabric::write_streaming`].
-    pub fn write_streaming(&mut self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+    pub fn write_streaming(
+        &mut self,
+        addr: RemoteAddr,
+        parts: &[&[u8]],
+    ) -> Result<(), FabricError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.count(addr, 0, len as u64, false);
         self.count_trip(addr.node != self.node);

@@ -453,7 +453,11 @@ mod tests {
         map.read(at(0), &mut back).unwrap();
         assert_eq!(&back[..WORD], &[0xee; WORD], "the word before is untouched");
         assert_eq!(&back[WORD..WORD + all.len()], &all[..]);
-        assert_eq!(&back[WORD + all.len()..], &[0; 2 * WORD][..], "nor after it");
+        assert_eq!(
+            &back[WORD + all.len()..],
+            &[0; 2 * WORD][..],
+            "nor after it"
+        );
     }
 
     #[test]
@@ -474,6 +478,9 @@ mod tests {
         ));
         let mut back = [0u8; 16 * WORD];
         map.read(at(0), &mut back).unwrap();
-        assert!(back.iter().all(|&b| b == 0), "a refused write changes nothing");
+        assert!(
+            back.iter().all(|&b| b == 0),
+            "a refused write changes nothing"
+        );
     }
 }

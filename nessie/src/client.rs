@@ -150,6 +150,16 @@ impl Client {
         self.run(OpKind::Delete, |ctx| ctx.write(WriteKind::Delete, key, &[]))
     }
 
+    /// The figures of the data table (node, size class, slots free and in
+    /// use, the reuse window) behind this client's most recent
+    /// [`Error::DataTableFull`], which is a unit variant so that callers
+    /// can match it; `None` if it never had one. The same figures are
+    /// logged (`tracing` warning) when it happens.
+    #[must_use]
+    pub fn last_data_table_full(&self) -> Option<&crate::data::DataTableFigures> {
+        self.kept.table_full.as_ref()
+    }
+
     /// Counters of everything this client did so far.
     #[must_use]
     pub fn stats(&self) -> Stats {

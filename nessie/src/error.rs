@@ -22,7 +22,12 @@ pub enum Error {
     IndexFull,
     /// The node's data table of the value's size class had no free slot
     /// before the operation's deadline.
-    #[error("data table full: no free slot of the value's size class before the deadline")]
+    /// [`crate::Client::last_data_table_full`] gives the table's figures;
+    /// [`crate::Config::data_bytes_for`] sizes the tables for a load.
+    #[error(
+        "data table full: no free slot of the value's size class before the deadline \
+         (figures: Client::last_data_table_full; sizing: Config::data_bytes_for)"
+    )]
     DataTableFull,
     /// The operation's deadline (`op_timeout`) passed. Its outcome is
     /// unknown: it may or may not have taken effect.

@@ -1,17 +1,17 @@
 //! The background recycler of an in-process cluster: it scans a class only
-//! once fewer than a quarter of its slots are free, reclaims staged slots
-//! there without any allocation asking, and stops with its cluster; a
-//! client's own expired stagings come back at its next allocation, without
-//! a scan.
+//! once fewer than a quarter of its slots are free or queued by the node's
+//! own clients, reclaims slots other nodes' clients staged there without
+//! any allocation asking, and stops with its cluster; a client's own
+//! expired stagings come back at its next allocation, without a scan.
 
 use nessie::{Cluster, Config};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One node, one size class of 16 slots, an expiry of `expiry_ms`.
-fn config(expiry_ms: u64) -> Config {
+/// `nodes` nodes, one size class of 16 slots, an expiry of `expiry_ms`.
+fn config(nodes: usize, expiry_ms: u64) -> Config {
     Config {
-        nodes: 1,
+        nodes,
         index_slots_per_node: 64,
         value_size_max: 256,
         data_bytes_per_node: 16 * nessie::layout::dte::entry_bytes(128, 256),
@@ -37,31 +37,33 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn scans_only_below_a_quarter_free_and_stops_with_its_cluster() {
-    let cluster = Cluster::local(config(40)).unwrap();
+    let cluster = Cluster::local(config(1, 40)).unwrap();
     let data = cluster.node_data(0).unwrap();
     assert_eq!(data.capacity(0), 16);
     let mut c = cluster.client(0).unwrap();
-    // Exactly a quarter free: 12 slots used (one live, 11 staged).
-    for i in 0..12u32 {
+    // 13 slots used (one live, 12 staged by this node's own client): fewer
+    // than a quarter free, but the client's queue returns the 12.
+    for i in 0..13u32 {
         c.put(b"key", &i.to_le_bytes()).unwrap();
     }
-    assert_eq!(data.available(0), 4);
+    assert_eq!((data.available(0), data.queued(0)), (3, 12));
     let scans = data.recycle_counts().scans;
     // Several periods (expiry / 10) and past the expiry: no scan.
-    std::thread::sleep(config(40).expiry * 2);
+    std::thread::sleep(config(1, 40).expiry * 2);
     assert_eq!(
         data.recycle_counts().scans,
         scans,
-        "a quarter free: no scan"
+        "queued slots come back without a scan"
     );
-    assert_eq!(data.available(0), 4);
+    assert_eq!(data.available(0), 3);
     // The next PUT takes the oldest expired staging of this node's own
-    // client, without a scan, rather than a fresh slot.
+    // client, without a scan, rather than a free slot.
     c.put(b"key", b"next").unwrap();
-    assert_eq!(data.available(0), 4);
+    assert_eq!((data.available(0), data.queued(0)), (3, 12));
     let counts = data.recycle_counts();
     assert_eq!((counts.reclaimed_from_queue, counts.scans), (1, scans));
     drop(c);
+    assert_eq!(data.queued(0), 0, "a client's queue goes with it");
     drop(cluster);
     assert_eq!(
         Arc::strong_count(&data),
@@ -70,28 +72,35 @@ fn scans_only_below_a_quarter_free_and_stops_with_its_cluster() {
     );
 
     // A longer expiry, so nothing expires during the burst below.
-    let cluster = Cluster::local(config(1000)).unwrap();
+    let cluster = Cluster::local(config(2, 1000)).unwrap();
     let data = cluster.node_data(0).unwrap();
-    let mut c = cluster.client(0).unwrap();
-    // 13 slots used (one live, 12 staged): fewer than a quarter free. The
-    // staged slots come back once expired without any allocation asking,
-    // at least until a quarter is free again (the recycler's policy; the
-    // stagings expire over a few milliseconds, so one scan may catch only
-    // some of them).
-    for i in 0..13u32 {
-        c.put(b"key", &i.to_le_bytes()).unwrap();
+    let mut local = cluster.client(0).unwrap();
+    let mut remote = cluster.client(1).unwrap();
+    // 13 slots of node 0 hold entries; node 1's client replaces 12 of them,
+    // so node 0 has fewer than a quarter free or queued: the slots
+    // come back once expired without any allocation asking, at least until
+    // a quarter is free again (the stagings expire over a few
+    // milliseconds, so one scan may catch only some of them).
+    let keys: Vec<Vec<u8>> = (0..13).map(|k| format!("k{k}").into_bytes()).collect();
+    for k in &keys {
+        local.put(k, b"local").unwrap();
     }
-    assert_eq!(data.available(0), 3);
+    for k in &keys[..12] {
+        remote.put(k, b"remote").unwrap();
+    }
+    // (A MIGRATE by node 0's client may have staged a slot of its own.)
+    let coming = || data.available(0) + data.queued(0);
+    assert!(coming() * 4 < data.capacity(0), "{data:?}");
     assert!(
-        eventually(|| data.available(0) * 4 >= data.capacity(0)),
+        eventually(|| coming() * 4 >= data.capacity(0)),
         "the recycler reclaimed staged slots by itself: {:?}",
         data.recycle_counts()
     );
     let counts = data.recycle_counts();
     assert!(counts.reclaimed >= 1 && counts.scans > 0, "{counts:?}");
     assert_eq!(counts.reclaimed_from_queue, 0);
-    assert_eq!(
-        c.get(b"key").unwrap().as_deref(),
-        Some(&12u32.to_le_bytes()[..])
-    );
+    for (i, k) in keys.iter().enumerate() {
+        let want: &[u8] = if i < 12 { b"remote" } else { b"local" };
+        assert_eq!(local.get(k).unwrap().as_deref(), Some(want), "key {i}");
+    }
 }

@@ -45,12 +45,14 @@
 //!
 //! Either way the slot's own stamp and header decide, with the same rules.
 
+mod figures;
 mod geometry;
 mod reclaim;
 mod recycler;
 mod scan;
 mod stagings;
 
+pub use figures::DataTableFigures;
 pub use geometry::{dte_addr, Geometry};
 pub use recycler::Recycler;
 pub use scan::SCAN_SLICE;
@@ -280,7 +282,9 @@ impl NodeData {
             geometry,
             expiry_us: crate::config::micros(config.expiry),
             skew_us: crate::config::micros(config.max_clock_skew),
-            queued: (0..classes.len()).map(|_| Default::default()).collect(),
+            queued: (0..classes.len())
+                .map(|_| std::sync::atomic::AtomicUsize::default())
+                .collect(),
             classes,
             counters: Counters::default(),
         }

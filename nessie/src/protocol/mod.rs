@@ -92,6 +92,9 @@ pub(crate) struct Kept {
     rng: StdRng,
     /// Slots of its own node the client staged, for its allocations.
     stagings: Stagings,
+    /// The figures of the data table behind this client's last
+    /// `DataTableFull`.
+    pub(crate) table_full: Option<crate::data::DataTableFigures>,
 }
 
 impl Kept {
@@ -101,6 +104,7 @@ impl Kept {
             buffers: Vec::new(),
             rng,
             stagings,
+            table_full: None,
         }
     }
 }

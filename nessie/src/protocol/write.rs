@@ -55,7 +55,15 @@ impl Ctx<'_> {
             match attempt {
                 Ok(Step::Done(existed)) => return Ok(existed),
                 Ok(Step::Again(why)) => self.retry(why)?,
-                Err(Error::Timeout) => return Err(self.op.deadline_error()),
+                Err(Error::Timeout) => {
+                    let e = self.op.deadline_error();
+                    if matches!(e, Error::DataTableFull) {
+                        let figures = self.env.data.figures(class);
+                        tracing::warn!("{e}: {figures}");
+                        self.kept.table_full = Some(figures);
+                    }
+                    return Err(e);
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -1,0 +1,91 @@
+//! The figures of a data table that ran out of free slots, for the
+//! message a user reads beside [`crate::Error::DataTableFull`].
+
+use super::NodeData;
+use std::fmt;
+use std::time::Duration;
+
+/// One size class of one node's data tables at the moment a write found no
+/// free slot before its deadline.
+///
+/// A class must hold its live entries plus every entry replaced within the
+/// last `expiry + max_clock_skew` (they wait out that period before reuse);
+/// [`crate::Config::data_bytes_for`] sizes `data_bytes_per_node` by that
+/// rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataTableFigures {
+    /// The node whose table ran out.
+    pub node: usize,
+    /// The size class.
+    pub class: u8,
+    /// Largest value the class holds, bytes.
+    pub value_capacity: usize,
+    /// Bytes of one slot (header, key and value).
+    pub slot_bytes: usize,
+    /// Slots of the class.
+    pub slots: usize,
+    /// Slots free or never used.
+    pub free: usize,
+    /// Slots that hold an entry, live or replaced and waiting out
+    /// `expiry + max_clock_skew`.
+    pub in_use: usize,
+    /// Of those, replaced entries the node's own clients staged and will
+    /// reuse as soon as they expire.
+    pub queued: usize,
+    /// How long a replaced entry waits before its slot is reused.
+    pub reuse_after: Duration,
+}
+
+impl DataTableFigures {
+    /// PUTs per second of this class the table sustains with `live`
+    /// entries in it, by the sizing rule.
+    #[must_use]
+    pub fn sustained_puts_per_sec(&self, live: usize) -> f64 {
+        let window = self.reuse_after.as_secs_f64();
+        if window <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.slots.saturating_sub(live) as f64 / window
+    }
+}
+
+impl fmt::Display for DataTableFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "node {} has no free slot for values up to {} B: {} slots of {} B ({:.1} MiB), \
+             {} free, {} in use ({} of them replaced by this node's clients, waiting); \
+             a replaced entry's slot is reused only after {} ms, so the table must hold \
+             the live entries plus every PUT of {} ms — size data_bytes_per_node with \
+             Config::data_bytes_for",
+            self.node,
+            self.value_capacity,
+            self.slots,
+            self.slot_bytes,
+            (self.slots * self.slot_bytes) as f64 / f64::from(1 << 20),
+            self.free,
+            self.in_use,
+            self.queued,
+            self.reuse_after.as_millis(),
+            self.reuse_after.as_millis(),
+        )
+    }
+}
+
+impl NodeData {
+    /// The figures of size class `class` now.
+    #[must_use]
+    pub fn figures(&self, class: u8) -> DataTableFigures {
+        DataTableFigures {
+            node: self.node,
+            class,
+            value_capacity: self.geometry.capacity(class),
+            slot_bytes: self.slot_bytes(class),
+            slots: self.capacity(class),
+            free: self.available(class),
+            in_use: self.in_use(class),
+            queued: self.queued(class),
+            reuse_after: Duration::from_micros(self.expiry_us.saturating_add(self.skew_us)),
+        }
+    }
+}
