@@ -631,7 +631,7 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
     // of entries waiting out the reuse window.
     let f = figures.expect("the figures of the full table");
     assert_eq!((f.node, f.class, f.slots, f.free), (0, 0, half, 0), "{f:?}");
-    assert_eq!(f.in_use, half);
+    assert_eq!((f.in_use, f.peak_in_use), (half, half));
     assert_eq!(f.slot_bytes, config.class_slot_bytes(0));
     assert_eq!(f.reuse_after, config.expiry + config.max_clock_skew);
     assert!(f.queued > 0 && f.queued <= half, "{f:?}");

@@ -112,6 +112,15 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// The figures of this node's data tables now, one per size class
+    /// (slots, free, in use, and the most ever in use at once).
+    #[must_use]
+    pub fn data_table_figures(&self) -> Vec<crate::data::DataTableFigures> {
+        self.shared.data(self.id).map_or_else(Vec::new, |d| {
+            (0..d.classes()).map(|c| d.figures(c as u8)).collect()
+        })
+    }
+
     /// This node's id.
     #[must_use]
     pub fn id(&self) -> NodeId {

@@ -32,11 +32,21 @@ pub struct DataTableFigures {
     /// Of those, replaced entries the node's own clients staged and will
     /// reuse as soon as they expire.
     pub queued: usize,
+    /// The most slots ever in use at once: the live entries plus the
+    /// replaced ones waiting at the busiest moment, which the sizing rule
+    /// must cover.
+    pub peak_in_use: usize,
     /// How long a replaced entry waits before its slot is reused.
     pub reuse_after: Duration,
 }
 
 impl DataTableFigures {
+    /// Bytes of the most slots ever in use at once.
+    #[must_use]
+    pub fn peak_in_use_bytes(&self) -> usize {
+        self.peak_in_use.saturating_mul(self.slot_bytes)
+    }
+
     /// PUTs per second of this class the table sustains with `live`
     /// entries in it, by the sizing rule.
     #[must_use]
@@ -85,6 +95,7 @@ impl NodeData {
             free: self.available(class),
             in_use: self.in_use(class),
             queued: self.queued(class),
+            peak_in_use: self.peak_in_use(class),
             reuse_after: Duration::from_micros(self.expiry_us.saturating_add(self.skew_us)),
         }
     }

@@ -177,12 +177,15 @@ struct ClassTable {
     in_doubt: Vec<InDoubt>,
     /// Where the next scan slice starts in `in_use`.
     cursor: usize,
+    /// The most slots `in_use` ever held.
+    peak_in_use: usize,
 }
 
 impl ClassTable {
     fn enter(&mut self, slot: u32) {
         self.in_use_at[slot as usize] = self.in_use.len() as u32;
         self.in_use.push(slot);
+        self.peak_in_use = self.peak_in_use.max(self.in_use.len());
     }
 
     /// Takes the slot at index `i` of `in_use` out of it.
@@ -274,6 +277,7 @@ impl NodeData {
                     generations: vec![1; slots as usize],
                     in_doubt: Vec::new(),
                     cursor: 0,
+                    peak_in_use: 0,
                 })
             })
             .collect();
@@ -433,6 +437,12 @@ impl NodeData {
             .map_or(0, |t| t.slots as usize - t.available())
     }
 
+    /// The most slots of `class` ever in use at once.
+    #[must_use]
+    pub fn peak_in_use(&self, class: u8) -> usize {
+        self.table(class).map_or(0, |t| t.peak_in_use)
+    }
+
     /// The allocated slots of `class` not yet reclaimed, each at its current
     /// generation (for audits that look for leaks).
     #[must_use]
@@ -512,6 +522,7 @@ mod tests {
         assert_eq!(data.available(none), 0);
         assert_eq!(data.capacity(none), 0);
         assert_eq!(data.in_use(none), 0);
+        assert_eq!(data.peak_in_use(none), 0);
         assert!(data.in_use_slots(none).is_empty());
         assert_eq!(data.allocate(none, access).unwrap(), None);
         assert_eq!(data.recycle(none, access).unwrap(), 0);
@@ -542,5 +553,15 @@ mod tests {
             data.allocate(0, access).unwrap().map(|s| s.slot),
             Some(r.slot)
         );
+        // Two in use now, after one earlier: the peak is two, and stays.
+        assert_eq!(data.peak_in_use(0), 2);
+        data.release_unpublished(r);
+        assert_eq!((data.in_use(0), data.peak_in_use(0)), (1, 2));
+        let f = data.figures(0);
+        assert_eq!(
+            (f.in_use, f.peak_in_use, f.free),
+            (1, 2, data.capacity(0) - 1)
+        );
+        assert_eq!(f.peak_in_use_bytes(), 2 * data.slot_bytes(0));
     }
 }
