@@ -677,10 +677,14 @@ mod tests {
     /// A scripted switch count: operation `k` (readings `2k` before and
     /// `2k + 1` after it) is preempted when `k % 3 == 0`; the count of
     /// such operations so far, before or after `k`.
-    fn every_third_preempted() -> Option<u64> {
+    fn every_third_preempted() -> u64 {
         let n = READINGS.with(|r| r.replace(r.get() + 1));
         let k = n / 2;
-        Some(if n % 2 == 0 { k.div_ceil(3) } else { k / 3 + 1 })
+        if n % 2 == 0 {
+            k.div_ceil(3)
+        } else {
+            k / 3 + 1
+        }
     }
 
     #[test]
@@ -693,7 +697,7 @@ mod tests {
             one,
             &Commands::new(false),
             PreloadReport::default(),
-            every_third_preempted,
+            || Some(every_third_preempted()),
         )
         .unwrap();
         let ops = report.get.ok + report.put.ok;

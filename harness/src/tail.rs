@@ -55,7 +55,7 @@ pub fn bucket_of(ns: u64) -> usize {
     if ns < 1 << FIRST_OCTAVE {
         return 0;
     }
-    let octave = 63 - ns.leading_zeros();
+    let octave = ns.ilog2();
     if octave >= END_OCTAVE {
         return BUCKETS - 1;
     }
