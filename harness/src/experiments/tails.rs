@@ -75,7 +75,7 @@ pub(crate) fn tail_table(done: &[Done]) -> Table {
                     s.ops.to_string(),
                     num(s.from_us),
                     num(s.mean_us),
-                    share(s.preempted_share),
+                    percent(s.preempted_share),
                     num(s.backoff_us),
                     num(s.scan_us),
                     num(s.retries),
@@ -108,6 +108,7 @@ pub(crate) fn preemption_table(done: &[Done]) -> Table {
             "p99.9 µs",
             "not-preempted p99.9 µs",
             "not-preempted p99.9 / p50",
+            "not-preempted ops",
             "preempted, all ops",
             "preempted, slowest 0.1 %",
         ],
@@ -128,8 +129,9 @@ pub(crate) fn preemption_table(done: &[Done]) -> Table {
                 num(k.p999_us),
                 num(k.unpreempted_p999_us),
                 num(ratio(k.unpreempted_p999_us, k.p50_us)),
-                share(k.preempted_share),
-                share(s.preempted_share),
+                (k.ok - k.preempted).to_string(),
+                percent(k.preempted_share),
+                percent(s.preempted_share),
             ]);
             t.notes.push(sentence(system, op, k));
         }
@@ -143,6 +145,17 @@ pub(crate) fn preemption_table(done: &[Done]) -> Table {
     t
 }
 
+/// A share in percent with three significant digits: preemption shares of
+/// all operations are often well under 1 %, which whole percent would show
+/// as 0 %.
+fn percent(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{}%", num(ratio * 100.0))
+    } else {
+        "-".into()
+    }
+}
+
 /// `a / b`, or NaN (shown as `-`) without a `b`.
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
@@ -152,16 +165,26 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// Below this many operations not preempted, their p99.9 is about their
+/// slowest one and says little.
+const FEW: u64 = 1_000;
+
 /// How much of one kind's p99.9 tail is preempted operations, in words.
 fn sentence(system: &str, op: OpKind, k: &KindSummary) -> String {
     let s = &k.slowest_0_1pct;
+    let unpreempted = k.ok - k.preempted;
+    let caveat = if unpreempted < FEW {
+        format!(" (only {unpreempted} operations were not preempted: their p99.9 is about their slowest)")
+    } else {
+        String::new()
+    };
     format!(
-        "{system} {}: {} of the slowest 0.1 % ({} ops from {} µs) were preempted, against {} of all; without the preempted operations p99.9 is {} µs instead of {} µs ({}× p50 instead of {}×).",
+        "{system} {}: {} of the slowest 0.1 % ({} ops from {} µs) were preempted, against {} of all; without the preempted operations p99.9 is {} µs instead of {} µs ({}× p50 instead of {}×){caveat}.",
         op.name(),
-        share(s.preempted_share),
+        percent(s.preempted_share),
         s.ops,
         num(s.from_us),
-        share(k.preempted_share),
+        percent(k.preempted_share),
         num(k.unpreempted_p999_us),
         num(k.p999_us),
         num(ratio(k.unpreempted_p999_us, k.p50_us)),
@@ -266,12 +289,13 @@ mod tests {
         assert_eq!(t.rows[0][6], "100%");
         let p = preemption_table(&done);
         assert_eq!(p.rows.len(), 4);
-        assert_eq!(p.rows[0][6], "1%");
+        assert_eq!(p.rows[0][6..], ["990", "1.00%", "100%"]);
         assert!(
             p.notes[0].starts_with("CD GET: 100% of the slowest 0.1 %"),
             "{}",
             p.notes[0]
         );
+        assert!(p.notes[0].contains("only 990 operations were not preempted"));
         assert!(p.notes.iter().any(|n| n.contains("yielding")), "SD yields");
         assert!(!preemption_table(&done[..1])
             .notes
