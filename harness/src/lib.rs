@@ -24,6 +24,8 @@
 //!   local|srun|mpirun`: fabric settings, launcher command lines, the run's
 //!   secret.
 //! * [`spec`] — one run's parameters and the table sizing rules.
+//! * [`tail`] — latency-bucketed costs of the slowest operations, and
+//!   which operations the kernel preempted.
 //! * [`measure`] — histograms and counters, per node and merged.
 //! * [`protocol`] — the lines node processes and the harness exchange.
 //! * [`cluster`] — starting, coordinating and tearing down node processes.
@@ -34,7 +36,7 @@
 //!
 //! Modules depend downwards in this list's reverse order of use: error and
 //! workload at the bottom, then proc, peers, system, launcher, spec,
-//! measure, protocol, cluster and node, report and paper, experiments on
+//! tail, measure, protocol, cluster and node, report and paper, experiments on
 //! top.
 
 pub mod cluster;
@@ -50,6 +52,7 @@ pub mod protocol;
 pub mod report;
 pub mod spec;
 pub mod system;
+pub mod tail;
 pub mod workload;
 
 pub use error::{HarnessError, Result};

@@ -8,13 +8,19 @@
 //! histograms in `HdrHistogram` V2 encoding (hex). The harness merges the
 //! nodes' reports into a [`RunFigures`]: throughput, goodput, latency
 //! percentiles, verbs and bytes per operation and CPU time per operation.
+//!
+//! Each kind also keeps a second latency histogram of only the operations
+//! the kernel did not preempt, and latency-bucketed sums of what the
+//! operations cost ([`crate::tail`]), from which the summary reads what the
+//! slowest 1 % and 0.1 % spent their time on.
 
 use crate::error::{HarnessError, Result};
+use crate::tail::{retry_delta, Bucket, TailBuckets, TailSlice};
 use crate::workload::OpKind;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 use hdrhistogram::Histogram;
 use nessie::fabric::VerbCounts;
-use nessie::OpStats;
+use nessie::{OpStats, RetryCounts};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -112,6 +118,15 @@ pub struct OpCounters {
     pub migrations: u64,
     /// Recoveries of dead or aborted entries.
     pub recoveries: u64,
+    /// Retries by cause (`retries` is their total).
+    #[serde(default)]
+    pub retry_causes: RetryCounts,
+    /// Time slept backing off between retries, µs.
+    #[serde(default)]
+    pub backoff_us: u64,
+    /// Time spent scanning for a reusable slot, ns.
+    #[serde(default)]
+    pub scan_ns: u64,
 }
 
 impl OpCounters {
@@ -126,6 +141,9 @@ impl OpCounters {
             cache_hits: after.cache_hits.saturating_sub(before.cache_hits),
             migrations: after.migrations.saturating_sub(before.migrations),
             recoveries: after.recoveries.saturating_sub(before.recoveries),
+            retry_causes: retry_delta(&after.retries, &before.retries),
+            backoff_us: after.backoff_us.saturating_sub(before.backoff_us),
+            scan_ns: after.scan_ns.saturating_sub(before.scan_ns),
         }
     }
 
@@ -138,6 +156,9 @@ impl OpCounters {
         self.cache_hits += o.cache_hits;
         self.migrations += o.migrations;
         self.recoveries += o.recoveries;
+        self.retry_causes += o.retry_causes;
+        self.backoff_us += o.backoff_us;
+        self.scan_ns += o.scan_ns;
     }
 }
 
@@ -162,6 +183,16 @@ pub struct KindReport {
     pub remote_bytes: Hist,
     /// The store's counters over the measured phase.
     pub counters: OpCounters,
+    /// Successful operations the kernel preempted (involuntary context
+    /// switches of the worker thread grew while they ran).
+    #[serde(default)]
+    pub preempted: u64,
+    /// Latency of successful operations that were not preempted, ns.
+    #[serde(default = "Hist::latency")]
+    pub unpreempted_latency_ns: Hist,
+    /// What successful operations cost, summed per latency bucket.
+    #[serde(default)]
+    pub tail: TailBuckets,
 }
 
 impl Default for KindReport {
@@ -176,6 +207,9 @@ impl Default for KindReport {
             bytes: Hist::count(),
             remote_bytes: Hist::count(),
             counters: OpCounters::default(),
+            preempted: 0,
+            unpreempted_latency_ns: Hist::latency(),
+            tail: TailBuckets::default(),
         }
     }
 }
@@ -192,6 +226,9 @@ impl KindReport {
         self.bytes.add(&o.bytes);
         self.remote_bytes.add(&o.remote_bytes);
         self.counters.add(&o.counters);
+        self.preempted += o.preempted;
+        self.unpreempted_latency_ns.add(&o.unpreempted_latency_ns);
+        self.tail.add(&o.tail);
     }
 }
 
@@ -207,16 +244,39 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Records a successful operation: its latency and what it cost.
-    pub fn ok(&mut self, kind: OpKind, latency: Duration, found: bool, cost: VerbCounts) {
+    /// Records a successful operation: its latency, whether the kernel
+    /// preempted it, and what it cost (the store's counters over it).
+    pub fn ok(
+        &mut self,
+        kind: OpKind,
+        latency: Duration,
+        found: bool,
+        preempted: bool,
+        op: &OpCounters,
+    ) {
         let k = &mut self.kinds[kind.index()];
         k.ok += 1;
         if !found {
             k.misses += 1;
         }
-        k.latency_ns
-            .0
-            .saturating_record(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        k.latency_ns.0.saturating_record(ns);
+        if preempted {
+            k.preempted += 1;
+        } else {
+            k.unpreempted_latency_ns.0.saturating_record(ns);
+        }
+        k.tail.record(&Bucket {
+            ops: 1,
+            preempted: u64::from(preempted),
+            latency_ns: ns,
+            backoff_us: op.backoff_us,
+            scan_ns: op.scan_ns,
+            retries: op.retry_causes,
+            migrations: op.migrations,
+            round_trips: op.verbs.round_trips,
+        });
+        let cost = &op.verbs;
         k.verbs.0.saturating_record(cost.verbs());
         k.remote_verbs.0.saturating_record(cost.remote);
         k.bytes.0.saturating_record(cost.bytes());
@@ -343,6 +403,30 @@ pub struct KindSummary {
     pub cache_hits_per_op: f64,
     /// Bytes moved to or from other nodes, in total.
     pub remote_bytes_total: u64,
+    /// Retries by cause, in total (the store's counters).
+    #[serde(default)]
+    pub retries_by_cause: RetryCounts,
+    /// Time slept backing off per operation, µs.
+    #[serde(default)]
+    pub backoff_us_per_op: f64,
+    /// Time spent scanning for a free slot per operation, µs.
+    #[serde(default)]
+    pub scan_us_per_op: f64,
+    /// Successful operations the kernel preempted.
+    #[serde(default)]
+    pub preempted: u64,
+    /// Their share of the successful operations.
+    #[serde(default)]
+    pub preempted_share: f64,
+    /// 99.9th percentile latency of the operations not preempted, µs.
+    #[serde(default)]
+    pub unpreempted_p999_us: f64,
+    /// The slowest 1 % of the operations.
+    #[serde(default)]
+    pub slowest_1pct: TailSlice,
+    /// The slowest 0.1 % of the operations.
+    #[serde(default)]
+    pub slowest_0_1pct: TailSlice,
 }
 
 impl KindSummary {
@@ -358,13 +442,14 @@ impl KindSummary {
             }
         };
         let empty = h.is_empty();
-        let q = |q: f64| {
-            if empty {
+        let quantile = |h: &Histogram<u64>, q: f64| {
+            if h.is_empty() {
                 0.0
             } else {
                 us(h.value_at_quantile(q) as f64)
             }
         };
+        let q = |q: f64| quantile(h, q);
         KindSummary {
             ok: k.ok,
             errors: k.errors,
@@ -382,6 +467,18 @@ impl KindSummary {
             retries_per_op: per(c.retries),
             cache_hits_per_op: per(c.cache_hits),
             remote_bytes_total: c.verbs.remote_bytes,
+            retries_by_cause: c.retry_causes,
+            backoff_us_per_op: per(c.backoff_us),
+            scan_us_per_op: per(c.scan_ns) / 1e3,
+            preempted: k.preempted,
+            preempted_share: if k.ok == 0 {
+                0.0
+            } else {
+                k.preempted as f64 / k.ok as f64
+            },
+            unpreempted_p999_us: quantile(&k.unpreempted_latency_ns.0, 0.999),
+            slowest_1pct: k.tail.slowest(1_000),
+            slowest_0_1pct: k.tail.slowest(100),
         }
     }
 }
@@ -604,11 +701,26 @@ mod tests {
         }
     }
 
+    /// The store's counters of one operation that cost `verbs` verbs.
+    fn op(verbs: u64, bytes: u64) -> OpCounters {
+        OpCounters {
+            ops: 1,
+            verbs: cost(verbs, bytes),
+            ..OpCounters::default()
+        }
+    }
+
     #[test]
     fn histograms_round_trip_through_json() {
         let mut r = Recorder::default();
         for i in 1..=1000u64 {
-            r.ok(OpKind::Get, Duration::from_micros(i), true, cost(2, 16_384));
+            r.ok(
+                OpKind::Get,
+                Duration::from_micros(i),
+                true,
+                false,
+                &op(2, 16_384),
+            );
         }
         r.error(OpKind::Put, &"timeout");
         let report = NodeReport::new(0, r, 1.0, 0.5, PreloadReport::default());
@@ -628,7 +740,13 @@ mod tests {
         for node in 0..3 {
             let mut r = Recorder::default();
             for _ in 0..100 {
-                r.ok(OpKind::Get, Duration::from_micros(10), true, cost(2, 1000));
+                r.ok(
+                    OpKind::Get,
+                    Duration::from_micros(10),
+                    true,
+                    false,
+                    &op(2, 1000),
+                );
             }
             r.kinds[0].counters = OpCounters {
                 ops: 100,
@@ -649,6 +767,64 @@ mod tests {
         assert_eq!(f.nodes.len(), 3);
         assert!((f.nodes[2].throughput_ops_s - 50.0).abs() < 1e-9);
         assert!((f.nodes[2].cpu_us_per_op - 10_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn preemption_and_tail_survive_json_and_merging() {
+        let mut r = Recorder::default();
+        let retried = OpCounters {
+            retry_causes: RetryCounts {
+                cas_failed: 1,
+                helped: 2,
+                ..RetryCounts::default()
+            },
+            backoff_us: 40,
+            scan_ns: 3_000,
+            migrations: 1,
+            ..op(4, 100)
+        };
+        for i in 0..1_000u64 {
+            // Every tenth operation is preempted and takes 1 ms; the 1 %
+            // slowest are the ten that also retried and took 5 ms.
+            let (latency, preempted, cost) = match (i % 100, i % 10) {
+                (0, _) => (5_000, true, retried),
+                (_, 0) => (1_000, true, op(2, 10)),
+                _ => (10, false, op(2, 10)),
+            };
+            r.ok(
+                OpKind::Put,
+                Duration::from_micros(latency),
+                true,
+                preempted,
+                &cost,
+            );
+        }
+        let report = NodeReport::new(1, r, 1.0, 0.5, PreloadReport::default());
+        let back: NodeReport =
+            serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(back.put.preempted, 100);
+        assert_eq!(back.put.unpreempted_latency_ns.0.len(), 900);
+        assert_eq!(back.put.tail, report.put.tail);
+        let (f, merged) = summarize(&[report, back], 1, 0.0, 0.0).unwrap();
+        assert_eq!(merged.put.tail.ops(), 2_000);
+        assert_eq!(f.put.preempted, 200);
+        assert!((f.put.preempted_share - 0.1).abs() < 1e-9);
+        assert!(
+            f.put.p999_us > 4_000.0 && f.put.unpreempted_p999_us < 11.0,
+            "{:?}",
+            f.put
+        );
+        let s = &f.put.slowest_1pct;
+        assert_eq!(s.ops, 20);
+        assert!((s.preempted_share - 1.0).abs() < 1e-9);
+        assert!((s.retries - 3.0).abs() < 1e-9 && (s.backoff_us - 40.0).abs() < 1e-9);
+        assert!((s.scan_us - 3.0).abs() < 1e-9 && (s.migrations - 1.0).abs() < 1e-9);
+        assert_eq!(s.top_cause.as_deref(), Some("helped"));
+        assert!((s.mean_us - 5_000.0).abs() <= 5_000.0 * crate::tail::RESOLUTION);
+        // The whole summary survives results.json too.
+        let json = serde_json::to_string(&f).unwrap();
+        let again: RunFigures = serde_json::from_str(&json).unwrap();
+        assert_eq!(again.put.slowest_1pct, f.put.slowest_1pct);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::proc::die_with_parent;
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use crate::system;
+use crate::tail::{self, SwitchReader};
 use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
 use nessie::bootstrap::{Launch, Overrides};
 use nessie::{Config, FabricConfig, KvClient};
@@ -349,6 +350,8 @@ struct Phase<'a> {
     end: Instant,
     stop: &'a AtomicBool,
     ops: &'a AtomicU64,
+    /// Reads the worker thread's involuntary context switches.
+    switches: SwitchReader,
 }
 
 struct WorkerOut {
@@ -411,6 +414,11 @@ fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<Worke
         }
         let (kind, index) = stream.next_op();
         workload::write_key(index, &mut key);
+        // Read right around the timed window, not inside it (each reading
+        // is a system call). One reading cannot serve as both the previous
+        // operation's end and this one's start: the bookkeeping and, in the
+        // open loop, the wait for the arrival run in between.
+        let switches_before = if measuring { (p.switches)() } else { None };
         let t0 = Instant::now();
         let result = match kind {
             OpKind::Get => client.get_into(&key, &mut out),
@@ -421,13 +429,18 @@ fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<Worke
             }
         };
         let done = Instant::now();
+        let switches_after = if measuring { (p.switches)() } else { None };
         let stats = client.stats();
         if measuring {
             match result {
                 Ok(found) => {
                     let op = store_op(kind);
-                    let cost = stats.of(op).verbs - last_stats.of(op).verbs;
-                    rec.ok(kind, done - t0, found, cost);
+                    let cost = OpCounters::delta(stats.of(op), last_stats.of(op));
+                    let preempted = matches!(
+                        (switches_before, switches_after),
+                        (Some(b), Some(a)) if a > b
+                    );
+                    rec.ok(kind, done - t0, found, preempted, &cost);
                 }
                 Err(e) => rec.error(kind, &e),
             }
@@ -493,6 +506,26 @@ fn measure(
     commands: &Commands,
     preload: PreloadReport,
 ) -> Result<NodeReport> {
+    measure_with(
+        spec,
+        node,
+        clients,
+        commands,
+        preload,
+        tail::involuntary_switches,
+    )
+}
+
+/// [`measure`] with the reader of the workers' involuntary context switches
+/// given (the tests script it).
+fn measure_with(
+    spec: &RunSpec,
+    node: usize,
+    clients: &mut [Box<dyn KvClient>],
+    commands: &Commands,
+    preload: PreloadReport,
+    switches: SwitchReader,
+) -> Result<NodeReport> {
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
     let start = Instant::now();
@@ -506,6 +539,7 @@ fn measure(
         end: warm_end + Duration::from_millis(spec.duration_ms),
         stop: &stop,
         ops: &ops,
+        switches,
     };
     let mut cpu_at_warm = None;
     let mut aborted = false;
@@ -634,6 +668,59 @@ mod tests {
             report.elapsed_s
         );
         assert_eq!(report.get.counters.ops, report.get.ok);
+    }
+
+    thread_local! {
+        static READINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A scripted switch count: operation `k` (readings `2k` before and
+    /// `2k + 1` after it) is preempted when `k % 3 == 0`; the count of
+    /// such operations so far, before or after `k`.
+    fn every_third_preempted() -> u64 {
+        let n = READINGS.with(|r| r.replace(r.get() + 1));
+        let k = n / 2;
+        if n % 2 == 0 {
+            k.div_ceil(3)
+        } else {
+            k / 3 + 1
+        }
+    }
+
+    #[test]
+    fn preemption_is_counted_per_operation() {
+        let (spec, mut clients) = null_run(0, 50);
+        let one = &mut clients[..1];
+        let report = measure_with(
+            &spec,
+            0,
+            one,
+            &Commands::new(false),
+            PreloadReport::default(),
+            || Some(every_third_preempted()),
+        )
+        .unwrap();
+        let ops = report.get.ok + report.put.ok;
+        assert!(ops > 10);
+        assert_eq!(report.get.preempted + report.put.preempted, ops.div_ceil(3));
+        for k in [&report.get, &report.put] {
+            assert_eq!(k.unpreempted_latency_ns.0.len() + k.preempted, k.ok);
+            assert_eq!(k.tail.ops(), k.ok);
+            let tail_preempted: u64 = k.tail.buckets().iter().map(|b| b.preempted).sum();
+            assert_eq!(tail_preempted, k.preempted);
+        }
+        // A reader that cannot tell counts nothing as preempted.
+        let report = measure_with(
+            &spec,
+            0,
+            one,
+            &Commands::new(false),
+            PreloadReport::default(),
+            || None,
+        )
+        .unwrap();
+        assert_eq!(report.get.preempted + report.put.preempted, 0);
+        assert_eq!(report.put.unpreempted_latency_ns.0.len(), report.put.ok);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod energy;
 pub mod job;
 pub mod peers;
 pub mod sweep;
+mod tails;
 pub mod zipf;
 
 pub use breakdown::BreakdownArgs;
@@ -613,18 +614,22 @@ pub fn run_at(
         .map(|(_, f)| f)
 }
 
-/// Adds the summary table and figures of `done`, runs of `workload`.
+/// Adds the summary table, the tail tables and the figures of `done`, runs
+/// of `workload`.
 pub fn add_summary(report: &mut Report, workload: &WorkloadSpec, done: &[Done]) {
     report.tables.push(summary_table(
         "summary",
         &format!("Summary: {}", workload.describe()),
         done,
     ));
+    report.tables.push(tails::tail_table(done));
+    report.tables.push(tails::preemption_table(done));
     report.figures.extend(summary_figures("", done));
 }
 
 /// The summary table of a set of runs (compare, peers): throughput,
-/// goodput, latency, cost per operation, CPU.
+/// goodput, latency, cost per operation, CPU; the CSV also has the tail
+/// figures (preemption, the slowest 1 % and 0.1 %), after those.
 #[must_use]
 pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
     let mut t = Table::new(
@@ -649,6 +654,9 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
             "errors",
         ],
     );
+    let tail = tails::summary_columns();
+    t.csv_only = tail.len();
+    t.columns.extend(tail);
     for d in done {
         let Some(f) = d.figures() else {
             let why = match d.record.status {
@@ -660,24 +668,29 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
             t.row(row);
             continue;
         };
-        t.row(vec![
-            d.record.system.label().to_owned(),
-            num(f.throughput_ops_s / 1e3),
-            num(f.goodput_mb_s),
-            num(f.get.p50_us),
-            num(f.get.p99_us),
-            num(f.get.p999_us),
-            num(f.put.p50_us),
-            num(f.put.p99_us),
-            num(f.put.p999_us),
-            num(f.get.verbs_per_op),
-            num(f.put.verbs_per_op),
-            num(f.get.remote_bytes_per_op),
-            num(f.put.remote_bytes_per_op),
-            num(f.cpu_us_per_op),
-            num(f.cpu_util_per_node),
-            f.all.errors.to_string(),
-        ]);
+        t.row(
+            vec![
+                d.record.system.label().to_owned(),
+                num(f.throughput_ops_s / 1e3),
+                num(f.goodput_mb_s),
+                num(f.get.p50_us),
+                num(f.get.p99_us),
+                num(f.get.p999_us),
+                num(f.put.p50_us),
+                num(f.put.p99_us),
+                num(f.put.p999_us),
+                num(f.get.verbs_per_op),
+                num(f.put.verbs_per_op),
+                num(f.get.remote_bytes_per_op),
+                num(f.put.remote_bytes_per_op),
+                num(f.cpu_us_per_op),
+                num(f.cpu_util_per_node),
+                f.all.errors.to_string(),
+            ]
+            .into_iter()
+            .chain(tails::summary_cells(f))
+            .collect(),
+        );
     }
     t
 }

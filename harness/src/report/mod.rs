@@ -60,6 +60,13 @@ pub struct Table {
     pub columns: Vec<String>,
     /// Rows of formatted cells.
     pub rows: Vec<Vec<String>>,
+    /// How many trailing columns go to the CSV only: a markdown table that
+    /// wide would not be read, and another table shows their figures.
+    #[serde(default)]
+    pub csv_only: usize,
+    /// Sentences shown under the table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Table {
@@ -71,6 +78,8 @@ impl Table {
             title: title.to_owned(),
             columns: columns.iter().map(|&c| c.to_owned()).collect(),
             rows: Vec::new(),
+            csv_only: 0,
+            notes: Vec::new(),
         }
     }
 
@@ -98,27 +107,23 @@ impl Table {
         out
     }
 
-    /// The table in markdown.
+    /// The table in markdown (without its CSV-only columns).
     #[must_use]
     pub fn markdown(&self) -> String {
         let mut out = String::new();
-        let esc = |s: &str| s.replace('|', "\\|");
-        let _ = writeln!(
-            out,
-            "| {} |",
-            self.columns
+        let shown = self.columns.len().saturating_sub(self.csv_only);
+        let line = |cells: &[String]| {
+            cells
                 .iter()
-                .map(|c| esc(c))
+                .take(shown)
+                .map(|c| c.replace('|', "\\|"))
                 .collect::<Vec<_>>()
                 .join(" | ")
-        );
-        let _ = writeln!(out, "|{}", "---|".repeat(self.columns.len()));
+        };
+        let _ = writeln!(out, "| {} |", line(&self.columns));
+        let _ = writeln!(out, "|{}", "---|".repeat(shown));
         for r in &self.rows {
-            let _ = writeln!(
-                out,
-                "| {} |",
-                r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | ")
-            );
+            let _ = writeln!(out, "| {} |", line(r));
         }
         out
     }
@@ -299,6 +304,9 @@ impl Report {
         println!("setup: {}\n", self.setup);
         for t in &self.tables {
             println!("{}\n\n{}", t.title, t.markdown());
+            for n in &t.notes {
+                println!("{n}\n");
+            }
         }
         for c in &self.comparisons {
             println!(
@@ -415,6 +423,9 @@ impl Report {
                 t.markdown(),
                 t.name
             );
+            for n in &t.notes {
+                let _ = writeln!(md, "{n}\n");
+            }
         }
         if !self.figures.is_empty() {
             let _ = writeln!(md, "## Figures\n");
@@ -594,6 +605,25 @@ mod tests {
         assert!(md.contains("| CD | 1,000 |"));
         assert!(md.contains("shape holds"));
         assert!(md.contains("![throughput](throughput.svg)"));
+    }
+
+    #[test]
+    fn csv_only_columns_and_table_notes() {
+        let mut t = Table::new("wide", "Wide", &["system", "ops/s", "extra"]);
+        t.csv_only = 1;
+        t.row(vec!["CD".into(), "5".into(), "7".into()]);
+        t.notes.push("CD is fast.".into());
+        assert_eq!(t.csv(), "system,ops/s,extra\nCD,5,7\n");
+        assert_eq!(t.markdown(), "| system | ops/s |\n|---|---|\n| CD | 5 |\n");
+        let mut r = Report::new("compare", "test", serde_json::json!({}));
+        r.tables.push(t);
+        let md = r.markdown();
+        assert!(md.contains("(`wide.csv`)\n\nCD is fast."), "{md}");
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(
+            (back.tables[0].csv_only, back.tables[0].notes.len()),
+            (1, 1)
+        );
     }
 
     #[test]
