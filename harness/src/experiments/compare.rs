@@ -135,6 +135,9 @@ pub fn run(args: CompareArgs) -> Result<i32> {
             ctx.common.nodes
         ));
     }
+    if systems.contains(&StoreKind::Lmdb) {
+        report.notes.push(super::peers::LMDB_NOTE.into());
+    }
     ctx.finish(report)
 }
 

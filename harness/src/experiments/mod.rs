@@ -458,7 +458,7 @@ impl Ctx {
                 };
                 bar.set_message(format!("{head}: {}{rate}", p.phase));
             };
-            let result = match crate::system::check_available(spec.system) {
+            let result = match cluster::check_runnable(&spec, &self.launching) {
                 Err(e) => Err(e),
                 Ok(()) => cluster::run(&self.exe, &spec, &self.launching, &dir, &mut on_progress),
             };
@@ -517,16 +517,16 @@ impl Ctx {
     /// # Errors
     /// [`HarnessError::Io`] if the report cannot be written.
     pub fn finish(self, mut report: Report) -> Result<i32> {
-        for s in report
+        // Each distinct reason once: a system skipped at every point of a
+        // grid is skipped for the same reason each time.
+        for why in report
             .runs
             .iter()
             .filter(|r| r.status == RunStatus::Skipped)
-            .map(|r| r.system)
+            .filter_map(|r| r.reason.clone())
             .collect::<std::collections::BTreeSet<_>>()
         {
-            if let Err(e) = crate::system::check_available(s) {
-                report.notes.push(format!("skipped: {e}"));
-            }
+            report.notes.push(format!("skipped: {why}"));
         }
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let threads = usize::from(self.common.nodes) * usize::from(self.common.threads);
