@@ -139,7 +139,7 @@ fn a_peers_run_of_lmdb_measures_and_cleans_up() {
         notes.contains("LMDB runs inside the node processes"),
         "{notes}"
     );
-    for f in ["latency.svg"] {
+    for f in ["latency.svg", "latency-cdf-get.svg", "latency-cdf-put.svg"] {
         assert!(dir.join(f).exists(), "{f}");
     }
     assert!(leftover_shm(pid).is_empty(), "{:?}", leftover_shm(pid));

@@ -5,7 +5,7 @@
 //! LMDB when a launcher may place nodes on other hosts. The paper has no
 //! such experiment; this places the store among familiar ones.
 
-use super::{add_summary, Common, Ctx, PointArgs};
+use super::{add_latency_cdfs, add_summary, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -54,6 +54,7 @@ pub fn run(args: PeersArgs) -> Result<i32> {
     let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     add_summary(&mut report, &workload, &done);
+    add_latency_cdfs(&mut report, "", &done);
     if systems.iter().any(|s| s.is_peer()) {
         report.notes.push(format!(
             "Redis and memcached run as one server process listening on {host} (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
