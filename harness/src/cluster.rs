@@ -38,6 +38,7 @@ use crate::proc::{failed, interrupted, process_cpu_secs, tail, ChildGuard, Line,
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use nessie::{Config, FabricConfig};
+use nessie_examples::StoreKind;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -507,10 +508,26 @@ fn power_figures(o: power_ipmi::Outcome, ops: u64) -> PowerFigures {
     f
 }
 
+/// Whether `spec` can run on this machine under `launching`: its system
+/// is available ([`crate::system::check_available`]) and, for LMDB, every
+/// node runs on this host and its keys fit.
+///
+/// # Errors
+/// [`HarnessError::NotAvailable`] saying why not.
+pub fn check_runnable(spec: &RunSpec, launching: &Launching) -> Result<()> {
+    crate::system::check_available(spec.system)?;
+    if spec.system == StoreKind::Lmdb {
+        crate::lmdb::check_keys(spec.workload.key_size)?;
+        crate::lmdb::check_host(launching.program().map(|_| launching.peer_host()))?;
+    }
+    Ok(())
+}
+
 /// Prepares run `spec` with `files`: the cluster's name and
 /// configuration, its shm files (with the marker launched nodes look for)
 /// or its tcp/verbs secret and (for nodes of this host) rendezvous, a peer server
-/// for Redis and memcached on `launching`'s peer host, and the config and
+/// for Redis and memcached on `launching`'s peer host, LMDB's environment
+/// in a fresh `/dev/shm` directory of the cluster's name, and the config and
 /// spec files the node processes read. Returns the spec the nodes get (with
 /// the peer's address), the configuration, and the guard.
 fn prepare(
@@ -519,7 +536,7 @@ fn prepare(
     files: &RunFiles,
 ) -> Result<(RunSpec, Config, ClusterGuard)> {
     spec.validate()?;
-    crate::system::check_available(spec.system)?;
+    check_runnable(spec, launching)?;
     let run_dir = &files.dir;
     std::fs::create_dir_all(run_dir).map_err(HarnessError::io("creating", run_dir))?;
     let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
@@ -553,6 +570,15 @@ fn prepare(
                 *rendezvous = Some(format!("127.0.0.1:{port}"));
             }
         }
+    }
+    if spec.system == StoreKind::Lmdb {
+        // Named like a cluster's shm directory, so the guard removes it and
+        // a killed harness's is swept.
+        let dir = config.shm_dir();
+        remove_cluster_shm(&cluster, &dir);
+        guard.shm = Some((cluster.clone(), dir.clone()));
+        let threads = spec.nodes * spec.clients_per_node;
+        spec.lmdb = Some(crate::lmdb::prepare(&spec.workload, threads, &dir)?);
     }
     if spec.system.is_peer() {
         let bytes = spec.workload.keys * (spec.workload.value_size + spec.workload.key_size) as u64;

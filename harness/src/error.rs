@@ -58,6 +58,9 @@ pub enum HarnessError {
         /// What went wrong.
         why: String,
     },
+    /// The LMDB environment of a run cannot be made or used.
+    #[error("LMDB: {0}")]
+    Lmdb(#[from] lmdb_kv::LmdbError),
     /// A child spoke something the protocol does not know.
     #[error("node protocol: {0}")]
     Protocol(String),

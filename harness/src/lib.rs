@@ -1,7 +1,7 @@
 //! # harness: `nessie-bench`
 //!
 //! Drives the client-driven store (`nessie`, CD) and its server-driven (SD)
-//! and hybrid (HY) baselines — and, for reference, Redis and memcached — with
+//! and hybrid (HY) baselines — and, for reference, Redis, memcached and LMDB — with
 //! the same YCSB-style workloads, and reproduces the experiments of the Nessie
 //! paper (§6, Figs. 4–14 and Table 1), one subcommand each.
 //!
@@ -17,6 +17,7 @@
 //! * [`proc`] — child processes (one guard that kills a process group),
 //!   signals, stderr tails.
 //! * [`peers`] — Redis and memcached servers.
+//! * [`lmdb`] — the LMDB environment the node processes of a run share.
 //! * [`system`] — the stores ([`nessie_examples::StoreKind`]) behind one
 //!   [`system::NodeHandle`] abstraction that hands out boxed
 //!   [`nessie::KvClient`]s.
@@ -35,14 +36,15 @@
 //! * [`experiments`] — the subcommands.
 //!
 //! Modules depend downwards in this list's reverse order of use: error and
-//! workload at the bottom, then proc, peers, system, launcher, spec,
-//! tail, measure, protocol, cluster and node, report and paper, experiments on
-//! top.
+//! workload at the bottom, then proc, peers, lmdb, system, launcher, spec,
+//! tail, measure, protocol, cluster and node, report and paper, experiments
+//! on top.
 
 pub mod cluster;
 pub mod error;
 pub mod experiments;
 pub mod launcher;
+pub mod lmdb;
 pub mod measure;
 pub mod node;
 pub mod paper;

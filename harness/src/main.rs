@@ -43,8 +43,9 @@ enum Cmd {
     /// Fig. 14: power (RAPL/IPMI where the host allows) and CPU cost at
     /// fractions of peak load.
     Energy(EnergyArgs),
-    /// The same workload against Redis and memcached (on loopback, or on
-    /// `--peer-host` under a launcher).
+    /// CD beside Redis and memcached (on loopback, or on `--peer-host`
+    /// under a launcher) and LMDB (one environment in /dev/shm shared by the
+    /// node processes), on the same workload.
     Peers(PeersArgs),
     /// Faults on a multi-process cluster: kills, stalls longer than expiry,
     /// full data tables, a crowded index; checks linearizability and wedges.

@@ -243,7 +243,8 @@ fn run(args: &NodeArgs, placed: &mut Option<usize>) -> Result<()> {
     *placed = Some(node_id);
     let config = configure(args, &launch, &spec)?;
     let commands = Commands::new(!args.no_barrier);
-    let node = system::start_node(spec.system, &config, node_id, spec.peer.as_ref())?;
+    let (peer, lmdb) = (spec.peer.as_ref(), spec.lmdb.as_ref());
+    let node = system::start_run_node(spec.system, &config, node_id, peer, lmdb)?;
     let mut clients = (0..spec.clients_per_node)
         .map(|_| node.client())
         .collect::<Result<Vec<_>>>()?;

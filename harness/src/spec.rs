@@ -4,6 +4,7 @@
 
 use crate::error::{HarnessError, Result};
 use crate::launcher::{self, Fabric};
+use crate::lmdb::LmdbTarget;
 use crate::peers::PeerTarget;
 use crate::workload::WorkloadSpec;
 use nessie::{Config, Optimizations, MIN_CLASS_BYTES};
@@ -75,6 +76,9 @@ pub struct RunSpec {
     pub load_factor: f64,
     /// Where a peer server listens (Redis, memcached); set by the harness.
     pub peer: Option<PeerTarget>,
+    /// The run's LMDB environment (LMDB); set by the harness.
+    #[serde(default)]
+    pub lmdb: Option<LmdbTarget>,
     /// Sample the host's power (RAPL, IPMI) over the measured phase.
     #[serde(default)]
     pub measure_power: bool,
@@ -101,6 +105,7 @@ impl RunSpec {
             optimizations: Optimizations::default(),
             load_factor: PAPER_LOAD_FACTOR,
             peer: None,
+            lmdb: None,
             measure_power: false,
             fabric: Fabric::Shm,
         }

@@ -3,11 +3,13 @@
 //! started in a node process and hands out boxed [`KvClient`]s, one per
 //! worker thread.
 //!
-//! CD, SD and HY are built in (`nessie`, `nessie-sd`, `nessie-hy`); Redis
-//! and memcached report [`HarnessError::NotAvailable`] when their server is
-//! not installed, and the experiments skip them with that message.
+//! CD, SD and HY are built in (`nessie`, `nessie-sd`, `nessie-hy`), and so
+//! is LMDB (`lmdb-kv`, whose environment the harness makes for each run);
+//! Redis and memcached report [`HarnessError::NotAvailable`] when their
+//! server is not installed, and the experiments skip them with that message.
 
 use crate::error::{HarnessError, Result};
+use crate::lmdb::LmdbTarget;
 use crate::peers::{self, PeerTarget};
 use nessie::{Config, KvClient};
 use nessie_examples::StoreKind;
@@ -42,7 +44,8 @@ pub trait NodeHandle: Send + Sync + fmt::Debug {
 ///
 /// For the nessie stores this creates the node's regions and maps its
 /// peers' (waiting up to `config.attach_timeout` for them); for peer servers
-/// it only remembers where the server listens.
+/// it only remembers where the server listens. LMDB needs
+/// [`start_run_node`].
 ///
 /// # Errors
 /// [`HarnessError::NotAvailable`] for a peer server that is not installed,
@@ -52,6 +55,23 @@ pub fn start_node(
     config: &Config,
     node_id: usize,
     peer: Option<&PeerTarget>,
+) -> Result<Box<dyn NodeHandle>> {
+    start_run_node(system, config, node_id, peer, None)
+}
+
+/// [`start_node`] with everything a run's spec may name: the peer server
+/// (Redis, memcached) and the LMDB environment, which an LMDB node opens.
+///
+/// # Errors
+/// As [`start_node`]; for LMDB, [`HarnessError::Usage`] without `lmdb`
+/// and [`HarnessError::Lmdb`] if the environment is missing (a node on
+/// another host than the harness) or cannot be opened.
+pub fn start_run_node(
+    system: StoreKind,
+    config: &Config,
+    node_id: usize,
+    peer: Option<&PeerTarget>,
+    lmdb: Option<&LmdbTarget>,
 ) -> Result<Box<dyn NodeHandle>> {
     check_available(system)?;
     match system {
@@ -73,12 +93,20 @@ pub fn start_node(
             })?;
             Ok(Box::new(PeerNode { system, target }))
         }
+        StoreKind::Lmdb => {
+            let target = lmdb.ok_or_else(|| {
+                HarnessError::Usage("LMDB needs the directory of its environment".into())
+            })?;
+            let store = lmdb_kv::LmdbStore::open(&target.dir, &target.options())?;
+            Ok(store_node(store, |s| Ok(Box::new(s.client()))))
+        }
         StoreKind::Null => Ok(Box::new(NullNode::default())),
     }
 }
 
-/// A node of one of the nessie stores (CD, SD, HY), with how to get a
-/// client of it; SD's and HY's server workers run while it lives.
+/// A node of one of the nessie stores (CD, SD, HY) or this process's
+/// handle on the LMDB environment, with how to get a client of it; SD's
+/// and HY's server workers run while it lives.
 #[derive(Debug)]
 struct StoreNode<N> {
     node: N,
@@ -197,5 +225,44 @@ mod tests {
     fn a_cd_node_needs_the_shm_fabric() {
         let e = start_node(StoreKind::Cd, &Config::default(), 0, None).unwrap_err();
         assert!(e.to_string().contains("shm"), "{e}");
+    }
+
+    #[test]
+    fn an_lmdb_node_needs_its_environment() {
+        let e = start_node(StoreKind::Lmdb, &Config::default(), 0, None).unwrap_err();
+        assert!(matches!(e, HarnessError::Usage(_)), "{e}");
+        let tmp = tempfile::tempdir().unwrap();
+        let target = LmdbTarget {
+            dir: tmp.path().join("never-made"),
+            map_bytes: 64 << 20,
+            max_readers: 8,
+        };
+        let e = start_run_node(StoreKind::Lmdb, &Config::default(), 0, None, Some(&target))
+            .unwrap_err();
+        assert!(
+            matches!(e, HarnessError::Lmdb(lmdb_kv::LmdbError::Missing { .. })),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn lmdb_clients_of_a_node_share_its_environment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = crate::workload::WorkloadSpec {
+            keys: 10,
+            value_size: 100,
+            ..crate::workload::WorkloadSpec::default()
+        };
+        let target = crate::lmdb::prepare(&w, 2, &tmp.path().join("env")).unwrap();
+        let node =
+            start_run_node(StoreKind::Lmdb, &Config::default(), 0, None, Some(&target)).unwrap();
+        let (mut a, mut b) = (node.client().unwrap(), node.client().unwrap());
+        a.put(b"k", b"v").unwrap();
+        assert_eq!(b.get(b"k").unwrap(), Some(b"v".to_vec()));
+        assert!(b.delete(b"k").unwrap());
+        assert_eq!(a.get(b"k").unwrap(), None);
+        let s = a.stats();
+        assert_eq!((s.get.ops, s.get.verbs.remote_bytes), (1, 0));
+        assert_eq!(s.put.verbs.round_trips, 0);
     }
 }

@@ -45,10 +45,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 use text_kv::TextClient;
 
-/// A store: the three of the paper, the two reference servers, and no
-/// store at all. The one list of stores for the jobs here and for the
+/// A store: the three of the paper, the two reference servers, LMDB, and
+/// no store at all. The one list of stores for the jobs here and for the
 /// harness (`nessie-bench`), whose spec files and flags use the lowercase
-/// names (`cd`, `sd`, `hy`, `redis`, `memcached`, `null`).
+/// names (`cd`, `sd`, `hy`, `redis`, `memcached`, `lmdb`, `null`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -64,6 +64,9 @@ pub enum StoreKind {
     Redis,
     /// A memcached server, over its text protocol (the harness only).
     Memcached,
+    /// One LMDB environment that the node processes of one host share, in
+    /// `/dev/shm` (the harness only).
+    Lmdb,
     /// No store: a per-process in-memory map, which measures the harness's
     /// own overhead (the harness only).
     Null,
@@ -91,6 +94,7 @@ impl StoreKind {
             StoreKind::Hy => "HY",
             StoreKind::Redis => "Redis",
             StoreKind::Memcached => "memcached",
+            StoreKind::Lmdb => "LMDB",
             StoreKind::Null => "null",
         }
     }
@@ -147,9 +151,10 @@ impl FromStr for StoreKind {
             "hy" => Ok(StoreKind::Hy),
             "redis" => Ok(StoreKind::Redis),
             "memcached" => Ok(StoreKind::Memcached),
+            "lmdb" => Ok(StoreKind::Lmdb),
             "null" => Ok(StoreKind::Null),
             _ => Err(JobError::Spec(format!(
-                "unknown store {s:?} (cd, sd, hy, redis, memcached or null)"
+                "unknown store {s:?} (cd, sd, hy, redis, memcached, lmdb or null)"
             ))),
         }
     }
@@ -279,7 +284,9 @@ impl LocalCluster {
                 addr: redis_addr(redis)?,
                 nodes: config.nodes,
             },
-            StoreKind::Memcached | StoreKind::Null => return Err(no_jobs_on(kind)),
+            StoreKind::Memcached | StoreKind::Lmdb | StoreKind::Null => {
+                return Err(no_jobs_on(kind))
+            }
         })
     }
 
@@ -364,7 +371,9 @@ impl StoreNode {
             StoreKind::Sd => StoreNode::Sd(nessie_sd::Node::start(config, node_id).map_err(err)?),
             StoreKind::Hy => StoreNode::Hy(nessie_hy::Node::start(config, node_id).map_err(err)?),
             StoreKind::Redis => StoreNode::Redis(redis_addr(redis)?),
-            StoreKind::Memcached | StoreKind::Null => return Err(no_jobs_on(kind)),
+            StoreKind::Memcached | StoreKind::Lmdb | StoreKind::Null => {
+                return Err(no_jobs_on(kind))
+            }
         })
     }
 
@@ -510,6 +519,9 @@ mod tests {
         assert_eq!("CD".parse::<StoreKind>().unwrap(), StoreKind::Cd);
         assert_eq!("redis".parse::<StoreKind>().unwrap(), StoreKind::Redis);
         assert_eq!("null".parse::<StoreKind>().unwrap(), StoreKind::Null);
+        assert_eq!("LMDB".parse::<StoreKind>().unwrap(), StoreKind::Lmdb);
+        assert!(!StoreKind::Lmdb.runs_jobs() && !StoreKind::Lmdb.is_peer());
+        assert!(StoreKind::Lmdb.shares_data());
         assert!("mongo".parse::<StoreKind>().is_err());
         assert!(!StoreKind::Memcached.runs_jobs());
         assert!(StoreKind::Redis.runs_jobs() && !StoreKind::Redis.is_nessie());

@@ -2,7 +2,7 @@
 //! 90 % GETs, uniform keys), with the summary table and plots; with
 //! `--with-peers`, Redis and memcached in the same table.
 
-use super::{add_summary, throughput_of, Common, Ctx, PointArgs};
+use super::{add_latency_cdfs, add_summary, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper;
 use crate::paper::{judge, ClaimId};
@@ -56,6 +56,7 @@ pub fn run(args: CompareArgs) -> Result<i32> {
     let (mut report, specs) = ctx.one_run_each("compare", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     add_summary(&mut report, &workload, &done);
+    add_latency_cdfs(&mut report, "", &done);
 
     let (cd, sd, hy) = (
         throughput_of(&done, StoreKind::Cd),
@@ -134,6 +135,9 @@ pub fn run(args: CompareArgs) -> Result<i32> {
             "Redis and memcached run as one server process on the harness's host, listening on {host} (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
             ctx.common.nodes
         ));
+    }
+    if systems.contains(&StoreKind::Lmdb) {
+        report.notes.push(super::peers::LMDB_NOTE.into());
     }
     ctx.finish(report)
 }

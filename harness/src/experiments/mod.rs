@@ -459,7 +459,7 @@ impl Ctx {
                 };
                 bar.set_message(format!("{head}: {}{rate}", p.phase));
             };
-            let result = match crate::system::check_available(spec.system) {
+            let result = match cluster::check_runnable(&spec, &self.launching) {
                 Err(e) => Err(e),
                 Ok(()) => cluster::run(&self.exe, &spec, &self.launching, &dir, &mut on_progress),
             };
@@ -518,16 +518,16 @@ impl Ctx {
     /// # Errors
     /// [`HarnessError::Io`] if the report cannot be written.
     pub fn finish(self, mut report: Report) -> Result<i32> {
-        for s in report
+        // Each distinct reason once: a system skipped at every point of a
+        // grid is skipped for the same reason each time.
+        for why in report
             .runs
             .iter()
             .filter(|r| r.status == RunStatus::Skipped)
-            .map(|r| r.system)
+            .filter_map(|r| r.reason.clone())
             .collect::<std::collections::BTreeSet<_>>()
         {
-            if let Err(e) = crate::system::check_available(s) {
-                report.notes.push(format!("skipped: {e}"));
-            }
+            report.notes.push(format!("skipped: {why}"));
         }
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let threads = usize::from(self.common.nodes) * usize::from(self.common.threads);
@@ -745,6 +745,62 @@ pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
     vec![tp, lat, bytes]
 }
 
+/// Most points a latency CDF keeps per line: enough for a smooth curve,
+/// few enough to keep results.json and the SVGs small.
+const CDF_POINTS: usize = 400;
+
+/// The latency CDFs of `done`'s measured runs, one figure for GETs and one
+/// for PUTs, one line per run (named by its system), in µs on a log axis.
+#[must_use]
+pub fn latency_cdfs(prefix: &str, done: &[Done]) -> Vec<Figure> {
+    crate::workload::OpKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let name = kind.name();
+            let mut fig = Figure::new(
+                &format!("{prefix}latency-cdf-{}", name.to_ascii_lowercase()),
+                &format!("{name} latency CDF"),
+                FigureKind::Cdf,
+                "µs",
+                &format!("fraction of {name}s"),
+            );
+            for d in done {
+                let Some(merged) = &d.merged else { continue };
+                let h = &merged.kind(kind).latency_ns;
+                if h.0.is_empty() {
+                    continue;
+                }
+                let points = thin(h.cdf(), CDF_POINTS)
+                    .into_iter()
+                    .map(|(ns, q)| (ns / 1e3, q))
+                    .collect();
+                fig.series(d.record.system.label(), points);
+            }
+            fig
+        })
+        .collect()
+}
+
+/// Adds [`latency_cdfs`] of `done` to `report`.
+pub fn add_latency_cdfs(report: &mut Report, prefix: &str, done: &[Done]) {
+    report.figures.extend(latency_cdfs(prefix, done));
+}
+
+/// At most about `max` of `points`, evenly spaced by index, always keeping
+/// the last (the maximum, where a CDF reaches 1).
+fn thin(points: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
+    let step = points.len().div_ceil(max.max(1)).max(1);
+    if step == 1 {
+        return points;
+    }
+    let last = points.last().copied();
+    let mut kept: Vec<(f64, f64)> = points.into_iter().step_by(step).collect();
+    if kept.last().copied() != last {
+        kept.extend(last);
+    }
+    kept
+}
+
 /// Throughput of the first measured run of `system` among `done`.
 #[must_use]
 pub fn throughput_of(done: &[Done], system: StoreKind) -> Option<f64> {
@@ -756,6 +812,30 @@ pub fn throughput_of(done: &[Done], system: StoreKind) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_figures_get_log_axes() {
+        let figs = summary_figures("", &[]);
+        let of = |name: &str| figs.iter().find(|f| f.name == name).unwrap();
+        assert!(of("latency").log_y());
+        assert!(!of("throughput").log_y() && !of("bytes").log_y());
+        let cdfs = latency_cdfs("", &[]);
+        let names: Vec<&str> = cdfs.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["latency-cdf-get", "latency-cdf-put"]);
+        assert!(cdfs.iter().all(|f| f.log_x() && f.kind == FigureKind::Cdf));
+    }
+
+    #[test]
+    fn cdfs_are_thinned_to_their_end() {
+        let points: Vec<(f64, f64)> = (1..=1000)
+            .map(|i| (f64::from(i), f64::from(i) / 1e3))
+            .collect();
+        let kept = thin(points.clone(), 400);
+        assert!(kept.len() <= 401, "{}", kept.len());
+        assert_eq!(kept.first(), points.first());
+        assert_eq!(kept.last(), Some(&(1000.0, 1.0)));
+        assert_eq!(thin(points[..10].to_vec(), 400).len(), 10);
+    }
 
     #[test]
     fn sizes_and_fractions_parse() {

@@ -1,9 +1,11 @@
 //! `peers`: the same workload against Redis and memcached (on loopback, or
-//! under a launcher on `--peer-host`), with CD as the reference point. Servers that are not installed are skipped
-//! with a note. The paper has no such experiment; this places the store
-//! among familiar ones.
+//! under a launcher on `--peer-host`) and LMDB (one environment in
+//! `/dev/shm` that the node processes share), with CD as the reference
+//! point. Servers that are not installed are skipped with a note, and so is
+//! LMDB when a launcher may place nodes on other hosts. The paper has no
+//! such experiment; this places the store among familiar ones.
 
-use super::{add_summary, Common, Ctx, PointArgs};
+use super::{add_latency_cdfs, add_summary, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -19,6 +21,17 @@ pub struct PeersArgs {
     pub point: PointArgs,
 }
 
+/// The systems `peers` runs without `--systems`.
+pub const DEFAULT_SYSTEMS: [StoreKind; 4] = [
+    StoreKind::Cd,
+    StoreKind::Redis,
+    StoreKind::Memcached,
+    StoreKind::Lmdb,
+];
+
+/// The note on how LMDB runs and what its columns mean.
+pub const LMDB_NOTE: &str = "LMDB runs inside the node processes: one environment in a fresh /dev/shm directory that every node opens (NO_SYNC, NO_META_SYNC, a map of twice the data plus 64 MiB, a reader slot per worker thread). A GET is a lock-free read transaction whose value is copied into the worker's buffer; a PUT is one write transaction, and LMDB admits one writer at a time across all processes. Nothing crosses a network: its net B/op are 0, and its verbs/op count the one local copy of the value (a GET's read, a PUT's write), not network verbs. Its CPU µs/op is the node processes' own.";
+
 /// Runs `peers`; returns the exit code.
 ///
 /// # Errors
@@ -27,25 +40,55 @@ pub fn run(args: PeersArgs) -> Result<i32> {
     let mut ctx = Ctx::new("peers", args.common)?;
     let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
     let duration = ctx.duration_ms(5_000, 1_500);
-    let systems = ctx.systems(&[StoreKind::Cd, StoreKind::Redis, StoreKind::Memcached]);
+    let systems = ctx.systems(&DEFAULT_SYSTEMS);
     let host = ctx.launching.peer_host()?;
-    let title = if host.is_loopback() {
-        format!(
-            "CD beside Redis and memcached on loopback, {}",
-            workload.describe()
-        )
-    } else {
-        format!(
-            "CD beside Redis and memcached on {host}, {}",
-            workload.describe()
-        )
-    };
+    let title = format!(
+        "CD beside Redis, memcached and LMDB{}, {}",
+        if host.is_loopback() {
+            " on loopback".to_owned()
+        } else {
+            format!(" (servers on {host})")
+        },
+        workload.describe()
+    );
     let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
     let done = ctx.run_all(specs, &mut report)?;
     add_summary(&mut report, &workload, &done);
-    report.notes.push(format!(
-        "Redis and memcached run as one server process listening on {host} (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
-        ctx.common.nodes
-    ));
+    add_latency_cdfs(&mut report, "", &done);
+    if systems.iter().any(|s| s.is_peer()) {
+        report.notes.push(format!(
+            "Redis and memcached run as one server process listening on {host} (memcached with {} threads); the node processes are their clients. Their CPU µs/op includes the server's CPU time. Network bytes are request plus reply bytes.",
+            ctx.common.nodes
+        ));
+    }
+    if systems.contains(&StoreKind::Lmdb) {
+        report.notes.push(LMDB_NOTE.into());
+    }
     ctx.finish(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PeersArgs,
+    }
+
+    #[test]
+    fn lmdb_is_a_default_peer_and_parses() {
+        assert_eq!(
+            DEFAULT_SYSTEMS.map(StoreKind::label),
+            ["CD", "Redis", "memcached", "LMDB"]
+        );
+        let cli = Cli::try_parse_from(["peers", "--systems", "cd,lmdb"]).unwrap();
+        assert_eq!(
+            cli.args.common.systems,
+            Some(vec![StoreKind::Cd, StoreKind::Lmdb])
+        );
+        assert_eq!("lmdb".parse::<StoreKind>().ok(), Some(StoreKind::Lmdb));
+    }
 }

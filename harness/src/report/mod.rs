@@ -194,6 +194,51 @@ impl Figure {
             points,
         });
     }
+
+    /// Nanoseconds per unit of the y axis, if it is a time (its label is
+    /// or ends with `ns`, `µs`, `ms` or `s`).
+    #[must_use]
+    pub fn y_time_unit_ns(&self) -> Option<f64> {
+        time_unit_ns(&self.y_label)
+    }
+
+    /// Nanoseconds per unit of the x axis, if it is a time.
+    #[must_use]
+    pub fn x_time_unit_ns(&self) -> Option<f64> {
+        time_unit_ns(&self.x_label)
+    }
+
+    /// Whether the y axis is logarithmic (base 10): for latency bars, whose
+    /// systems differ by decades (µs beside ms would be unreadable on a
+    /// linear axis). Other bars (throughput, bytes) stay linear.
+    #[must_use]
+    pub fn log_y(&self) -> bool {
+        self.kind == FigureKind::Bar && self.y_time_unit_ns().is_some()
+    }
+
+    /// Whether the x axis is logarithmic (base 10): for latency
+    /// distributions and lines over a time. (Byte axes have their own base
+    /// 2 scale, [`Figure::log2_x_bytes`].)
+    #[must_use]
+    pub fn log_x(&self) -> bool {
+        self.kind != FigureKind::Bar && !self.log2_x_bytes && self.x_time_unit_ns().is_some()
+    }
+}
+
+/// Nanoseconds per unit of an axis labelled `label` (the unit is its last
+/// word, possibly in parentheses), if that is a time unit.
+fn time_unit_ns(label: &str) -> Option<f64> {
+    let unit = label
+        .split_whitespace()
+        .last()?
+        .trim_matches(|c| c == '(' || c == ')' || c == ',');
+    match unit {
+        "ns" => Some(1.0),
+        "µs" | "us" => Some(1e3),
+        "ms" => Some(1e6),
+        "s" => Some(1e9),
+        _ => None,
+    }
 }
 
 /// Whether our result has the shape the paper reports.

@@ -90,6 +90,61 @@ fn y_format(v: &f64) -> String {
     }
 }
 
+/// A time of `v` units of `ns_per_unit` ns in the unit that reads best:
+/// `1 µs`, `250 µs`, `1 ms`, `2.5 s`.
+fn time_label(v: f64, ns_per_unit: f64) -> String {
+    let ns = v * ns_per_unit;
+    let (x, unit) = if ns >= 1e9 {
+        (ns / 1e9, "s")
+    } else if ns >= 1e6 {
+        (ns / 1e6, "ms")
+    } else if ns >= 1e3 {
+        (ns / 1e3, "µs")
+    } else {
+        (ns, "ns")
+    };
+    // Up to three significant digits, without trailing zeros.
+    let digits = if x >= 100.0 {
+        0
+    } else if x >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let text = format!("{x:.digits$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
+    format!("{text} {unit}")
+}
+
+/// A decade axis: the range of log10 of the positive `values`, widened to
+/// whole decades so every tick is a power of ten.
+fn decades(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let (lo, hi) = (lo.log10().floor(), hi.log10().ceil());
+    (lo, if hi > lo { hi } else { lo + 1.0 })
+}
+
+/// The label of tick `v` (log10 of the value) of a decade axis in
+/// `ns_per_unit`: only powers of ten are labelled.
+fn decade_label(v: f64, ns_per_unit: f64) -> String {
+    if (v - v.round()).abs() < 1e-6 {
+        time_label(10f64.powf(v.round()), ns_per_unit)
+    } else {
+        String::new()
+    }
+}
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     f: &Figure,
@@ -125,12 +180,26 @@ fn lines<DB: DrawingBackend>(
     text: bool,
 ) -> Result<(), String> {
     let cdf = f.kind == FigureKind::Cdf;
-    let tx = |x: f64| if f.log2_x_bytes { x.max(1.0).log2() } else { x };
-    let xs = f
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| tx(p.0)));
-    let (x0, x1) = range(xs, cdf);
+    // Log axes are drawn on linear coordinates of the logarithm.
+    let x_time = f.x_time_unit_ns().filter(|_| f.log_x());
+    let tx = |x: f64| {
+        if f.log2_x_bytes {
+            x.max(1.0).log2()
+        } else if x_time.is_some() {
+            x.max(f64::MIN_POSITIVE).log10()
+        } else {
+            x
+        }
+    };
+    let (x0, x1) = if x_time.is_some() {
+        decades(f.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)))
+    } else {
+        let xs = f
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| tx(p.0)));
+        range(xs, cdf)
+    };
     let (y0, y1) = if cdf {
         (0.0, 1.02)
     } else {
@@ -150,7 +219,9 @@ fn lines<DB: DrawingBackend>(
             .flat_map(|s| &s.points)
             .all(|p| p.0.fract() == 0.0);
     let x_fmt = |v: &f64| {
-        if f.log2_x_bytes {
+        if let Some(unit) = x_time {
+            decade_label(*v, unit)
+        } else if f.log2_x_bytes {
             bytes_label(v.exp2().round())
         } else if integral {
             format!("{v:.0}")
@@ -162,8 +233,13 @@ fn lines<DB: DrawingBackend>(
         let mut mesh = chart.configure_mesh();
         mesh.x_label_formatter(&x_fmt).y_label_formatter(&y_format);
         if text {
-            mesh.x_desc(f.x_label.as_str()).y_desc(f.y_label.as_str());
-            if integral {
+            mesh.x_desc(if x_time.is_some() {
+                "latency (log scale)"
+            } else {
+                f.x_label.as_str()
+            })
+            .y_desc(f.y_label.as_str());
+            if integral || x_time.is_some() {
                 mesh.x_labels((x1 - x0).ceil() as usize + 1);
             }
         } else {
@@ -256,20 +332,33 @@ fn bars<DB: DrawingBackend>(
     text: bool,
 ) -> Result<(), String> {
     let n = f.categories.len().max(1);
-    let (_, y1) = range(
-        f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
-        true,
-    );
+    let ys = f.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    // A log axis is drawn on linear coordinates of log10, from a whole
+    // decade below the smallest bar; bars of 0 are not drawn on it.
+    let y_time = f.y_time_unit_ns().filter(|_| f.log_y());
+    let (y0, y1) = match y_time {
+        Some(_) => decades(ys),
+        None => (0.0, range(ys, true).1),
+    };
+    let ty = |y: f64| if y_time.is_some() { y.log10() } else { y };
     let mut chart = builder(root, f, text)
-        .build_cartesian_2d(0.0..n as f64, 0.0..y1)
+        .build_cartesian_2d(0.0..n as f64, y0..y1)
         .map_err(err)?;
     {
+        let y_fmt = |v: &f64| match y_time {
+            Some(unit) => decade_label(*v, unit),
+            None => y_format(v),
+        };
         let mut mesh = chart.configure_mesh();
-        mesh.disable_x_mesh()
-            .x_labels(0)
-            .y_label_formatter(&y_format);
+        mesh.disable_x_mesh().x_labels(0).y_label_formatter(&y_fmt);
         if text {
-            mesh.y_desc(f.y_label.as_str()).x_desc(f.x_label.as_str());
+            mesh.x_desc(f.x_label.as_str());
+            match y_time {
+                Some(_) => mesh
+                    .y_desc("latency (log scale)")
+                    .y_labels((y1 - y0).ceil() as usize + 1),
+                None => mesh.y_desc(f.y_label.as_str()),
+            };
         } else {
             mesh.y_labels(0);
         }
@@ -280,12 +369,16 @@ fn bars<DB: DrawingBackend>(
     for (i, s) in f.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let left = 0.1 + i as f64 * width;
-        let rects = s.points.iter().map(|&(c, y)| {
-            Rectangle::new(
-                [(c + left, 0.0), (c + left + width * 0.95, y)],
-                color.filled(),
-            )
-        });
+        let rects = s
+            .points
+            .iter()
+            .filter(|p| y_time.is_none() || p.1 > 0.0)
+            .map(|&(c, y)| {
+                Rectangle::new(
+                    [(c + left, y0), (c + left + width * 0.95, ty(y))],
+                    color.filled(),
+                )
+            });
         let series = chart.draw_series(rects).map_err(err)?;
         if text && f.series.len() > 1 {
             series.label(s.name.as_str()).legend(move |(x, y)| {
@@ -305,7 +398,7 @@ fn bars<DB: DrawingBackend>(
         }
         let style = ("sans-serif", 14).into_font().color(&BLACK);
         for (c, name) in f.categories.iter().enumerate() {
-            let (px, py) = chart.backend_coord(&(c as f64 + 0.5, 0.0));
+            let (px, py) = chart.backend_coord(&(c as f64 + 0.5, y0));
             let w = i32::try_from(name.chars().count() * 4).unwrap_or(0);
             root.draw(&Text::new(name.clone(), (px - w, py + 8), style.clone()))
                 .map_err(err)?;
@@ -332,5 +425,72 @@ mod tests {
         let b = dir.path().join("b.svg");
         let root = SVGBackend::new(&b, SIZE).into_drawing_area();
         draw(&root, &l, false).unwrap();
+    }
+
+    /// Latency bars of two systems a thousand times apart, 1 µs to 10 ms.
+    fn latency_bars() -> Figure {
+        let mut f = Figure::new("latency", "Latency", FigureKind::Bar, "system", "µs");
+        f.categories = vec!["CD".into(), "SD".into()];
+        f.series("GET p50", vec![(0.0, 1.0), (1.0, 1_000.0)]);
+        f.series("GET p99", vec![(0.0, 12.0), (1.0, 10_000.0)]);
+        f.series("PUT p50", vec![(0.0, 0.0), (1.0, 250.0)]);
+        f
+    }
+
+    #[test]
+    fn latency_bars_use_a_log_axis_and_render() {
+        let f = latency_bars();
+        assert!(f.log_y());
+        let mut tp = Figure::new("tp", "Throughput", FigureKind::Bar, "system", "kops/s");
+        tp.series("throughput", vec![(0.0, 1.0)]);
+        assert!(!tp.log_y(), "throughput stays linear");
+        assert_eq!(decades([1.0, 10_000.0].into_iter()), (0.0, 4.0));
+        let dir = tempfile::tempdir().unwrap();
+        for text in [false, text_available()] {
+            let svg = dir.path().join(format!("bars-{text}.svg"));
+            let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+            draw(&root, &f, text).unwrap();
+            root.present().unwrap();
+            let drawn = std::fs::read_to_string(&svg).unwrap();
+            // Five bars (the PUT p50 of 0 has no place on a log axis).
+            assert!(drawn.matches("<rect").count() >= 5, "{text}");
+            if text {
+                for tick in ["1 µs", "10 µs", "100 µs", "1 ms", "10 ms"] {
+                    assert!(drawn.contains(tick), "tick {tick} missing");
+                }
+            }
+        }
+        let files = render(&f, dir.path()).unwrap();
+        assert!(files.iter().all(|p| p.exists()));
+    }
+
+    #[test]
+    fn latency_cdfs_use_a_log_axis_and_render() {
+        let mut c = Figure::new("cdf", "GET latency CDF", FigureKind::Cdf, "µs", "fraction");
+        c.series("CD", vec![(1.5, 0.5), (20.0, 0.99), (900.0, 1.0)]);
+        c.series("Redis", vec![(40.0, 0.5), (2_000.0, 1.0)]);
+        assert!(c.log_x() && !c.log_y());
+        let dir = tempfile::tempdir().unwrap();
+        for text in [false, text_available()] {
+            let svg = dir.path().join(format!("cdf-{text}.svg"));
+            let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+            draw(&root, &c, text).unwrap();
+            root.present().unwrap();
+            if text {
+                let drawn = std::fs::read_to_string(&svg).unwrap();
+                assert!(drawn.contains("1 ms"), "decade ticks are labelled");
+            }
+        }
+    }
+
+    #[test]
+    fn times_read_well() {
+        assert_eq!(time_label(1.0, 1e3), "1 µs");
+        assert_eq!(time_label(250.0, 1e3), "250 µs");
+        assert_eq!(time_label(1_000.0, 1e3), "1 ms");
+        assert_eq!(time_label(2_500.0, 1e6), "2.5 s");
+        assert_eq!(time_label(0.1, 1e3), "100 ns");
+        assert_eq!(decade_label(2.0, 1e3), "100 µs");
+        assert_eq!(decade_label(2.5, 1e3), "");
     }
 }
