@@ -336,6 +336,10 @@ pub struct NodeReport {
     pub errors: BTreeMap<String, u64>,
     /// Open loop: operations that started late (the node could not keep up).
     pub late: u64,
+    /// CD: the node's data tables that were ever used, at the end of the
+    /// run (the most slots in use at once beside their size).
+    #[serde(default)]
+    pub tables: Vec<nessie::data::DataTableFigures>,
 }
 
 impl NodeReport {
@@ -358,6 +362,7 @@ impl NodeReport {
             put,
             errors: rec.errors,
             late: rec.late,
+            tables: Vec::new(),
         }
     }
 
@@ -528,6 +533,13 @@ pub struct NodeFigures {
     pub get_p99_us: f64,
     /// Seconds its preload took.
     pub preload_s: f64,
+    /// Successful PUTs per second issued by this node's workers.
+    #[serde(default)]
+    pub put_ops_s: f64,
+    /// CD: the node's data tables that were ever used (see
+    /// [`NodeReport::tables`]).
+    #[serde(default)]
+    pub tables: Vec<nessie::data::DataTableFigures>,
 }
 
 impl NodeFigures {
@@ -558,6 +570,12 @@ impl NodeFigures {
             get_p50_us: q(0.5),
             get_p99_us: q(0.99),
             preload_s: r.preload.secs,
+            put_ops_s: if r.elapsed_s > 0.0 {
+                r.put.ok as f64 / r.elapsed_s
+            } else {
+                0.0
+            },
+            tables: r.tables.clone(),
         }
     }
 }

@@ -271,7 +271,12 @@ fn run(args: &NodeArgs, placed: &mut Option<usize>) -> Result<()> {
         eprintln!("{FAIL_NODE_ENV}={node_id}: crashing on purpose");
         std::process::abort();
     }
-    let report = measure(&spec, node_id, &mut clients, &commands, preload)?;
+    let mut report = measure(&spec, node_id, &mut clients, &commands, preload)?;
+    report.tables = node
+        .data_tables()
+        .into_iter()
+        .filter(|t| t.peak_in_use > 0)
+        .collect();
     match &args.report_dir {
         None => emit(&NodeEvent::Report {
             report: Box::new(report),

@@ -11,6 +11,7 @@
 use crate::error::{HarnessError, Result};
 use crate::lmdb::LmdbTarget;
 use crate::peers::{self, PeerTarget};
+use nessie::data::DataTableFigures;
 use nessie::{Config, KvClient};
 use nessie_examples::StoreKind;
 use std::collections::HashMap;
@@ -38,6 +39,12 @@ pub trait NodeHandle: Send + Sync + fmt::Debug {
     /// The store's error if it cannot make a client (e.g. a peer server does
     /// not accept the connection).
     fn client(&self) -> Result<Box<dyn KvClient>>;
+
+    /// The figures of this node's data tables (CD only; the others have
+    /// none to report).
+    fn data_tables(&self) -> Vec<DataTableFigures> {
+        Vec::new()
+    }
 }
 
 /// Starts node `node_id` of `system` in this process.
@@ -75,10 +82,11 @@ pub fn start_run_node(
 ) -> Result<Box<dyn NodeHandle>> {
     check_available(system)?;
     match system {
-        StoreKind::Cd => Ok(store_node(
-            nessie::Node::start(config.clone(), node_id)?,
-            |n| Ok(Box::new(n.client()?)),
-        )),
+        StoreKind::Cd => Ok(Box::new(StoreNode {
+            node: nessie::Node::start(config.clone(), node_id)?,
+            client: |n| Ok(Box::new(n.client()?)),
+            tables: nessie::Node::data_table_figures,
+        })),
         StoreKind::Sd => Ok(store_node(
             nessie_sd::Node::start(config.clone(), node_id)?,
             |n| Ok(Box::new(n.client()?)),
@@ -111,11 +119,16 @@ pub fn start_run_node(
 struct StoreNode<N> {
     node: N,
     client: fn(&N) -> Result<Box<dyn KvClient>>,
+    tables: fn(&N) -> Vec<DataTableFigures>,
 }
 
 impl<N: fmt::Debug + Send + Sync> NodeHandle for StoreNode<N> {
     fn client(&self) -> Result<Box<dyn KvClient>> {
         (self.client)(&self.node)
+    }
+
+    fn data_tables(&self) -> Vec<DataTableFigures> {
+        (self.tables)(&self.node)
     }
 }
 
@@ -123,7 +136,11 @@ fn store_node<N: fmt::Debug + Send + Sync + 'static>(
     node: N,
     client: fn(&N) -> Result<Box<dyn KvClient>>,
 ) -> Box<dyn NodeHandle> {
-    Box::new(StoreNode { node, client })
+    Box::new(StoreNode {
+        node,
+        client,
+        tables: |_| Vec::new(),
+    })
 }
 
 /// A node process's handle on a peer server: it only knows where the

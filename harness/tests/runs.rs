@@ -67,10 +67,22 @@ fn compare_quick_measures_every_available_system() {
     for f in [
         "report.md",
         "summary.csv",
+        "data-tables.csv",
         "throughput.svg",
         "throughput.png",
     ] {
         assert!(dir.join(f).exists(), "{f}");
+    }
+    // CD's nodes report the tables they used: every node wrote entries,
+    // and no more slots were ever in use than the table has.
+    let cd = &runs[0]["figures"]["nodes"];
+    for n in cd.as_array().unwrap() {
+        let tables = n["tables"].as_array().unwrap();
+        assert!(!tables.is_empty(), "node {} reported no table", n["node"]);
+        for t in tables {
+            let (peak, slots) = (t["peak_in_use"].as_u64(), t["slots"].as_u64());
+            assert!(peak > Some(0) && peak <= slots, "{t}");
+        }
     }
     assert_clean(&dir, pid);
     assert!(started.elapsed() < Duration::from_secs(60));

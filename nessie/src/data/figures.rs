@@ -12,7 +12,7 @@ use std::time::Duration;
 /// last `expiry + max_clock_skew` (they wait out that period before reuse);
 /// [`crate::Config::data_bytes_for`] sizes `data_bytes_per_node` by that
 /// rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DataTableFigures {
     /// The node whose table ran out.
     pub node: usize,
