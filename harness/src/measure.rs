@@ -15,7 +15,7 @@
 //! slowest 1 % and 0.1 % spent their time on.
 
 use crate::error::{HarnessError, Result};
-use crate::tail::{retry_delta, Bucket, TailBuckets, TailSlice};
+use crate::tail::{retry_delta, Bucket, OpUsage, TailBuckets, TailSlice};
 use crate::workload::OpKind;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 use hdrhistogram::Histogram;
@@ -251,9 +251,10 @@ impl Recorder {
         kind: OpKind,
         latency: Duration,
         found: bool,
-        preempted: bool,
+        usage: OpUsage,
         op: &OpCounters,
     ) {
+        let preempted = usage.preempted;
         let k = &mut self.kinds[kind.index()];
         k.ok += 1;
         if !found {
@@ -275,6 +276,8 @@ impl Recorder {
             retries: op.retry_causes,
             migrations: op.migrations,
             round_trips: op.verbs.round_trips,
+            blocked: usage.blocked,
+            faults: usage.faults,
         });
         let cost = &op.verbs;
         k.verbs.0.saturating_record(cost.verbs());
@@ -736,7 +739,7 @@ mod tests {
                 OpKind::Get,
                 Duration::from_micros(i),
                 true,
-                false,
+                OpUsage::default(),
                 &op(2, 16_384),
             );
         }
@@ -762,7 +765,7 @@ mod tests {
                     OpKind::Get,
                     Duration::from_micros(10),
                     true,
-                    false,
+                    OpUsage::default(),
                     &op(2, 1000),
                 );
             }
@@ -813,7 +816,11 @@ mod tests {
                 OpKind::Put,
                 Duration::from_micros(latency),
                 true,
-                preempted,
+                OpUsage {
+                    preempted,
+                    blocked: u64::from(preempted),
+                    faults: 2,
+                },
                 &cost,
             );
         }
@@ -838,6 +845,7 @@ mod tests {
         assert!((s.retries - 3.0).abs() < 1e-9 && (s.backoff_us - 40.0).abs() < 1e-9);
         assert!((s.scan_us - 3.0).abs() < 1e-9 && (s.migrations - 1.0).abs() < 1e-9);
         assert_eq!(s.top_cause.as_deref(), Some("helped"));
+        assert!((s.blocked - 1.0).abs() < 1e-9 && (s.faults - 2.0).abs() < 1e-9);
         assert!((s.mean_us - 5_000.0).abs() <= 5_000.0 * crate::tail::RESOLUTION);
         // The whole summary survives results.json too.
         let json = serde_json::to_string(&f).unwrap();

@@ -15,7 +15,7 @@ use crate::proc::die_with_parent;
 use crate::protocol::{NodeCommand, NodeEvent};
 use crate::spec::{Load, RunSpec};
 use crate::system;
-use crate::tail::{self, SwitchReader};
+use crate::tail::{self, OpUsage, UsageReader};
 use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
 use nessie::bootstrap::{Launch, Overrides};
 use nessie::{Config, FabricConfig, KvClient};
@@ -356,8 +356,8 @@ struct Phase<'a> {
     end: Instant,
     stop: &'a AtomicBool,
     ops: &'a AtomicU64,
-    /// Reads the worker thread's involuntary context switches.
-    switches: SwitchReader,
+    /// Reads the worker thread's context switches and page faults.
+    usage: UsageReader,
 }
 
 struct WorkerOut {
@@ -424,7 +424,7 @@ fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<Worke
         // is a system call). One reading cannot serve as both the previous
         // operation's end and this one's start: the bookkeeping and, in the
         // open loop, the wait for the arrival run in between.
-        let switches_before = if measuring { (p.switches)() } else { None };
+        let usage_before = if measuring { (p.usage)() } else { None };
         let t0 = Instant::now();
         let result = match kind {
             OpKind::Get => client.get_into(&key, &mut out),
@@ -435,18 +435,15 @@ fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<Worke
             }
         };
         let done = Instant::now();
-        let switches_after = if measuring { (p.switches)() } else { None };
+        let usage_after = if measuring { (p.usage)() } else { None };
         let stats = client.stats();
         if measuring {
             match result {
                 Ok(found) => {
                     let op = store_op(kind);
                     let cost = OpCounters::delta(stats.of(op), last_stats.of(op));
-                    let preempted = matches!(
-                        (switches_before, switches_after),
-                        (Some(b), Some(a)) if a > b
-                    );
-                    rec.ok(kind, done - t0, found, preempted, &cost);
+                    let usage = OpUsage::between(usage_before, usage_after);
+                    rec.ok(kind, done - t0, found, usage, &cost);
                 }
                 Err(e) => rec.error(kind, &e),
             }
@@ -512,17 +509,10 @@ fn measure(
     commands: &Commands,
     preload: PreloadReport,
 ) -> Result<NodeReport> {
-    measure_with(
-        spec,
-        node,
-        clients,
-        commands,
-        preload,
-        tail::involuntary_switches,
-    )
+    measure_with(spec, node, clients, commands, preload, tail::thread_usage)
 }
 
-/// [`measure`] with the reader of the workers' involuntary context switches
+/// [`measure`] with the reader of the workers' context switches and page faults
 /// given (the tests script it).
 fn measure_with(
     spec: &RunSpec,
@@ -530,7 +520,7 @@ fn measure_with(
     clients: &mut [Box<dyn KvClient>],
     commands: &Commands,
     preload: PreloadReport,
-    switches: SwitchReader,
+    usage: UsageReader,
 ) -> Result<NodeReport> {
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
@@ -545,7 +535,7 @@ fn measure_with(
         end: warm_end + Duration::from_millis(spec.duration_ms),
         stop: &stop,
         ops: &ops,
-        switches,
+        usage,
     };
     let mut cpu_at_warm = None;
     let mut aborted = false;
@@ -703,7 +693,12 @@ mod tests {
             one,
             &Commands::new(false),
             PreloadReport::default(),
-            || Some(every_third_preempted()),
+            || {
+                Some(tail::ThreadUsage {
+                    involuntary: every_third_preempted(),
+                    ..tail::ThreadUsage::default()
+                })
+            },
         )
         .unwrap();
         let ops = report.get.ok + report.put.ok;

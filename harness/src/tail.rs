@@ -35,18 +35,65 @@ pub const BUCKETS: usize = 1 + (END_OCTAVE - FIRST_OCTAVE) as usize * SUB_BUCKET
 /// the resolution of every tail figure.
 pub const RESOLUTION: f64 = 1.0 / SUB_BUCKETS as f64;
 
-/// Reads the calling thread's involuntary context switches so far, or
-/// `None` where the kernel does not say. Injectable so that tests can drive
-/// the per-operation bookkeeping with a scripted count.
-pub type SwitchReader = fn() -> Option<u64>;
+/// What the kernel counted for the calling thread so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// Involuntary context switches: the thread was preempted.
+    pub involuntary: u64,
+    /// Voluntary context switches: the thread blocked (a contended lock,
+    /// a sleep, a socket).
+    pub voluntary: u64,
+    /// Page faults, minor and major (first touches of memory among them).
+    pub faults: u64,
+}
 
-/// The calling thread's involuntary context switches
-/// (`getrusage(RUSAGE_THREAD).ru_nivcsw`). Costs one system call (about
-/// 0.2 µs on the development machine).
+/// Reads the calling thread's [`ThreadUsage`], or `None` where the kernel
+/// does not say. Injectable so that tests can drive the per-operation
+/// bookkeeping with scripted counts.
+pub type UsageReader = fn() -> Option<ThreadUsage>;
+
+/// The calling thread's [`ThreadUsage`] (`getrusage(RUSAGE_THREAD)`).
+/// Costs one system call (about 0.2 µs on the development machine).
+pub fn thread_usage() -> Option<ThreadUsage> {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).ok()?;
+    let n = |v: i64| u64::try_from(v).ok();
+    Some(ThreadUsage {
+        involuntary: n(u.involuntary_context_switches())?,
+        voluntary: n(u.voluntary_context_switches())?,
+        faults: n(u.minor_page_faults())?.saturating_add(n(u.major_page_faults())?),
+    })
+}
+
+/// The calling thread's involuntary context switches so far.
 pub fn involuntary_switches() -> Option<u64> {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
-        .ok()
-        .and_then(|u| u64::try_from(u.involuntary_context_switches()).ok())
+    thread_usage().map(|u| u.involuntary)
+}
+
+/// What the kernel counted for one operation's thread while it ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpUsage {
+    /// It was preempted at least once.
+    pub preempted: bool,
+    /// Times it blocked.
+    pub blocked: u64,
+    /// Page faults it took.
+    pub faults: u64,
+}
+
+impl OpUsage {
+    /// The difference of two readings around an operation (nothing if
+    /// either is missing).
+    #[must_use]
+    pub fn between(before: Option<ThreadUsage>, after: Option<ThreadUsage>) -> OpUsage {
+        match (before, after) {
+            (Some(b), Some(a)) => OpUsage {
+                preempted: a.involuntary > b.involuntary,
+                blocked: a.voluntary.saturating_sub(b.voluntary),
+                faults: a.faults.saturating_sub(b.faults),
+            },
+            _ => OpUsage::default(),
+        }
+    }
 }
 
 /// The bucket of a latency in ns.
@@ -101,6 +148,12 @@ pub struct Bucket {
     pub migrations: u64,
     /// Round trips (single verbs and batches) they issued.
     pub round_trips: u64,
+    /// Times their threads blocked (voluntary context switches).
+    #[serde(default)]
+    pub blocked: u64,
+    /// Page faults their threads took.
+    #[serde(default)]
+    pub faults: u64,
 }
 
 impl Bucket {
@@ -115,6 +168,8 @@ impl Bucket {
         self.retries += o.retries;
         self.migrations = self.migrations.saturating_add(o.migrations);
         self.round_trips = self.round_trips.saturating_add(o.round_trips);
+        self.blocked = self.blocked.saturating_add(o.blocked);
+        self.faults = self.faults.saturating_add(o.faults);
     }
 }
 
@@ -222,6 +277,8 @@ struct Sums {
     retries: [f64; CAUSES],
     migrations: f64,
     round_trips: f64,
+    blocked: f64,
+    faults: f64,
 }
 
 impl Sums {
@@ -236,6 +293,8 @@ impl Sums {
         }
         self.migrations += b.migrations as f64 * part;
         self.round_trips += b.round_trips as f64 * part;
+        self.blocked += b.blocked as f64 * part;
+        self.faults += b.faults as f64 * part;
     }
 
     fn slice(&self, per_100k: u64, ops: u64, from_ns: u64) -> TailSlice {
@@ -263,6 +322,8 @@ impl Sums {
             top_cause_share: top.map_or(0.0, |(n, _)| n / retries),
             migrations: per(self.migrations),
             round_trips: per(self.round_trips),
+            blocked: per(self.blocked),
+            faults: per(self.faults),
             remainder_us: mean_us - backoff_us - scan_us,
         }
     }
@@ -351,6 +412,12 @@ pub struct TailSlice {
     pub migrations: f64,
     /// Mean round trips.
     pub round_trips: f64,
+    /// Mean times blocked (voluntary context switches).
+    #[serde(default)]
+    pub blocked: f64,
+    /// Mean page faults.
+    #[serde(default)]
+    pub faults: f64,
     /// Mean latency not spent backing off or scanning, µs.
     pub remainder_us: f64,
 }
@@ -545,6 +612,56 @@ mod tests {
 
     /// The cost of one reading (`cargo test -p harness --release --lib
     /// reading_cost -- --ignored --nocapture`).
+    #[test]
+    fn an_operations_usage_is_the_difference_of_its_readings() {
+        let before = ThreadUsage {
+            involuntary: 3,
+            voluntary: 5,
+            faults: 10,
+        };
+        let after = ThreadUsage {
+            voluntary: 7,
+            faults: 14,
+            ..before
+        };
+        let quiet = OpUsage::between(Some(before), Some(after));
+        assert_eq!(
+            quiet,
+            OpUsage {
+                preempted: false,
+                blocked: 2,
+                faults: 4
+            }
+        );
+        let preempted = ThreadUsage {
+            involuntary: 4,
+            ..after
+        };
+        assert!(OpUsage::between(Some(before), Some(preempted)).preempted);
+        assert_eq!(OpUsage::between(None, Some(after)), OpUsage::default());
+        assert_eq!(OpUsage::between(Some(after), None), OpUsage::default());
+        // Readings out of order (a reset) count nothing rather than wrap.
+        assert_eq!(
+            OpUsage::between(Some(after), Some(before)),
+            OpUsage::default()
+        );
+    }
+
+    #[test]
+    fn touching_fresh_memory_counts_page_faults() {
+        let before = thread_usage().expect("Linux reports thread usage");
+        // Large enough to be mapped fresh (not reused heap): every page
+        // touched is a first touch.
+        let mut fresh = vec![0u8; 16 << 20];
+        for page in fresh.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        std::hint::black_box(&fresh);
+        let after = thread_usage().unwrap();
+        let usage = OpUsage::between(Some(before), Some(after));
+        assert!(usage.faults >= 1024, "{usage:?}");
+    }
+
     #[test]
     #[ignore = "a measurement, not a test"]
     fn reading_cost() {

@@ -55,6 +55,8 @@ pub(crate) fn tail_table(done: &[Done]) -> Table {
             "top retry cause",
             "migrations",
             "round trips",
+            "blocked",
+            "page faults",
             "remainder µs",
         ],
     );
@@ -82,13 +84,15 @@ pub(crate) fn tail_table(done: &[Done]) -> Table {
                     cause,
                     num(s.migrations),
                     num(s.round_trips),
+                    num(s.blocked),
+                    num(s.faults),
                     num(s.remainder_us),
                 ]);
             }
         }
     }
     t.notes.push(
-        "An operation is preempted if its worker thread's involuntary context switches (getrusage RUSAGE_THREAD) grew while it ran. Remainder = latency − back-off − scan: verbs, waiting and computing. Back-off, scan, retries and migrations are the store's own counters; SD, HY, Redis and memcached keep fewer of them (zeros)."
+        "An operation is preempted if its worker thread's involuntary context switches (getrusage RUSAGE_THREAD) grew while it ran. Blocked and page faults are the thread's voluntary context switches (a contended lock, a sleep, a socket) and page faults (a first touch of memory among them) during the operation, from the same readings. Remainder = latency − back-off − scan: verbs, waiting and computing. Back-off, scan, retries and migrations are the store's own counters; SD, HY, Redis and memcached keep fewer of them (zeros)."
             .into(),
     );
     t
@@ -259,7 +263,11 @@ mod tests {
             for kind in OpKind::ALL {
                 let slow = i < 10;
                 let us = if slow { 1_000 } else { 10 + i % 5 };
-                r.ok(kind, Duration::from_micros(us), true, slow, &op);
+                let usage = crate::tail::OpUsage {
+                    preempted: slow,
+                    ..crate::tail::OpUsage::default()
+                };
+                r.ok(kind, Duration::from_micros(us), true, usage, &op);
             }
         }
         let report = NodeReport::new(0, r, 1.0, 1.0, PreloadReport::default());
