@@ -100,3 +100,54 @@ impl NodeData {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(slots: usize, reuse_after: Duration) -> DataTableFigures {
+        DataTableFigures {
+            node: 2,
+            class: 4,
+            value_capacity: 4096,
+            slot_bytes: 4280,
+            slots,
+            free: 0,
+            in_use: slots,
+            queued: 7,
+            peak_in_use: slots,
+            reuse_after,
+        }
+    }
+
+    #[test]
+    fn a_table_sustains_its_spare_slots_per_reuse_window() {
+        let f = figures(1000, Duration::from_millis(500));
+        assert!((f.sustained_puts_per_sec(200) - 1600.0).abs() < 1e-9);
+        assert!(f.sustained_puts_per_sec(1000).abs() < 1e-9);
+        assert!(
+            f.sustained_puts_per_sec(5000).abs() < 1e-9,
+            "never negative"
+        );
+        assert!(figures(10, Duration::ZERO)
+            .sustained_puts_per_sec(0)
+            .is_infinite());
+        assert_eq!(f.peak_in_use_bytes(), 1000 * 4280);
+    }
+
+    #[test]
+    fn the_message_gives_the_figures_and_the_rule() {
+        let m = figures(1000, Duration::from_millis(1010)).to_string();
+        for needle in [
+            "node 2",
+            "values up to 4096 B",
+            "1000 slots of 4280 B",
+            "0 free",
+            "1000 in use (7 of them",
+            "after 1010 ms",
+            "Config::data_bytes_for",
+        ] {
+            assert!(m.contains(needle), "{needle:?} not in {m:?}");
+        }
+    }
+}
