@@ -104,3 +104,47 @@ fn scans_only_below_a_quarter_free_and_stops_with_its_cluster() {
         assert_eq!(local.get(k).unwrap().as_deref(), Some(want), "key {i}");
     }
 }
+
+/// The trigger's boundary: free plus queued slots at exactly a quarter of
+/// the class is enough (no scan, though slots other nodes staged have
+/// expired); one fewer starts scans, which take those slots back.
+#[test]
+fn free_and_queued_slots_at_a_quarter_are_enough_and_one_fewer_is_not() {
+    let mut config = config(2, 40);
+    // A roomy index: no MIGRATE stages a slot of its own behind the test's
+    // back.
+    config.index_slots_per_node = 1024;
+    let cluster = Cluster::local(config.clone()).unwrap();
+    let data = cluster.node_data(0).unwrap();
+    let mut local = cluster.client(0).unwrap();
+    let mut remote = cluster.client(1).unwrap();
+    local.put(b"a", b"1").unwrap();
+    local.put(b"a", b"2").unwrap();
+    let keys: Vec<Vec<u8>> = (0..11).map(|k| format!("k{k}").into_bytes()).collect();
+    for k in &keys {
+        local.put(k, b"local").unwrap();
+    }
+    for k in &keys {
+        remote.put(k, b"remote").unwrap();
+    }
+    // 13 slots in use: 2 live, 1 queued by node 0's client, 11 staged by
+    // node 1's; 3 free. 3 + 1 = 4 = 16 / 4.
+    assert_eq!((data.available(0), data.queued(0)), (3, 1));
+    std::thread::sleep(config.expiry * 3);
+    assert_eq!(
+        data.recycle_counts().scans,
+        0,
+        "a quarter free or queued: no scan"
+    );
+    // One more entry: 2 free + 1 queued is below a quarter.
+    local.put(b"b", b"1").unwrap();
+    assert!(
+        eventually(|| data.recycle_counts().scans > 0 && data.available(0) >= 11),
+        "the recycler scans and takes back what node 1 staged: {:?}",
+        data.recycle_counts()
+    );
+    assert_eq!(local.get(b"a").unwrap().as_deref(), Some(&b"2"[..]));
+    for k in &keys {
+        assert_eq!(local.get(k).unwrap().as_deref(), Some(&b"remote"[..]));
+    }
+}
