@@ -15,7 +15,7 @@
 //! slowest 1 % and 0.1 % spent their time on.
 
 use crate::error::{HarnessError, Result};
-use crate::tail::{retry_delta, Bucket, OpUsage, TailBuckets, TailSlice};
+use crate::tail::{Bucket, OpUsage, TailBuckets, TailSlice};
 use crate::workload::OpKind;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 use hdrhistogram::Histogram;
@@ -141,7 +141,7 @@ impl OpCounters {
             cache_hits: after.cache_hits.saturating_sub(before.cache_hits),
             migrations: after.migrations.saturating_sub(before.migrations),
             recoveries: after.recoveries.saturating_sub(before.recoveries),
-            retry_causes: retry_delta(&after.retries, &before.retries),
+            retry_causes: after.retries.since(&before.retries),
             backoff_us: after.backoff_us.saturating_sub(before.backoff_us),
             scan_ns: after.scan_ns.saturating_sub(before.scan_ns),
         }

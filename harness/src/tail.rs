@@ -288,7 +288,7 @@ impl Sums {
         self.latency_ns += b.latency_ns as f64 * part;
         self.backoff_us += b.backoff_us as f64 * part;
         self.scan_ns += b.scan_ns as f64 * part;
-        for (s, (_, n)) in self.retries.iter_mut().zip(causes(&b.retries)) {
+        for (s, (_, n)) in self.retries.iter_mut().zip(b.retries.by_cause()) {
             *s += n as f64 * part;
         }
         self.migrations += b.migrations as f64 * part;
@@ -303,7 +303,7 @@ impl Sums {
         let top = self
             .retries
             .iter()
-            .zip(CAUSE_NAMES)
+            .zip(RetryCounts::default().by_cause().map(|(name, _)| name))
             .filter(|(n, _)| **n > 0.0)
             .max_by(|a, b| a.0.total_cmp(b.0));
         let mean_us = per(self.latency_ns) / 1e3;
@@ -330,58 +330,7 @@ impl Sums {
 }
 
 /// Number of retry causes.
-const CAUSES: usize = 7;
-/// The retry causes' names, in [`causes`] order.
-const CAUSE_NAMES: [&str; CAUSES] = [
-    "cas_failed",
-    "busy",
-    "changed",
-    "helped",
-    "torn",
-    "aborted_by_helper",
-    "no_free_slot",
-];
-
-/// The retry counts by cause, with their names. Destructures every field,
-/// so a cause added to the store fails to compile here instead of going
-/// missing from the tail table.
-#[must_use]
-pub fn causes(r: &RetryCounts) -> [(&'static str, u64); CAUSES] {
-    let RetryCounts {
-        cas_failed,
-        busy,
-        changed,
-        helped,
-        torn,
-        aborted_by_helper,
-        no_free_slot,
-    } = *r;
-    let n = [
-        cas_failed,
-        busy,
-        changed,
-        helped,
-        torn,
-        aborted_by_helper,
-        no_free_slot,
-    ];
-    std::array::from_fn(|i| (CAUSE_NAMES[i], n[i]))
-}
-
-/// `a - b` by cause (counters only grow; saturating against a reset).
-#[must_use]
-pub fn retry_delta(a: &RetryCounts, b: &RetryCounts) -> RetryCounts {
-    let d = |x: u64, y: u64| x.saturating_sub(y);
-    RetryCounts {
-        cas_failed: d(a.cas_failed, b.cas_failed),
-        busy: d(a.busy, b.busy),
-        changed: d(a.changed, b.changed),
-        helped: d(a.helped, b.helped),
-        torn: d(a.torn, b.torn),
-        aborted_by_helper: d(a.aborted_by_helper, b.aborted_by_helper),
-        no_free_slot: d(a.no_free_slot, b.no_free_slot),
-    }
-}
+const CAUSES: usize = RetryCounts::CAUSES;
 
 /// The slowest share of one kind of operation: what its operations cost on
 /// average. Figures are means per operation of the slice.

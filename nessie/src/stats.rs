@@ -38,16 +38,54 @@ pub struct RetryCounts {
 }
 
 impl RetryCounts {
+    /// Number of causes.
+    pub const CAUSES: usize = 7;
+
+    /// Each cause's count with its name (the field's), in declaration
+    /// order. Destructures every field, so a new cause cannot go missing
+    /// from the totals and reports built on this.
+    #[must_use]
+    pub fn by_cause(&self) -> [(&'static str, u64); Self::CAUSES] {
+        let RetryCounts {
+            cas_failed,
+            busy,
+            changed,
+            helped,
+            torn,
+            aborted_by_helper,
+            no_free_slot,
+        } = *self;
+        [
+            ("cas_failed", cas_failed),
+            ("busy", busy),
+            ("changed", changed),
+            ("helped", helped),
+            ("torn", torn),
+            ("aborted_by_helper", aborted_by_helper),
+            ("no_free_slot", no_free_slot),
+        ]
+    }
+
     /// All retries together.
     #[must_use]
     pub fn total(&self) -> u64 {
-        self.cas_failed
-            + self.busy
-            + self.changed
-            + self.helped
-            + self.torn
-            + self.aborted_by_helper
-            + self.no_free_slot
+        self.by_cause().iter().map(|(_, n)| n).sum()
+    }
+
+    /// The retries since `earlier`, by cause (counters only grow;
+    /// saturating against a reset).
+    #[must_use]
+    pub fn since(&self, earlier: &RetryCounts) -> RetryCounts {
+        let d = |x: u64, y: u64| x.saturating_sub(y);
+        RetryCounts {
+            cas_failed: d(self.cas_failed, earlier.cas_failed),
+            busy: d(self.busy, earlier.busy),
+            changed: d(self.changed, earlier.changed),
+            helped: d(self.helped, earlier.helped),
+            torn: d(self.torn, earlier.torn),
+            aborted_by_helper: d(self.aborted_by_helper, earlier.aborted_by_helper),
+            no_free_slot: d(self.no_free_slot, earlier.no_free_slot),
+        }
     }
 }
 
@@ -166,3 +204,48 @@ impl Stats {
 }
 
 add_fields!(Stats { get, put, delete });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_by_cause_add_up_and_subtract() {
+        let later = RetryCounts {
+            cas_failed: 1,
+            busy: 2,
+            changed: 3,
+            helped: 4,
+            torn: 5,
+            aborted_by_helper: 6,
+            no_free_slot: 7,
+        };
+        let names: Vec<&str> = later.by_cause().iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "cas_failed",
+                "busy",
+                "changed",
+                "helped",
+                "torn",
+                "aborted_by_helper",
+                "no_free_slot"
+            ]
+        );
+        let counts: Vec<u64> = later.by_cause().iter().map(|(_, c)| *c).collect();
+        assert_eq!(counts, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(later.total(), 28);
+        let earlier = RetryCounts {
+            busy: 1,
+            no_free_slot: 9,
+            ..RetryCounts::default()
+        };
+        let d = later.since(&earlier);
+        assert_eq!(
+            d.by_cause().map(|(_, c)| c),
+            [1, 1, 3, 4, 5, 6, 0],
+            "saturating where a counter went back"
+        );
+    }
+}
