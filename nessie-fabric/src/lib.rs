@@ -253,11 +253,13 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError>;
 
     /// WRITE of the concatenation of `parts` (each a whole number of words)
-    /// that no one on this host is expected to read soon: a backend that
-    /// executes it with the CPU may bypass the cache (a recycled data-table
-    /// slot has been idle for at least `expiry`, so caching its old lines
-    /// only costs a read of each before it is overwritten). The default
-    /// gathers the parts and issues [`Fabric::write`].
+    /// whose parts after the first no one on this host is expected to read
+    /// soon: a backend that executes it with the CPU may write those past
+    /// the cache (a recycled data-table slot has been idle for at least
+    /// `expiry`, so caching its old lines only costs a read of each before
+    /// it is overwritten). The first part (an entry's header and key,
+    /// touched again at once) goes through the cache. The default gathers
+    /// the parts and issues [`Fabric::write`].
     ///
     /// # Errors
     /// As [`Fabric::write`].

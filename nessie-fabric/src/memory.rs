@@ -95,21 +95,30 @@ impl RegionMemory {
     }
 
     /// Like [`Self::write`] for the parts one after the other, with
-    /// non-temporal 64-bit stores on x86-64. Each is an aligned 8-byte
-    /// store, single-copy atomic like the relaxed stores of `write`; they
-    /// are weakly ordered, so a store fence before them keeps the release
-    /// ordering of `write`, and one after them makes the whole image
-    /// visible before any later verb of this thread (the CAS that links it).
-    /// Elsewhere it is `write`.
+    /// non-temporal 64-bit stores on x86-64 for all but the first part. The
+    /// first (an entry's header and key) takes ordinary stores, because the
+    /// writer touches it again at once (its state CAS, later its stamp):
+    /// streamed, each of those would be a miss to memory. Each non-temporal
+    /// store is an aligned 8-byte store, single-copy atomic like the relaxed
+    /// stores of `write`; they are weakly ordered, so a store fence before
+    /// them keeps the release ordering of `write`, and one after them makes
+    /// the whole image visible before any later verb of this thread (the
+    /// CAS that links it). Elsewhere it is `write`.
     fn write_streaming(&self, first_word: usize, parts: &[&[u8]]) {
         let words: usize = parts.iter().map(|p| p.len() / WORD).sum();
         let base = self.words(first_word, words);
         let mut at = 0;
         #[cfg(target_arch = "x86_64")]
         {
+            // The first part with ordinary stores (see above).
+            let (head, rest) = parts
+                .split_first()
+                .map_or((&[][..], parts), |(h, r)| (*h, r));
+            self.write(first_word, head);
+            at += head.len() / WORD;
             // SAFETY: `sfence` only orders stores.
             unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) };
-            for part in parts {
+            for part in rest {
                 // SAFETY: the parts' words add up to `words`, checked by
                 // `self.words`, so `at + part.len() / WORD <= words`.
                 unsafe { stream_words(base.add(at), part) };
