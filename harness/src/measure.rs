@@ -133,15 +133,16 @@ impl OpCounters {
     /// `after - before` (counters only grow).
     #[must_use]
     pub fn delta(after: &OpStats, before: &OpStats) -> Self {
+        let retry_causes = after.retries.since(&before.retries);
         OpCounters {
             ops: after.ops.saturating_sub(before.ops),
             errors: after.errors.saturating_sub(before.errors),
             verbs: after.verbs - before.verbs,
-            retries: after.retries.total().saturating_sub(before.retries.total()),
+            retries: retry_causes.total(),
             cache_hits: after.cache_hits.saturating_sub(before.cache_hits),
             migrations: after.migrations.saturating_sub(before.migrations),
             recoveries: after.recoveries.saturating_sub(before.recoveries),
-            retry_causes: after.retries.since(&before.retries),
+            retry_causes,
             backoff_us: after.backoff_us.saturating_sub(before.backoff_us),
             scan_ns: after.scan_ns.saturating_sub(before.scan_ns),
         }

@@ -16,6 +16,19 @@ macro_rules! add_fields {
             }
         }
     };
+    // Counters of plain `u64` fields also get their difference.
+    ($ty:ident { $($field:ident),* $(,)? } with since) => {
+        add_fields!($ty { $($field),* });
+
+        impl $ty {
+            /// The counts since `earlier`, field by field (counters only
+            /// grow; saturating against a reset).
+            #[must_use]
+            pub fn since(&self, earlier: &$ty) -> $ty {
+                $ty { $($field: self.$field.saturating_sub(earlier.$field)),* }
+            }
+        }
+    };
 }
 
 /// Why an operation went around its loop again.
@@ -71,22 +84,6 @@ impl RetryCounts {
     pub fn total(&self) -> u64 {
         self.by_cause().iter().map(|(_, n)| n).sum()
     }
-
-    /// The retries since `earlier`, by cause (counters only grow;
-    /// saturating against a reset).
-    #[must_use]
-    pub fn since(&self, earlier: &RetryCounts) -> RetryCounts {
-        let d = |x: u64, y: u64| x.saturating_sub(y);
-        RetryCounts {
-            cas_failed: d(self.cas_failed, earlier.cas_failed),
-            busy: d(self.busy, earlier.busy),
-            changed: d(self.changed, earlier.changed),
-            helped: d(self.helped, earlier.helped),
-            torn: d(self.torn, earlier.torn),
-            aborted_by_helper: d(self.aborted_by_helper, earlier.aborted_by_helper),
-            no_free_slot: d(self.no_free_slot, earlier.no_free_slot),
-        }
-    }
 }
 
 add_fields!(RetryCounts {
@@ -97,7 +94,7 @@ add_fields!(RetryCounts {
     torn,
     aborted_by_helper,
     no_free_slot,
-});
+} with since);
 
 /// Counters of one kind of operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
