@@ -10,10 +10,10 @@
 //! 1 % or 0.1 % is then read off the top buckets ([`TailBuckets::slowest`]),
 //! exact up to one bucket's width ([`RESOLUTION`]).
 //!
-//! Preemption: [`involuntary_switches`] reads the calling thread's
-//! involuntary context switches (`ru_nivcsw` of `getrusage(RUSAGE_THREAD)`);
-//! an operation is preempted if the count grew between a reading just before
-//! it and one just after it. Linux counts a `sched_yield` that hands the CPU
+//! Preemption: [`thread_usage`] reads the calling thread's involuntary
+//! context switches (`ru_nivcsw` of `getrusage(RUSAGE_THREAD)`), with its
+//! voluntary ones and page faults; an operation is preempted if the count
+//! grew between a reading at its start and one at its end ([`OpUsage`]). Linux counts a `sched_yield` that hands the CPU
 //! to another thread as involuntary too, so clients that wait by yielding
 //! (SD's and HY's) show up as preempted whenever they gave their core away.
 
@@ -62,11 +62,6 @@ pub fn thread_usage() -> Option<ThreadUsage> {
         voluntary: n(u.voluntary_context_switches())?,
         faults: n(u.minor_page_faults())?.saturating_add(n(u.major_page_faults())?),
     })
-}
-
-/// The calling thread's involuntary context switches so far.
-pub fn involuntary_switches() -> Option<u64> {
-    thread_usage().map(|u| u.involuntary)
 }
 
 /// What the kernel counted for one operation's thread while it ran.
@@ -374,6 +369,11 @@ pub struct TailSlice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's involuntary context switches so far.
+    fn involuntary_switches() -> Option<u64> {
+        thread_usage().map(|u| u.involuntary)
+    }
 
     /// One operation of `ns` that retried `retries` times as busy and
     /// backed off `backoff_us`.

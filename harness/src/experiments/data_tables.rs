@@ -29,11 +29,11 @@ pub(crate) fn data_tables_table(done: &[Done]) -> Option<Table> {
         let (Some(f), spec) = (d.figures(), &d.record.spec) else {
             continue;
         };
+        // Live entries: each key's newest version is on the node of its
+        // last writer, so about keys / nodes per node.
+        let live = spec.workload.keys as f64 / spec.nodes.max(1) as f64;
         for n in &f.nodes {
             for c in &n.tables {
-                // Live entries: each key's newest version is on the node
-                // of its last writer, so about keys / nodes per node.
-                let live = spec.workload.keys as f64 / spec.nodes.max(1) as f64;
                 let rule = live + n.put_ops_s * c.reuse_after.as_secs_f64();
                 t.rows.push(vec![
                     d.record.system.to_string(),
