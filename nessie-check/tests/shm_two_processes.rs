@@ -44,7 +44,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 /// CAS increments per process.
 const INCREMENTS: u64 = 100_000;
@@ -103,7 +103,7 @@ fn make_block(writer: u64, seq: u64, block: &mut [u8]) {
         let word = splitmix64(seq ^ (writer << 48) ^ ((i as u64) << 20));
         chunk.copy_from_slice(&word.to_le_bytes());
     }
-    let checksum = xxh3_64_with_seed(&block[HEADER..], seq);
+    let checksum = XxHash3_64::oneshot_with_seed(seq, &block[HEADER..]);
     block[..8].copy_from_slice(&seq.to_le_bytes());
     block[8..HEADER].copy_from_slice(&checksum.to_le_bytes());
 }
@@ -111,7 +111,7 @@ fn make_block(writer: u64, seq: u64, block: &mut [u8]) {
 /// Whether `block` is exactly a complete block with sequence number `seq`.
 fn block_is(block: &[u8], seq: u64) -> bool {
     let word = |i: usize| u64::from_le_bytes(block[i..i + 8].try_into().expect("a word"));
-    word(0) == seq && word(8) == xxh3_64_with_seed(&block[HEADER..], seq)
+    word(0) == seq && word(8) == XxHash3_64::oneshot_with_seed(seq, &block[HEADER..])
 }
 
 /// Publishes blocks into the mailbox hosted by `host` until `stop` is set

@@ -25,7 +25,7 @@
 use crate::keys::chunk_key;
 use crate::{ops, JobError};
 use nessie::KvClient;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// Bytes of the header that starts every stored value.
 pub const MANIFEST_BYTES: usize = 40;
@@ -137,7 +137,7 @@ pub fn put_blob<C: KvClient + ?Sized>(
             "values of {max_value} bytes cannot hold a {MANIFEST_BYTES}-byte header and data"
         )));
     }
-    let checksum = xxh3_64(data);
+    let checksum = XxHash3_64::oneshot(data);
     if data.len() + MANIFEST_BYTES <= max_value {
         let header = Manifest {
             kind: INLINE,
@@ -221,7 +221,7 @@ pub fn get_blob<C: KvClient + ?Sized>(
             chunks: m.chunks,
         }
     };
-    if xxh3_64(out) != m.checksum {
+    if XxHash3_64::oneshot(out) != m.checksum {
         out.clear();
         return Err(JobError::Checksum {
             key: key.to_owned(),

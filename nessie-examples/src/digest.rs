@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::ops::AddAssign;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// Count, sum and xor of the xxh3 hashes of a multiset of items.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ impl Digest {
 
     /// Adds `times` copies of one item (a word counted `times` times).
     pub fn add_times(&mut self, item: &[u8], times: u64) {
-        let h = xxh3_64(item);
+        let h = XxHash3_64::oneshot(item);
         self.records = self.records.wrapping_add(times);
         self.sum = self.sum.wrapping_add(h.wrapping_mul(times));
         if times % 2 == 1 {

@@ -1,7 +1,7 @@
 //! Which reducer an item goes to: by key range (sort) or by hash (word
 //! count).
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 /// Splits the key space into `parts` ranges of equal width by the first
 /// eight bytes of the key, read big-endian (shorter keys padded with
@@ -63,7 +63,7 @@ impl HashPartitioner {
     /// The reducer of `item`.
     #[must_use]
     pub fn partition(&self, item: &[u8]) -> usize {
-        let h = xxh3_64_with_seed(item, self.seed);
+        let h = XxHash3_64::oneshot_with_seed(self.seed, item);
         ((u128::from(h) * self.parts as u128) >> 64) as usize
     }
 }

@@ -13,7 +13,7 @@ use crate::job::{MapOutput, MapReduce, ReduceOutput, Reduced};
 use crate::merge::kmerge_by;
 use crate::partition::RangePartitioner;
 use crate::JobError;
-use xxhash_rust::xxh3::xxh3_128_with_seed;
+use twox_hash::XxHash3_128;
 
 /// Bytes of a record.
 pub const RECORD_BYTES: usize = 100;
@@ -32,7 +32,7 @@ pub fn key(record: &[u8]) -> &[u8] {
 /// Generated record `index` of seed `seed`.
 #[must_use]
 pub fn record(seed: u64, index: u64) -> Record {
-    let h = xxh3_128_with_seed(&index.to_le_bytes(), seed).to_be_bytes();
+    let h = XxHash3_128::oneshot_with_seed(seed, &index.to_le_bytes()).to_be_bytes();
     let mut r = [0u8; RECORD_BYTES];
     r[..KEY_BYTES].copy_from_slice(&h[..KEY_BYTES]);
     const HEX: &[u8; 16] = b"0123456789ABCDEF";

@@ -25,7 +25,7 @@ use crate::partition::HashPartitioner;
 use crate::JobError;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 /// Distinct words of generated text.
 pub const VOCABULARY: u64 = 100_000;
@@ -36,7 +36,7 @@ const PARTITION_SEED: u64 = 0x05ee_d0f0_c0de;
 /// Pseudo-word of rank `rank`: 2 to 9 lowercase letters.
 #[must_use]
 pub fn word(seed: u64, rank: u64) -> Vec<u8> {
-    let h = xxh3_64_with_seed(&rank.to_le_bytes(), seed ^ 0x0077_6f72_6473);
+    let h = XxHash3_64::oneshot_with_seed(seed ^ 0x0077_6f72_6473, &rank.to_le_bytes());
     let len = 2 + (h % 8) as usize;
     (0..len)
         .map(|i| b'a' + ((h >> (8 + 5 * i)) % 26) as u8)
@@ -51,7 +51,7 @@ pub fn generate_text(seed: u64, task: usize, bytes: u64) -> Vec<u8> {
     let mut i = 0u64;
     let stream = seed ^ (task as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     while (text.len() as u64) < bytes {
-        let h = xxh3_64_with_seed(&i.to_le_bytes(), stream);
+        let h = XxHash3_64::oneshot_with_seed(stream, &i.to_le_bytes());
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
         let rank = ((VOCABULARY as f64).powf(u) as u64).saturating_sub(1);
         match vocab.get(rank as usize) {

@@ -184,11 +184,12 @@ impl Endpoint {
         &mut self,
         addr: RemoteAddr,
         parts: &[&[u8]],
+        cached: usize,
     ) -> Result<(), FabricError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.count(addr, 0, len as u64, false);
         self.count_trip(addr.node != self.node);
-        self.fabric.write_streaming(addr, parts)
+        self.fabric.write_streaming(addr, parts, cached)
     }
 
     /// CAS (one round trip if remote); returns the old value.

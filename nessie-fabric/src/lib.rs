@@ -253,17 +253,23 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError>;
 
     /// WRITE of the concatenation of `parts` (each a whole number of words)
-    /// whose parts after the first no one on this host is expected to read
-    /// soon: a backend that executes it with the CPU may write those past
-    /// the cache (a recycled data-table slot has been idle for at least
+    /// whose parts after the first `cached` no one on this host is expected
+    /// to read soon: a backend that executes it with the CPU may write those
+    /// past the cache (a recycled data-table slot has been idle for at least
     /// `expiry`, so caching its old lines only costs a read of each before
-    /// it is overwritten). The first part (an entry's header and key,
-    /// touched again at once) goes through the cache. The default gathers
-    /// the parts and issues [`Fabric::write`].
+    /// it is overwritten). The first `cached` parts (an entry's header and
+    /// key, touched again at once) go through the cache. The default
+    /// gathers the parts and issues [`Fabric::write`].
     ///
     /// # Errors
     /// As [`Fabric::write`].
-    fn write_streaming(&self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+    fn write_streaming(
+        &self,
+        addr: RemoteAddr,
+        parts: &[&[u8]],
+        cached: usize,
+    ) -> Result<(), FabricError> {
+        let _ = cached;
         match parts {
             [one] => self.write(addr, one),
             _ => self.write(addr, &parts.concat()),

@@ -95,27 +95,27 @@ impl RegionMemory {
     }
 
     /// Like [`Self::write`] for the parts one after the other, with
-    /// non-temporal 64-bit stores on x86-64 for all but the first part. The
-    /// first (an entry's header and key) takes ordinary stores, because the
-    /// writer touches it again at once (its state CAS, later its stamp):
-    /// streamed, each of those would be a miss to memory. Each non-temporal
+    /// non-temporal 64-bit stores on x86-64 for all but the first `cached`
+    /// parts. Those (an entry's header and key) take ordinary stores,
+    /// because the writer touches them again at once (its state CAS, later
+    /// its stamp): streamed, each of those would be a miss to memory. Each non-temporal
     /// store is an aligned 8-byte store, single-copy atomic like the relaxed
     /// stores of `write`; they are weakly ordered, so a store fence before
     /// them keeps the release ordering of `write`, and one after them makes
     /// the whole image visible before any later verb of this thread (the
     /// CAS that links it). Elsewhere it is `write`.
-    fn write_streaming(&self, first_word: usize, parts: &[&[u8]]) {
+    fn write_streaming(&self, first_word: usize, parts: &[&[u8]], cached: usize) {
         let words: usize = parts.iter().map(|p| p.len() / WORD).sum();
         let base = self.words(first_word, words);
         let mut at = 0;
         #[cfg(target_arch = "x86_64")]
         {
-            // The first part with ordinary stores (see above).
-            let (head, rest) = parts
-                .split_first()
-                .map_or((&[][..], parts), |(h, r)| (*h, r));
-            self.write(first_word, head);
-            at += head.len() / WORD;
+            // The cached parts with ordinary stores (see above).
+            let (head, rest) = parts.split_at(cached.min(parts.len()));
+            for part in head {
+                self.write(first_word + at, part);
+                at += part.len() / WORD;
+            }
             // SAFETY: `sfence` only orders stores.
             unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) };
             for part in rest {
@@ -127,6 +127,8 @@ impl RegionMemory {
             // SAFETY: as above.
             unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) };
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = cached;
         #[cfg(not(target_arch = "x86_64"))]
         for part in parts {
             self.write(first_word + at, part);
@@ -277,6 +279,7 @@ impl MemoryMap {
         &self,
         addr: RemoteAddr,
         parts: &[&[u8]],
+        cached: usize,
     ) -> Result<(), FabricError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let (mem, word) = self.resolve(addr, len as u64)?;
@@ -288,7 +291,7 @@ impl MemoryMap {
                 len: odd.len() as u64,
             });
         }
-        mem.write_streaming(word, parts);
+        mem.write_streaming(word, parts, cached);
         Ok(())
     }
 
@@ -396,8 +399,9 @@ macro_rules! impl_fabric_for_memory_map {
                 &self,
                 addr: $crate::RemoteAddr,
                 parts: &[&[u8]],
+                cached: usize,
             ) -> Result<(), $crate::FabricError> {
-                self.memory_map().write_streaming(addr, parts)
+                self.memory_map().write_streaming(addr, parts, cached)
             }
 
             fn cas(
@@ -447,26 +451,30 @@ mod tests {
 
     #[test]
     fn a_streaming_write_lands_its_parts_one_after_the_other() {
-        let (map, _backing) = map(1024);
-        // Parts of 1, 4, 5 and 3 words cover the unrolled loop and its rest.
+        // Parts of 1, 4, 5 and 3 words cover the unrolled loop and its rest;
+        // every split between cached and streamed parts, and a count past
+        // the last part, land the same bytes.
         let parts: Vec<Vec<u8>> = [1usize, 4, 5, 3, 0, 9]
             .iter()
             .enumerate()
             .map(|(i, &w)| (0..w * WORD).map(|b| (i * 31 + b) as u8).collect())
             .collect();
         let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        map.write(at(0), &[0xee; 8 * WORD]).unwrap();
-        map.write_streaming(at(8), &refs).unwrap();
         let all = parts.concat();
-        let mut back = vec![0u8; WORD + all.len() + 2 * WORD];
-        map.read(at(0), &mut back).unwrap();
-        assert_eq!(&back[..WORD], &[0xee; WORD], "the word before is untouched");
-        assert_eq!(&back[WORD..WORD + all.len()], &all[..]);
-        assert_eq!(
-            &back[WORD + all.len()..],
-            &[0; 2 * WORD][..],
-            "nor after it"
-        );
+        for cached in 0..=parts.len() + 1 {
+            let (map, _backing) = map(1024);
+            map.write(at(0), &[0xee; 8 * WORD]).unwrap();
+            map.write_streaming(at(8), &refs, cached).unwrap();
+            let mut back = vec![0u8; WORD + all.len() + 2 * WORD];
+            map.read(at(0), &mut back).unwrap();
+            assert_eq!(&back[..WORD], &[0xee; WORD], "the word before is untouched");
+            assert_eq!(&back[WORD..WORD + all.len()], &all[..], "{cached} cached");
+            assert_eq!(
+                &back[WORD + all.len()..],
+                &[0; 2 * WORD][..],
+                "nor after it"
+            );
+        }
     }
 
     #[test]
@@ -474,15 +482,15 @@ mod tests {
         let (map, _backing) = map(16);
         let word = [1u8; WORD];
         assert!(matches!(
-            map.write_streaming(at(8), &[&word, &[1, 2, 3]]),
+            map.write_streaming(at(8), &[&word, &[1, 2, 3]], 1),
             Err(FabricError::Misaligned { .. })
         ));
         assert!(matches!(
-            map.write_streaming(at(4), &[&word]),
+            map.write_streaming(at(4), &[&word], 0),
             Err(FabricError::Misaligned { .. })
         ));
         assert!(matches!(
-            map.write_streaming(at(15 * 8), &[&word, &word]),
+            map.write_streaming(at(15 * 8), &[&word, &word], 1),
             Err(FabricError::OutOfBounds { .. })
         ));
         let mut back = [0u8; 16 * WORD];

@@ -427,9 +427,14 @@ impl Fabric for TcpFabric {
         self.post(&mut [Verb::Write { addr, data }])
     }
 
-    fn write_streaming(&self, addr: RemoteAddr, parts: &[&[u8]]) -> Result<(), FabricError> {
+    fn write_streaming(
+        &self,
+        addr: RemoteAddr,
+        parts: &[&[u8]],
+        cached: usize,
+    ) -> Result<(), FabricError> {
         if addr.node == self.node {
-            return self.map().write_streaming(addr, parts);
+            return self.map().write_streaming(addr, parts, cached);
         }
         self.write(addr, &parts.concat())
     }

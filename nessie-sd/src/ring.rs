@@ -52,7 +52,7 @@
 use nessie::layout::read_word;
 use nessie::layout::region;
 use nessie::layout::{round_up_words, RegionId, WORD};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 /// The request rings of a node: one per (client node, client slot).
 pub const REQUEST_RINGS: RegionId = RegionId(region::FIRST_EXTERNAL);
@@ -95,7 +95,7 @@ pub fn decode_frame_header(word: u64) -> Option<usize> {
 /// that a frame whose words have not all landed yet is recognised.
 #[must_use]
 pub fn frame_trailer(header: u64, padded_payload: &[u8]) -> u64 {
-    match xxh3_64_with_seed(padded_payload, header) {
+    match XxHash3_64::oneshot_with_seed(header, padded_payload) {
         0 => 1,
         t => t,
     }

@@ -507,7 +507,7 @@ impl Config {
     /// A 64-bit identity of the cluster, derived from its name.
     #[must_use]
     pub fn cluster_id(&self) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(self.cluster.as_bytes())
+        twox_hash::XxHash3_64::oneshot(self.cluster.as_bytes())
     }
 }
 

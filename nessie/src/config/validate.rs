@@ -51,8 +51,12 @@ impl Config {
                 ite::MAX_NODES
             )));
         }
-        if self.hashes > 16 {
-            return Err(bad(format!("hashes = {} is more than 16", self.hashes)));
+        if self.hashes > crate::index::MAX_HASHES {
+            return Err(bad(format!(
+                "hashes = {} is more than {}",
+                self.hashes,
+                crate::index::MAX_HASHES
+            )));
         }
         if self.filter_bits > ite::FILTER_BITS {
             return Err(bad(format!(

@@ -10,11 +10,24 @@ use crate::fabric::{NodeId, RemoteAddr};
 use crate::layout::region;
 use crate::layout::WORD;
 use crate::Config;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use twox_hash::XxHash3_64;
 
 pub use crate::layout::ite::{Ite, IteKind, SlotRef};
 
 const FILTER_SEED: u64 = 0x243f_6a88_85a3_08d3;
+/// The most hash functions, so the most candidates a key has.
+pub const MAX_HASHES: usize = HASH_SEEDS.len();
+
+/// How many candidates a [`PerCandidate`] list holds without the heap:
+/// the default `hashes` and one more. Larger lists spill; a capacity of
+/// [`MAX_HASHES`] would make every list a large stack copy.
+const INLINE_CANDIDATES: usize = 4;
+
+/// A list with at most one element per candidate of a key, kept inline:
+/// operations build several per pass, and the heap would cost more than
+/// the verbs on a local fabric.
+pub(crate) type PerCandidate<T> = smallvec::SmallVec<[T; INLINE_CANDIDATES]>;
+
 const HASH_SEEDS: [u64; 16] = [
     0x9e37_79b9_7f4a_7c15,
     0xbf58_476d_1ce4_e5b9,
@@ -75,8 +88,14 @@ impl KeyHasher {
     /// The key's candidate slots, first hash first, repeats dropped.
     #[must_use]
     pub fn candidates(&self, key: &[u8]) -> Vec<Candidate> {
+        self.candidate_list(key).into_vec()
+    }
+
+    /// [`KeyHasher::candidates`] without a heap allocation (operations
+    /// compute them once per call).
+    pub(crate) fn candidate_list(&self, key: &[u8]) -> PerCandidate<Candidate> {
         let total = self.nodes * self.slots_per_node;
-        let mut out: Vec<Candidate> = Vec::with_capacity(self.hashes);
+        let mut out = PerCandidate::new();
         for i in 0..self.hashes {
             let global = self.hash(key, i) % total;
             let c = Candidate {
@@ -93,7 +112,7 @@ impl KeyHasher {
     /// The key's filter bits (only the configured number are set).
     #[must_use]
     pub fn filter(&self, key: &[u8]) -> u8 {
-        (xxh3_64_with_seed(key, FILTER_SEED) as u8) & self.filter_mask
+        (XxHash3_64::oneshot_with_seed(FILTER_SEED, key) as u8) & self.filter_mask
     }
 
     /// The key's hash under hash function `i` (the first is 0; at most 16
@@ -104,7 +123,7 @@ impl KeyHasher {
     /// If `i` is 16 or more.
     #[must_use]
     pub fn hash(&self, key: &[u8], i: usize) -> u64 {
-        xxh3_64_with_seed(key, HASH_SEEDS[i])
+        XxHash3_64::oneshot_with_seed(HASH_SEEDS[i], key)
     }
 }
 

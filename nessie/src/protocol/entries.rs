@@ -120,7 +120,11 @@ impl Ctx<'_> {
         };
         let h = header(slot.generation);
         let image = dte::EntryImage::new(h, key, value);
-        if let Err(e) = self.gate.write_streaming(addr, &image.parts()) {
+        let parts = image.parts();
+        if let Err(e) = self
+            .gate
+            .write_streaming(addr, &parts, dte::EntryImage::HEAD_PARTS)
+        {
             // Never linked: the slot is free again whatever the WRITE did.
             self.env.data.release_unpublished(slot);
             return Err(e.into());

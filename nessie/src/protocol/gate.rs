@@ -11,6 +11,7 @@ use super::Timing;
 use crate::clock::Clock;
 use crate::data::{NodeData, Stagings, TableAccess};
 use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb};
+use crate::index::PerCandidate;
 use crate::layout::SlotRef;
 use crate::Error;
 
@@ -99,17 +100,18 @@ impl<'a> Gate<'a> {
         &mut self,
         addr: RemoteAddr,
         parts: &[&[u8]],
+        cached: usize,
     ) -> Result<(), FabricError> {
-        self.ep.write_streaming(addr, parts)
+        self.ep.write_streaming(addr, parts, cached)
     }
 
-    /// READs posted as one batch (READs only: a CAS goes through
-    /// [`Gate::cas`]).
+    /// READs posted as one batch, at most one per candidate of a key
+    /// (READs only: a CAS goes through [`Gate::cas`]).
     pub(crate) fn read_batch<'b>(
         &mut self,
         reads: impl IntoIterator<Item = (RemoteAddr, &'b mut [u8])>,
     ) -> Result<(), FabricError> {
-        let mut batch: Vec<Verb<'b>> = reads
+        let mut batch: PerCandidate<Verb<'b>> = reads
             .into_iter()
             .map(|(addr, buf)| Verb::Read { addr, buf })
             .collect();

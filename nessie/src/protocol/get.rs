@@ -3,9 +3,10 @@
 //! reverse pass before answering "not found".
 
 use super::help::Helped;
+use super::reads::DteRead;
 use super::{Ctx, DteView, Retry};
 use crate::fabric::RemoteAddr;
-use crate::index::Candidate;
+use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::DteStatus;
 use crate::layout::{Ite, IteKind};
 use crate::Error;
@@ -27,7 +28,7 @@ enum Pass {
 impl Ctx<'_> {
     /// GET `key` into `out`; returns whether it was found.
     pub(crate) fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
-        let cands = self.env.hasher.candidates(key);
+        let cands = self.env.hasher.candidate_list(key);
         let filter = self.env.hasher.filter(key);
         // The first pass starts when the operation did (one clock read
         // fewer on the fast path); later passes read the clock again.
@@ -66,8 +67,8 @@ impl Ctx<'_> {
         // index read that last confirmed it and the end of this pass's index
         // read: the clock is read after the ITEs (review F6), once.
         let mut read_ended = None;
-        let mut reqs = Vec::new();
-        let mut slots = Vec::new();
+        let mut reqs = PerCandidate::<DteRead>::new();
+        let mut slots = PerCandidate::<usize>::new();
         for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
             let remote = usize::from(req.0.node) != self.gate.node();
             if opts.cache && remote && ites[i].is_occupied() {

@@ -164,7 +164,7 @@ impl Ctx<'_> {
         let Some(key) = copy.key() else {
             return Ok(None);
         };
-        let cands = self.env.hasher.candidates(key);
+        let cands = self.env.hasher.candidate_list(key);
         let ites = self.read_ites(&cands, false)?;
         let points_at = |v: &Ite, at: SlotRef| v.is_occupied() && v.target() == Some(at);
         Ok(cands

@@ -10,7 +10,7 @@
 
 use super::help::Helped;
 use super::{Ctx, Linked, Retry};
-use crate::index::Candidate;
+use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::{encode_source, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, IteKind};
 use crate::Error;
@@ -86,10 +86,10 @@ impl Ctx<'_> {
             self.op.note(Retry::Torn);
             return Ok(Freed::Yes);
         };
-        let others: Vec<Candidate> = self
+        let others: PerCandidate<Candidate> = self
             .env
             .hasher
-            .candidates(key)
+            .candidate_list(key)
             .into_iter()
             .filter(|c| *c != src)
             .collect();

@@ -5,7 +5,7 @@
 use super::view::DteView;
 use super::Ctx;
 use crate::fabric::RemoteAddr;
-use crate::index::Candidate;
+use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{self, DteHeader, DTE_HEADER_BYTES};
 use crate::layout::{round_up_words, Ite, IteKind, SlotRef};
 use crate::Error;
@@ -41,9 +41,8 @@ impl Ctx<'_> {
         &mut self,
         cands: &[Candidate],
         reverse: bool,
-    ) -> Result<Vec<Ite>, Error> {
-        // At most 16 candidates (validated): the words live on the stack.
-        let mut all = [[0u8; 8]; 16];
+    ) -> Result<PerCandidate<Ite>, Error> {
+        let mut all = [[0u8; 8]; MAX_HASHES];
         let words = &mut all[..cands.len()];
         if self.env.config.optimizations.batched_reads {
             let reads = cands
@@ -71,7 +70,7 @@ impl Ctx<'_> {
         filter: u8,
         key_len: usize,
         whole: bool,
-    ) -> Vec<(usize, DteRead)> {
+    ) -> PerCandidate<(usize, DteRead)> {
         let config = self.env.config;
         let use_filter = config.optimizations.filter;
         ites.iter()
@@ -99,12 +98,15 @@ impl Ctx<'_> {
     /// Reads DTEs in one batch, or one at a time when batched reads are
     /// off. Returns `None` for a DTE that does not exist or whose header
     /// fails the sanity checks (torn or reused slot).
-    pub(crate) fn read_dtes(&mut self, reqs: &[DteRead]) -> Result<Vec<Option<DteView>>, Error> {
-        let addrs: Vec<Option<RemoteAddr>> = reqs
+    pub(crate) fn read_dtes(
+        &mut self,
+        reqs: &[DteRead],
+    ) -> Result<PerCandidate<Option<DteView>>, Error> {
+        let addrs: PerCandidate<Option<RemoteAddr>> = reqs
             .iter()
             .map(|&(r, _, _)| self.env.geometry().dte_addr(r))
             .collect();
-        let mut bufs: Vec<Vec<u8>> = reqs
+        let mut bufs: PerCandidate<Vec<u8>> = reqs
             .iter()
             .zip(&addrs)
             .map(|(&(r, k, whole), addr)| {

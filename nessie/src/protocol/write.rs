@@ -2,8 +2,9 @@
 //! removal, a reverse pass, and a commit CAS on the DTE's state.
 
 use super::help::Helped;
+use super::view::DteView;
 use super::{Ctx, Linked, Retry};
-use crate::index::Candidate;
+use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::{DteHeader, DteState, DteStatus};
 use crate::layout::Ite;
 use crate::Error;
@@ -43,7 +44,7 @@ impl Ctx<'_> {
         key: &[u8],
         value: &[u8],
     ) -> Result<bool, Error> {
-        let cands = self.env.hasher.candidates(key);
+        let cands = self.env.hasher.candidate_list(key);
         let filter = self.env.hasher.filter(key);
         // Callers checked `value.len() <= value_size_max`.
         let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
@@ -78,30 +79,47 @@ impl Ctx<'_> {
         cands: &[Candidate],
         ites: &[Ite],
     ) -> Result<Step<Plan>, Error> {
-        let (slots, reqs): (Vec<usize>, Vec<_>) = self
+        let (slots, reqs): (PerCandidate<usize>, PerCandidate<_>) = self
             .entries_to_read(ites, filter, key.len(), false)
             .into_iter()
             .unzip();
         let views = self.read_dtes(&reqs)?;
-        let mut plan = Plan {
+        let plan = Plan {
             holder: None,
             holder_is_tombstone: false,
             duplicates: Vec::new(),
             empty: ites.iter().position(|i| i.is_empty()),
         };
-        for (view, &i) in views.into_iter().zip(&slots) {
+        let step = self.plan_from(key, cands, ites, &slots, &views, plan);
+        for view in views.into_iter().flatten() {
+            self.recycle(view);
+        }
+        step
+    }
+
+    /// Goes through the DTEs the forward pass read, in candidate order.
+    fn plan_from(
+        &mut self,
+        key: &[u8],
+        cands: &[Candidate],
+        ites: &[Ite],
+        slots: &[usize],
+        views: &[Option<DteView>],
+        mut plan: Plan,
+    ) -> Result<Step<Plan>, Error> {
+        for (view, &i) in views.iter().zip(slots) {
             let Some(view) = view else {
                 return Ok(Step::Again(Retry::Torn));
             };
             let slot = cands[i].addr();
             if ites[i].is_moved() {
                 // A stale or stalled marker blocks its slot; help or wait.
-                return Ok(match self.help_marker(slot, ites[i], &view)? {
+                return Ok(match self.help_marker(slot, ites[i], view)? {
                     Helped::Acted => Step::Again(Retry::Helped),
                     Helped::Nothing => Step::Again(Retry::Busy),
                 });
             }
-            if self.help_entry(slot, ites[i], &view)? == Helped::Acted {
+            if self.help_entry(slot, ites[i], view)? == Helped::Acted {
                 return Ok(Step::Again(Retry::Helped));
             }
             if !view.holds(key) {
