@@ -219,9 +219,10 @@ impl RunSpec {
 ///   homes keys by hash, so shares vary), plus every PUT of
 ///   `PUT_WINDOW_EXPIRIES` × `expiry` at the highest rate a node could
 ///   reach, since replaced slots return only after `expiry`; then a third
-///   more, because the recycler scans only once a class is three quarters
-///   used. A roomier table costs address space, not memory: the store
-///   reuses a client's own expired slots before it touches a fresh one. The data
+///   more, because the recycler's paced scans find other nodes' expired
+///   slots up to half an `expiry` late. A roomier table costs address
+///   space, not memory: the store reuses expired slots before it touches a
+///   fresh one. The data
 ///   tables split their bytes equally among size classes, so the total is
 ///   that times the number of classes; only touched slots take memory
 ///   (region files are sparse).

@@ -30,7 +30,7 @@ use crate::sim::{
 };
 use audit::audit;
 use nessie::data::Geometry;
-use nessie::{Client, Clock, Cluster, Config, Error, Stats};
+use nessie::{Client, Clock, Cluster, Error, Stats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -107,14 +107,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     }
     let recycler = scenario.recycler.then(|| {
         let period = Duration::from_micros((scenario.expiry_us / 10).max(1));
-        spawn_recycler(
-            &sched,
-            &cluster,
-            scenario,
-            &config,
-            Arc::clone(&clocks[0]),
-            period,
-        )
+        spawn_recycler(&sched, &cluster, scenario, Arc::clone(&clocks[0]), period)
     });
     sched.start();
     let mut outcome = SimOutcome {
@@ -282,13 +275,12 @@ impl ClientRun {
 }
 
 /// Starts every node's background recycler as one scheduled thread, which
-/// recycles a size class running low every `period` until the clients are
-/// done.
+/// runs [`nessie::data::NodeData::recycle_period`] every `period` until the
+/// clients are done.
 fn spawn_recycler(
     sched: &Arc<Scheduler>,
     cluster: &Arc<Cluster>,
     scenario: &Scenario,
-    config: &Config,
     clock: Arc<dyn Clock>,
     period: Duration,
 ) -> JoinHandle<()> {
@@ -296,19 +288,13 @@ fn spawn_recycler(
     let cluster = Arc::clone(cluster);
     let id = scenario.clients;
     let nodes = scenario.nodes;
-    let classes = config.size_classes().len() as u8;
     std::thread::spawn(move || {
         sched.enter_as(id, Role::Background);
         let result = catch_unwind(AssertUnwindSafe(|| {
             while !sched.clients_done() {
                 for node in 0..nodes {
-                    let Some(data) = cluster.node_data(node) else {
-                        continue;
-                    };
-                    for class in 0..classes {
-                        if data.available(class) * 4 < data.capacity(class) {
-                            let _ = data.recycle(class, cluster.table_access(node));
-                        }
+                    if let Some(data) = cluster.node_data(node) {
+                        data.recycle_period(cluster.table_access(node));
                     }
                 }
                 clock.sleep(period);

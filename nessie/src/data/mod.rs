@@ -38,10 +38,12 @@
 //!   O(1), before a free or fresh slot (a fresh slot's first write costs
 //!   the page faults of touching new memory).
 //! * Slots staged by other nodes' clients are found by scans of the class's
-//!   in-use slots, a slice of [`SCAN_SLICE`] at a time under the lock, from
-//!   where the last scan stopped: by the background [`Recycler`] once a
-//!   class runs low, and by an allocation that finds nothing free (which
-//!   stops after the first slice that freed a slot).
+//!   in-use slots, a slice of [`SCAN_SLICE`] at a time from where the last
+//!   scan stopped (stamps read without the lock, verdicts under it): by the
+//!   background [`Recycler`], paced so that a pass ends about `expiry / 2`
+//!   after it began (a whole pass at once when a class runs low), and by an
+//!   allocation that finds nothing free (which stops after the first slice
+//!   that freed a slot).
 //!
 //! Either way the slot's own stamp and header decide, with the same rules.
 
@@ -188,14 +190,28 @@ impl ClassTable {
         self.peak_in_use = self.peak_in_use.max(self.in_use.len());
     }
 
-    /// Takes the slot at index `i` of `in_use` out of it.
-    fn leave_at(&mut self, i: usize) -> u32 {
+    /// Takes the slot at index `i` of `in_use` out of it. The slots a scan
+    /// pass has not looked at yet stay at and after the cursor: a slot
+    /// leaving from before the cursor first trades places with the last
+    /// one looked at, and the cursor steps back over the gap.
+    fn leave_at(&mut self, mut i: usize) -> u32 {
+        if i < self.cursor {
+            self.cursor -= 1;
+            self.swap_places(i, self.cursor);
+            i = self.cursor;
+        }
         let slot = self.in_use.swap_remove(i);
         self.in_use_at[slot as usize] = NOT_IN_USE;
         if let Some(&moved) = self.in_use.get(i) {
             self.in_use_at[moved as usize] = i as u32;
         }
         slot
+    }
+
+    fn swap_places(&mut self, i: usize, j: usize) {
+        self.in_use.swap(i, j);
+        self.in_use_at[self.in_use[i] as usize] = i as u32;
+        self.in_use_at[self.in_use[j] as usize] = j as u32;
     }
 
     /// Takes `slot` out of `in_use`; false if it was not there.
@@ -207,6 +223,27 @@ impl ClassTable {
             }
             _ => false,
         }
+    }
+
+    fn is_in_use(&self, slot: u32) -> bool {
+        matches!(self.in_use_at.get(slot as usize), Some(&i) if i != NOT_IN_USE)
+    }
+
+    /// The next `budget` in-use slots from the cursor on (wrapping, each at
+    /// most once), each with whether its publishing CAS is in doubt; the
+    /// cursor moves past them.
+    fn next_slice(&mut self, budget: usize) -> scan::Slice<(u32, bool)> {
+        let n = budget.min(self.in_use.len());
+        let mut picked = scan::Slice::new();
+        for _ in 0..n {
+            if self.cursor >= self.in_use.len() {
+                self.cursor = 0;
+            }
+            let slot = self.in_use[self.cursor];
+            picked.push((slot, self.doubt(slot).is_some()));
+            self.cursor += 1;
+        }
+        picked
     }
 
     fn take(&mut self) -> Option<u32> {

@@ -14,12 +14,47 @@ pub struct Recycler {
     _thread: Periodic,
 }
 
+/// A paced scan looks at this share of a class's in-use slots per period,
+/// so that a whole pass takes this many periods.
+const PERIODS_PER_PASS: usize = 5;
+
+impl NodeData {
+    /// One period of background recycling of every class of this node (see
+    /// [`Recycler::start`]); returns how many slots it freed. A failed scan
+    /// is logged and leaves its slots for a later one.
+    pub fn recycle_period(&self, access: TableAccess<'_>) -> usize {
+        let mut freed = 0;
+        for class in 0..self.classes() as u8 {
+            let coming = self.available(class) + self.queued(class);
+            let scanned = if coming * 4 < self.capacity(class) {
+                self.recycle(class, access)
+            } else {
+                match self.in_use(class).div_ceil(PERIODS_PER_PASS) {
+                    0 => Ok(0),
+                    slots => self.recycle_some(class, access, slots),
+                }
+            };
+            match scanned {
+                Ok(n) => freed += n,
+                Err(e) => tracing::warn!("recycler scan failed: {e}"),
+            }
+        }
+        freed
+    }
+}
+
 impl Recycler {
     /// Starts a thread that, every `period`, scans each size class of each
-    /// node in `nodes` whose free slots, with the slots its clients' queues
-    /// will return ([`NodeData::queued`]), have fallen below a quarter of
-    /// its capacity: a scan is for slots other nodes' clients staged. `local` reaches the nodes' own memory without any wrapper,
-    /// `cluster` every node (see [`TableAccess`]).
+    /// node in `nodes`: slots other nodes' clients staged come back only
+    /// through scans. A class whose free slots, with the slots its clients'
+    /// queues will return ([`NodeData::queued`]), have fallen below a
+    /// quarter of its capacity gets a whole pass; every other class in use
+    /// gets a paced slice of [`PERIODS_PER_PASS`]-th of its in-use slots,
+    /// so that expired slots come back about `PERIODS_PER_PASS × period`
+    /// after they expire and allocations reuse them instead of touching
+    /// fresh memory (a first touch costs page faults). `local` reaches the
+    /// nodes' own memory without any wrapper, `cluster` every node (see
+    /// [`TableAccess`]).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
@@ -37,16 +72,204 @@ impl Recycler {
                 clock: clock.as_ref(),
             };
             for data in &nodes {
-                for class in 0..data.classes() as u8 {
-                    let coming = data.available(class) + data.queued(class);
-                    if coming * 4 < data.capacity(class) {
-                        if let Err(e) = data.recycle(class, access) {
-                            tracing::warn!("recycler scan failed: {e}");
-                        }
-                    }
-                }
+                data.recycle_period(access);
             }
         })?;
         Ok(Recycler { _thread: thread })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::WallClock;
+    use crate::fabric::{FabricError, LocalFabric, RemoteAddr};
+    use crate::layout::dte::EXPIRES_AT_OFFSET;
+    use crate::layout::SlotRef;
+
+    /// One node's tables of 100 slots in one class, with its memory.
+    fn table() -> (NodeData, LocalFabric) {
+        let mut config = crate::data::small_config(1, 256, 0);
+        config.data_bytes_per_node = 100 * config.class_slot_bytes(0);
+        let data = NodeData::new(&config, 0);
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        (data, fabric)
+    }
+
+    fn stamp(fabric: &LocalFabric, data: &NodeData, r: SlotRef, expires_at: u64) {
+        let at: RemoteAddr = data
+            .slot_addr(r.class, r.slot)
+            .add(EXPIRES_AT_OFFSET as u64);
+        fabric.write(at, &expires_at.to_le_bytes()).unwrap();
+    }
+
+    /// Slots another node's client staged come back a fifth of the in-use
+    /// slots per period while the class has room, so that allocations reuse
+    /// them instead of fresh memory; a class running low gets a whole pass.
+    /// Slots not expired, or never staged, stay in use either way.
+    #[test]
+    fn a_period_scans_a_fifth_while_there_is_room_and_everything_when_low() {
+        let (data, fabric) = table();
+        let clock = WallClock::default();
+        let access = TableAccess {
+            local: &fabric,
+            cluster: &fabric,
+            clock: &clock,
+        };
+        let capacity = data.capacity(0);
+        let taken: Vec<SlotRef> = (0..50)
+            .map(|_| data.allocate(0, access).unwrap().unwrap())
+            .collect();
+        let long_ago = clock.now_us() - 60_000_000;
+        for (i, &r) in taken.iter().enumerate() {
+            match i % 5 {
+                // Staged an hour's worth of expiries ago, or not staged yet,
+                // or staged but not expired.
+                0..=2 => stamp(&fabric, &data, r, long_ago),
+                3 => {}
+                _ => stamp(&fabric, &data, r, clock.now_us() + 60_000_000),
+            }
+        }
+        // 50 in use out of 100: room. One period looks at 10 slots (a
+        // fifth), frees the six expired among them.
+        assert_eq!(data.recycle_period(access), 6);
+        assert_eq!(data.in_use(0), 44);
+        // The pass goes on from where it stopped, at most a fifth of what
+        // is in use each period, and looks at every slot once: it ends
+        // within seven periods with every expired slot freed.
+        let mut freed = 6;
+        for _ in 0..6 {
+            let before = data.in_use(0);
+            let now = data.recycle_period(access);
+            assert!(
+                now <= before.div_ceil(PERIODS_PER_PASS),
+                "{now} of {before}"
+            );
+            freed += now;
+        }
+        assert_eq!(freed, 30, "every expired slot, once each");
+        assert_eq!(data.in_use(0), 20, "the unstaged and unexpired stay");
+        // Running low: the rest taken, the unexpired ones expire, one
+        // period frees every expired slot at once.
+        while data.allocate(0, access).unwrap().is_some() {}
+        assert_eq!(data.in_use(0), capacity);
+        for (i, &r) in taken.iter().enumerate() {
+            if i % 5 == 4 {
+                stamp(&fabric, &data, r, long_ago);
+            }
+        }
+        assert_eq!(data.recycle_period(access), 10);
+        assert_eq!(data.recycle_counts().reclaimed, 40);
+    }
+
+    /// The boundary of a whole pass: free plus queued slots at a quarter of
+    /// the class still get a paced slice (a fifth of the in-use slots); one
+    /// fewer gets the whole class at once.
+    #[test]
+    fn a_whole_pass_starts_below_a_quarter_free_or_queued() {
+        let clock = WallClock::default();
+        let long_ago = clock.now_us() - 60_000_000;
+        // (slots taken, own stagings queued, freed by one period)
+        for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 16)] {
+            let (data, fabric) = table();
+            let access = TableAccess {
+                local: &fabric,
+                cluster: &fabric,
+                clock: &clock,
+            };
+            assert_eq!(data.capacity(0), 100);
+            let mut stagings = data.stagings();
+            for i in 0..taken {
+                let r = data.allocate(0, access).unwrap().unwrap();
+                stamp(&fabric, &data, r, long_ago);
+                if i < queued {
+                    stagings.note(r, long_ago);
+                }
+            }
+            assert_eq!(
+                data.recycle_period(access),
+                freed,
+                "{taken} taken, {queued} queued"
+            );
+        }
+    }
+
+    /// The node's memory, where the first read of one address is followed
+    /// by a write to it: another thread's store landing between a scan's
+    /// read of a stamp (without the lock) and its verdict (under it).
+    #[derive(Debug)]
+    struct WriteAfterFirstRead {
+        memory: LocalFabric,
+        at: RemoteAddr,
+        then: u64,
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    impl Fabric for WriteAfterFirstRead {
+        fn nodes(&self) -> usize {
+            self.memory.nodes()
+        }
+        fn region_len(&self, node: usize, region: crate::fabric::RegionId) -> Option<u64> {
+            self.memory.region_len(node, region)
+        }
+        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+            self.memory.read(addr, buf)?;
+            if addr == self.at && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                self.memory.write(self.at, &self.then.to_le_bytes())?;
+            }
+            Ok(())
+        }
+        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+            self.memory.write(addr, data)
+        }
+        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+            self.memory.cas(addr, expected, new)
+        }
+    }
+
+    /// A stamp read as expired without the lock but cleared before the
+    /// verdict (as a new allocation of the slot clears it) keeps the slot,
+    /// and one read as not expired that expires meanwhile waits for the
+    /// next pass: the verdict under the lock decides, the read before it
+    /// only chooses which slots get one.
+    #[test]
+    fn the_verdict_under_the_lock_decides_not_the_stamp_read_before() {
+        let clock = WallClock::default();
+        let long_ago = clock.now_us() - 60_000_000;
+        let soon = clock.now_us() + 60_000_000;
+        for (first, then, freed) in [
+            (long_ago, 0, 0),
+            (soon, long_ago, 0),
+            (long_ago, long_ago, 1),
+        ] {
+            let (data, fabric) = table();
+            let r = {
+                let access = TableAccess {
+                    local: &fabric,
+                    cluster: &fabric,
+                    clock: &clock,
+                };
+                data.allocate(0, access).unwrap().unwrap()
+            };
+            stamp(&fabric, &data, r, first);
+            let at = data.slot_addr(0, r.slot).add(EXPIRES_AT_OFFSET as u64);
+            let racing = WriteAfterFirstRead {
+                memory: fabric,
+                at,
+                then,
+                done: false.into(),
+            };
+            let access = TableAccess {
+                local: &racing,
+                cluster: &racing,
+                clock: &clock,
+            };
+            assert_eq!(
+                data.recycle(0, access).unwrap(),
+                freed,
+                "{first} then {then}"
+            );
+            assert_eq!(data.in_use(0), 1 - freed);
+        }
     }
 }

@@ -8,10 +8,12 @@ use crate::fabric::{Fabric, FabricError};
 use crate::layout::dte::{DteHeader, DTE_HEADER_BYTES, EXPIRES_AT_OFFSET};
 use std::sync::atomic::Ordering;
 
-/// In-use slots one lock hold of a scan looks at (small: a lock hold stays
-/// within a few microseconds, and the simulation's small tables cross
-/// slice boundaries).
+/// In-use slots one slice of a scan looks at (small: the simulation's small
+/// tables cross slice boundaries).
 pub const SCAN_SLICE: usize = 32;
+
+/// The slots of one slice, kept inline.
+pub(super) type Slice<T> = smallvec::SmallVec<[T; SCAN_SLICE]>;
 
 /// What a look at one in-use slot decided.
 pub(super) enum Verdict {
@@ -37,6 +39,20 @@ impl NodeData {
         self.sweep(class, access, false)
     }
 
+    /// As [`NodeData::recycle`], for at most `slots` in-use slots from
+    /// where the last scan stopped (the background recycler's paced scan).
+    ///
+    /// # Errors
+    /// As [`NodeData::recycle`].
+    pub fn recycle_some(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        slots: usize,
+    ) -> Result<usize, FabricError> {
+        self.timed(|| self.sweep_budget(class, access, slots, false))
+    }
+
     /// One pass over the in-use slots of `class` (from where the last one
     /// stopped), a slice per lock hold; with `until_first`, it stops after
     /// the first slice that freed a slot (an allocation waits for one slot,
@@ -47,8 +63,16 @@ impl NodeData {
         access: TableAccess<'_>,
         until_first: bool,
     ) -> Result<usize, FabricError> {
+        self.timed(|| self.sweep_slices(class, access, until_first))
+    }
+
+    /// Runs a scan, adding its time to the counters.
+    fn timed(
+        &self,
+        scan: impl FnOnce() -> Result<usize, FabricError>,
+    ) -> Result<usize, FabricError> {
         let started = std::time::Instant::now();
-        let result = self.sweep_slices(class, access, until_first);
+        let result = scan();
         self.counters.scan_ns.fetch_add(
             u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
@@ -62,18 +86,27 @@ impl NodeData {
         access: TableAccess<'_>,
         until_first: bool,
     ) -> Result<usize, FabricError> {
-        let Some(mut left) = self.table(class).map(|t| t.in_use.len()) else {
+        let Some(in_use) = self.table(class).map(|t| t.in_use.len()) else {
             return Ok(0);
         };
+        self.sweep_budget(class, access, in_use, until_first)
+    }
+
+    /// Looks at up to `budget` in-use slots of `class` from the table's
+    /// cursor on, a slice at a time; with `until_first`, stops after the
+    /// first slice that freed a slot. Returns how many slots it freed.
+    pub(super) fn sweep_budget(
+        &self,
+        class: u8,
+        access: TableAccess<'_>,
+        budget: usize,
+        until_first: bool,
+    ) -> Result<usize, FabricError> {
         bump(&self.counters.scans);
         let mut freed = 0;
+        let mut left = budget;
         while left > 0 {
-            let Some(mut table) = self.table(class) else {
-                break;
-            };
-            let (plain, pending, looked) =
-                self.scan(class, &mut table, access, left.min(SCAN_SLICE))?;
-            drop(table);
+            let (plain, pending, looked) = self.scan_slice(class, access, left.min(SCAN_SLICE))?;
             freed += plain + self.settle_pending(class, pending, access);
             left = left.saturating_sub(looked);
             // Nothing left to look at (the table emptied meanwhile), or an
@@ -102,31 +135,53 @@ impl NodeData {
         freed
     }
 
-    /// Under the lock: looks at up to `budget` in-use slots from the
-    /// table's cursor on, frees the expired plain ones and takes out of
-    /// `in_use` those that need verbs to other nodes before they may be
-    /// freed. Returns (freed, pending, slots looked at).
-    fn scan(
+    /// One slice: up to `budget` in-use slots from the table's cursor on.
+    /// Their `expires_at` stamps are read without the lock, and only the
+    /// slots whose stamp (or doubt) says they may be reusable get a verdict,
+    /// under the lock as always: a stamp that changes in between only
+    /// delays a slot to a later scan or is caught by the verdict. The lock
+    /// is held for bookkeeping, never for a pass of memory reads, so a
+    /// scanning thread preempted mid-slice does not stall the node's
+    /// allocations. Frees the expired plain slots and takes out of `in_use`
+    /// those that need verbs to other nodes first. Returns (freed, pending,
+    /// slots looked at).
+    fn scan_slice(
         &self,
         class: u8,
-        table: &mut ClassTable,
         access: TableAccess<'_>,
         budget: usize,
     ) -> Result<(usize, Vec<Pending>, usize), FabricError> {
+        let picked = match self.table(class) {
+            Some(mut table) => table.next_slice(budget),
+            None => return Ok((0, Vec::new(), 0)),
+        };
+        // One reading for the filter and the verdicts: an earlier `now`
+        // only finds fewer slots expired.
         let now = access.clock.now_us();
+        let mut maybe = Slice::new();
+        for &(slot, in_doubt) in &picked {
+            let expires_at = self.read_expires_at(class, slot, access.local)?;
+            let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
+            if expired || (expires_at == 0 && in_doubt) {
+                maybe.push(slot);
+            }
+        }
+        let looked = picked.len();
+        if maybe.is_empty() {
+            return Ok((0, Vec::new(), looked));
+        }
+        let Some(mut table) = self.table(class) else {
+            return Ok((0, Vec::new(), looked));
+        };
         let mut freed = 0;
         let mut pending: Vec<Pending> = Vec::new();
-        let mut looked = 0;
-        while looked < budget && !table.in_use.is_empty() {
-            if table.cursor >= table.in_use.len() {
-                table.cursor = 0;
+        for slot in maybe {
+            // A slot that left `in_use` meanwhile (allocated anew is
+            // impossible without leaving it first) is not this scan's.
+            if !table.is_in_use(slot) {
+                continue;
             }
-            let i = table.cursor;
-            let slot = table.in_use[i];
-            looked += 1;
-            // A slot taken out of `in_use` is replaced at `i` by the last
-            // one, which the cursor looks at next.
-            let verdict = match self.verdict(class, table, slot, now, access.local) {
+            let verdict = match self.verdict(class, &table, slot, now, access.local) {
                 Ok(v) => v,
                 Err(e) => {
                     // Nothing taken out may be lost: back to `in_use`.
@@ -137,20 +192,34 @@ impl NodeData {
                 }
             };
             match verdict {
-                Verdict::Keep => table.cursor += 1,
+                Verdict::Keep => {}
                 Verdict::Free => {
-                    table.leave_at(i);
+                    table.leave(slot);
                     table.reclaim(slot);
                     bump(&self.counters.reclaimed);
                     freed += 1;
                 }
                 Verdict::Pending(item) => {
-                    table.leave_at(i);
+                    table.leave(slot);
                     pending.push(item);
                 }
             }
         }
         Ok((freed, pending, looked))
+    }
+
+    fn read_expires_at(
+        &self,
+        class: u8,
+        slot: u32,
+        local: &dyn Fabric,
+    ) -> Result<u64, FabricError> {
+        let mut word = [0u8; 8];
+        local.read(
+            self.slot_addr(class, slot).add(EXPIRES_AT_OFFSET as u64),
+            &mut word,
+        )?;
+        Ok(u64::from_le_bytes(word))
     }
 
     /// Under the lock: whether the in-use `slot` may be reused now, needs
@@ -164,9 +233,7 @@ impl NodeData {
         local: &dyn Fabric,
     ) -> Result<Verdict, FabricError> {
         let base = self.slot_addr(class, slot);
-        let mut word = [0u8; 8];
-        local.read(base.add(EXPIRES_AT_OFFSET as u64), &mut word)?;
-        let expires_at = u64::from_le_bytes(word);
+        let expires_at = self.read_expires_at(class, slot, local)?;
         let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
         let doubt = if expires_at == 0 {
             table.doubt(slot)

@@ -2,7 +2,7 @@
 //! reuse in O(1) once expired.
 
 use super::scan::Verdict;
-use super::{bump, ClassTable, NodeData, TableAccess, NOT_IN_USE};
+use super::{bump, ClassTable, NodeData, TableAccess};
 use crate::fabric::FabricError;
 use crate::layout::SlotRef;
 use std::collections::VecDeque;
@@ -133,8 +133,7 @@ impl NodeData {
         while let Some(s) = stagings.front(class) {
             // A slot that left `in_use` since (reclaimed, or with a scan
             // that resolves it) is not this entry's business any more.
-            let in_use =
-                matches!(table.in_use_at.get(s.slot as usize), Some(&i) if i != NOT_IN_USE);
+            let in_use = table.is_in_use(s.slot);
             if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
                 return Ok(());
             }
