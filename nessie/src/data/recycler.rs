@@ -14,8 +14,9 @@ pub struct Recycler {
     _thread: Periodic,
 }
 
-/// A paced scan looks at this share of a class's in-use slots per period,
-/// so that a whole pass takes this many periods.
+/// A paced scan looks at this share of a class's in-use slots (less those
+/// its clients' queues hold) per period, so that a whole pass takes about
+/// this many periods.
 const PERIODS_PER_PASS: usize = 5;
 
 impl NodeData {
@@ -25,11 +26,17 @@ impl NodeData {
     pub fn recycle_period(&self, access: TableAccess<'_>) -> usize {
         let mut freed = 0;
         for class in 0..self.classes() as u8 {
-            let coming = self.available(class) + self.queued(class);
-            let scanned = if coming * 4 < self.capacity(class) {
+            let queued = self.queued(class);
+            let scanned = if (self.available(class) + queued) * 4 < self.capacity(class) {
                 self.recycle(class, access)
             } else {
-                match self.in_use(class).div_ceil(PERIODS_PER_PASS) {
+                // Slots the clients' queues will return need no scan: a
+                // node whose own clients staged everything scans little.
+                match self
+                    .in_use(class)
+                    .saturating_sub(queued)
+                    .div_ceil(PERIODS_PER_PASS)
+                {
                     0 => Ok(0),
                     slots => self.recycle_some(class, access, slots),
                 }
@@ -49,10 +56,11 @@ impl Recycler {
     /// through scans. A class whose free slots, with the slots its clients'
     /// queues will return ([`NodeData::queued`]), have fallen below a
     /// quarter of its capacity gets a whole pass; every other class in use
-    /// gets a paced slice of [`PERIODS_PER_PASS`]-th of its in-use slots,
-    /// so that expired slots come back about `PERIODS_PER_PASS × period`
-    /// after they expire and allocations reuse them instead of touching
-    /// fresh memory (a first touch costs page faults). `local` reaches the
+    /// gets a paced slice of [`PERIODS_PER_PASS`]-th of its in-use slots
+    /// not queued, so that expired slots come back about
+    /// `PERIODS_PER_PASS × period` after they expire and allocations reuse
+    /// them instead of touching fresh memory (a first touch costs page
+    /// faults). `local` reaches the
     /// nodes' own memory without any wrapper, `cluster` every node (see
     /// [`TableAccess`]).
     ///
@@ -163,14 +171,14 @@ mod tests {
     }
 
     /// The boundary of a whole pass: free plus queued slots at a quarter of
-    /// the class still get a paced slice (a fifth of the in-use slots); one
-    /// fewer gets the whole class at once.
+    /// the class still get a paced slice (a fifth of the in-use slots not
+    /// queued); one fewer gets the whole class at once.
     #[test]
     fn a_whole_pass_starts_below_a_quarter_free_or_queued() {
         let clock = WallClock::default();
         let long_ago = clock.now_us() - 60_000_000;
         // (slots taken, own stagings queued, freed by one period)
-        for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 16)] {
+        for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 15), (76, 6, 14)] {
             let (data, fabric) = table();
             let access = TableAccess {
                 local: &fabric,
