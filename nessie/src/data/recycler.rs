@@ -90,10 +90,11 @@ impl Recycler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::WallClock;
+    use crate::clock::{Clock, WallClock};
     use crate::fabric::{FabricError, LocalFabric, RemoteAddr};
     use crate::layout::dte::EXPIRES_AT_OFFSET;
     use crate::layout::SlotRef;
+    use std::time::Duration;
 
     /// One node's tables of 100 slots in one class, with its memory.
     fn table() -> (NodeData, LocalFabric) {
@@ -198,6 +199,84 @@ mod tests {
                 data.recycle_period(access),
                 freed,
                 "{taken} taken, {queued} queued"
+            );
+        }
+    }
+
+    /// An allocation that finds nothing free scans until a slice frees a
+    /// slot, past slices that free nothing, and no further.
+    #[test]
+    fn an_allocation_scans_past_slices_that_free_nothing() {
+        let (data, fabric) = table();
+        let clock = WallClock::default();
+        let access = TableAccess {
+            local: &fabric,
+            cluster: &fabric,
+            clock: &clock,
+        };
+        let slice = crate::data::SCAN_SLICE;
+        let taken: Vec<SlotRef> = (0..data.capacity(0))
+            .map(|_| data.allocate(0, access).unwrap().unwrap())
+            .collect();
+        for (i, &r) in taken.iter().enumerate() {
+            // The first slice holds nothing expired, every later one does.
+            let at = if i < slice {
+                clock.now_us() + 60_000_000
+            } else {
+                clock.now_us() - 60_000_000
+            };
+            stamp(&fabric, &data, r, at);
+        }
+        assert!(data.allocate(0, access).unwrap().is_some());
+        assert_eq!(
+            data.in_use(0),
+            data.capacity(0) - slice + 1,
+            "the second slice freed {slice}, one taken, the rest not scanned"
+        );
+    }
+
+    /// A wall clock stopped at one reading.
+    #[derive(Debug)]
+    struct Stopped(u64);
+
+    impl Clock for Stopped {
+        fn now_us(&self) -> u64 {
+            self.0
+        }
+        fn mono_us(&self) -> u64 {
+            self.0
+        }
+        fn sleep(&self, _: Duration) {}
+    }
+
+    /// A slot is reusable strictly more than `max_clock_skew` after its
+    /// stamp: at exactly that time it stays, a microsecond later it goes,
+    /// by a scan and from its stager's queue alike.
+    #[test]
+    fn a_stamp_expires_strictly_after_the_skew() {
+        let skew = crate::config::micros(crate::Config::default().max_clock_skew);
+        let stamp_at = 1_000_000_000;
+        for (late_by, freed) in [(0, 0), (1, 1)] {
+            let (data, fabric) = table();
+            let clock = Stopped(stamp_at + skew + late_by);
+            let access = TableAccess {
+                local: &fabric,
+                cluster: &fabric,
+                clock: &clock,
+            };
+            let r = data.allocate(0, access).unwrap().unwrap();
+            stamp(&fabric, &data, r, stamp_at);
+            assert_eq!(data.recycle(0, access).unwrap(), freed, "{late_by} µs late");
+            let mut queue = data.stagings();
+            let q = data.allocate(0, access).unwrap().unwrap();
+            stamp(&fabric, &data, q, stamp_at);
+            queue.note(q, stamp_at);
+            let before = data.recycle_counts().reclaimed_from_queue;
+            let _ = data.allocate_for(0, access, &mut queue, &mut 0).unwrap();
+            assert_eq!(
+                data.recycle_counts().reclaimed_from_queue - before,
+                freed as u64,
+                "{late_by} µs late, from the queue"
             );
         }
     }

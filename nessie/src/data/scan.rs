@@ -161,8 +161,7 @@ impl NodeData {
         let mut maybe = Slice::new();
         for &(slot, in_doubt) in &picked {
             let expires_at = self.read_expires_at(class, slot, access.local)?;
-            let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
-            if expired || (expires_at == 0 && in_doubt) {
+            if self.expired(expires_at, now) || (expires_at == 0 && in_doubt) {
                 maybe.push(slot);
             }
         }
@@ -208,6 +207,13 @@ impl NodeData {
         Ok((freed, pending, looked))
     }
 
+    /// Whether a slot stamped `expires_at` (0: not staged) may be reused
+    /// at wall time `now`: strictly more than `max_clock_skew` after its
+    /// stamp, so that no node's clock can still read a time before it.
+    pub(super) fn expired(&self, expires_at: u64, now: u64) -> bool {
+        expires_at != 0 && now > expires_at.saturating_add(self.skew_us)
+    }
+
     fn read_expires_at(
         &self,
         class: u8,
@@ -234,7 +240,7 @@ impl NodeData {
     ) -> Result<Verdict, FabricError> {
         let base = self.slot_addr(class, slot);
         let expires_at = self.read_expires_at(class, slot, local)?;
-        let expired = expires_at != 0 && now > expires_at.saturating_add(self.skew_us);
+        let expired = self.expired(expires_at, now);
         let doubt = if expires_at == 0 {
             table.doubt(slot)
         } else {

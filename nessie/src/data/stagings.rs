@@ -134,7 +134,7 @@ impl NodeData {
             // A slot that left `in_use` since (reclaimed, or with a scan
             // that resolves it) is not this entry's business any more.
             let in_use = table.is_in_use(s.slot);
-            if in_use && now <= s.expires_at.saturating_add(self.skew_us) {
+            if in_use && !self.expired(s.expires_at, now) {
                 return Ok(());
             }
             stagings.pop_front(class);
