@@ -56,13 +56,11 @@ impl Recycler {
     /// through scans. A class whose free slots, with the slots its clients'
     /// queues will return ([`NodeData::queued`]), have fallen below a
     /// quarter of its capacity gets a whole pass; every other class in use
-    /// gets a paced slice of [`PERIODS_PER_PASS`]-th of its in-use slots
-    /// not queued, so that expired slots come back about
-    /// `PERIODS_PER_PASS × period` after they expire and allocations reuse
-    /// them instead of touching fresh memory (a first touch costs page
-    /// faults). `local` reaches the
-    /// nodes' own memory without any wrapper, `cluster` every node (see
-    /// [`TableAccess`]).
+    /// gets a paced slice of a fifth of its in-use slots not queued, so
+    /// that expired slots come back about five periods after they expire
+    /// and allocations reuse them instead of touching fresh memory (a first
+    /// touch costs page faults). `local` reaches the nodes' own memory
+    /// without any wrapper, `cluster` every node (see [`TableAccess`]).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
