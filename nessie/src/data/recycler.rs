@@ -103,6 +103,15 @@ mod tests {
         (data, fabric)
     }
 
+    /// Allocation and scans on one node's `memory`, at `clock`.
+    fn access<'a>(memory: &'a dyn Fabric, clock: &'a dyn Clock) -> TableAccess<'a> {
+        TableAccess {
+            local: memory,
+            cluster: memory,
+            clock,
+        }
+    }
+
     fn stamp(fabric: &LocalFabric, data: &NodeData, r: SlotRef, expires_at: u64) {
         let at: RemoteAddr = data
             .slot_addr(r.class, r.slot)
@@ -118,11 +127,7 @@ mod tests {
     fn a_period_scans_a_fifth_while_there_is_room_and_everything_when_low() {
         let (data, fabric) = table();
         let clock = WallClock::default();
-        let access = TableAccess {
-            local: &fabric,
-            cluster: &fabric,
-            clock: &clock,
-        };
+        let access = access(&fabric, &clock);
         let capacity = data.capacity(0);
         let taken: Vec<SlotRef> = (0..50)
             .map(|_| data.allocate(0, access).unwrap().unwrap())
@@ -179,11 +184,7 @@ mod tests {
         // (slots taken, own stagings queued, freed by one period)
         for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 15), (76, 6, 14)] {
             let (data, fabric) = table();
-            let access = TableAccess {
-                local: &fabric,
-                cluster: &fabric,
-                clock: &clock,
-            };
+            let access = access(&fabric, &clock);
             assert_eq!(data.capacity(0), 100);
             let mut stagings = data.stagings();
             for i in 0..taken {
@@ -207,11 +208,7 @@ mod tests {
     fn an_allocation_scans_past_slices_that_free_nothing() {
         let (data, fabric) = table();
         let clock = WallClock::default();
-        let access = TableAccess {
-            local: &fabric,
-            cluster: &fabric,
-            clock: &clock,
-        };
+        let access = access(&fabric, &clock);
         let slice = crate::data::SCAN_SLICE;
         let taken: Vec<SlotRef> = (0..data.capacity(0))
             .map(|_| data.allocate(0, access).unwrap().unwrap())
@@ -257,11 +254,7 @@ mod tests {
         for (late_by, freed) in [(0, 0), (1, 1)] {
             let (data, fabric) = table();
             let clock = Stopped(stamp_at + skew + late_by);
-            let access = TableAccess {
-                local: &fabric,
-                cluster: &fabric,
-                clock: &clock,
-            };
+            let access = access(&fabric, &clock);
             let r = data.allocate(0, access).unwrap().unwrap();
             stamp(&fabric, &data, r, stamp_at);
             assert_eq!(data.recycle(0, access).unwrap(), freed, "{late_by} µs late");
@@ -328,14 +321,7 @@ mod tests {
             (long_ago, long_ago, 1),
         ] {
             let (data, fabric) = table();
-            let r = {
-                let access = TableAccess {
-                    local: &fabric,
-                    cluster: &fabric,
-                    clock: &clock,
-                };
-                data.allocate(0, access).unwrap().unwrap()
-            };
+            let r = data.allocate(0, access(&fabric, &clock)).unwrap().unwrap();
             stamp(&fabric, &data, r, first);
             let at = data.slot_addr(0, r.slot).add(EXPIRES_AT_OFFSET as u64);
             let racing = WriteAfterFirstRead {
@@ -344,13 +330,8 @@ mod tests {
                 then,
                 done: false.into(),
             };
-            let access = TableAccess {
-                local: &racing,
-                cluster: &racing,
-                clock: &clock,
-            };
             assert_eq!(
-                data.recycle(0, access).unwrap(),
+                data.recycle(0, access(&racing, &clock)).unwrap(),
                 freed,
                 "{first} then {then}"
             );
