@@ -14,7 +14,7 @@
 //! their caches.
 
 use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
-use nessie::data::{dte_addr, Geometry};
+use nessie::data::{dte_addr, Geometry, SlotUse};
 use nessie::fabric::RemoteAddr;
 use nessie::index::{Candidate, KeyHasher};
 use nessie::layout::dte::{self, DteHeader, DteState, DteStatus, DTE_HEADER_BYTES, KEY_OFFSET};
@@ -371,7 +371,8 @@ pub fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
     (k1, k2)
 }
 
-/// Allocates every slot node `node` can hand out (recycling first, which
+/// Allocates every slot node `node` can hand out, its tombstone reserve's
+/// included (recycling first, which
 /// resolves the markers of expired MIGRATE copies), overwrites it with
 /// poison under its new generation, and frees it again: afterwards any ITE
 /// still pointing at a reused slot reads as torn for ever.
@@ -386,7 +387,12 @@ pub fn reuse_every_free_slot(cluster: &Cluster, node: usize) -> Result<(), Strin
     let access = cluster.table_access(node);
     for class in 0..data.classes() as u8 {
         let mut taken = Vec::new();
-        while let Some(r) = data.allocate(class, access).map_err(|e| e.to_string())? {
+        // As a tombstone: the reserve's slots are reused and poisoned too.
+        let mut none = nessie::data::Stagings::default();
+        while let Some(r) = data
+            .allocate_for(class, SlotUse::Tombstone, access, &mut none, &mut 0)
+            .map_err(|e| e.to_string())?
+        {
             let bytes = data.slot_bytes(class);
             let mut poison: Vec<u8> = (0..bytes).map(|i| (i as u8).wrapping_mul(151)).collect();
             let header = DteHeader {

@@ -613,14 +613,16 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
     let rate = 1e6 / step_us as f64;
     let mut config = tiny_config(64, 3);
     config.nodes = 1;
+    config.tombstone_reserve = 2;
+    let reserve = config.tombstone_reserve;
     config.data_bytes_per_node = config.data_bytes_for(100, keys, rate).unwrap();
-    let slots = config.class_slots(0);
+    let slots = config.class_slots(0) - reserve;
     assert!(slots >= keys + 21, "the rule gives {slots} slots");
     let (errors, figures) = write_heavy(config.clone(), keys, puts, step_us);
     assert!(errors.is_empty(), "sized by the rule: {errors:?}");
     assert_eq!(figures, None);
     config.data_bytes_per_node /= 2;
-    let half = config.class_slots(0);
+    let half = config.class_slots(0) - reserve;
     let (errors, figures) = write_heavy(config.clone(), keys, puts, step_us);
     assert!(!errors.is_empty(), "half the rule must run out");
     assert!(
@@ -628,9 +630,14 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
         "{errors:?}"
     );
     // The figures say which table, how large it is, and that it is full
-    // of entries waiting out the reuse window.
+    // of entries waiting out the reuse window (only the tombstone reserve
+    // is free).
     let f = figures.expect("the figures of the full table");
-    assert_eq!((f.node, f.class, f.slots, f.free), (0, 0, half, 0), "{f:?}");
+    assert_eq!(
+        (f.node, f.class, f.slots, f.free, f.reserve),
+        (0, 0, half + reserve, reserve, reserve),
+        "{f:?}"
+    );
     assert_eq!((f.in_use, f.peak_in_use), (half, half));
     assert_eq!(f.slot_bytes, config.class_slot_bytes(0));
     assert_eq!(f.reuse_after, config.expiry + config.max_clock_skew);
@@ -641,8 +648,8 @@ fn tables_sized_by_the_rule_take_a_write_heavy_load_and_half_of_it_fails_as_full
     );
     let message = f.to_string();
     for needle in [
-        format!("{half} slots"),
-        "0 free".to_owned(),
+        format!("{} slots", half + reserve),
+        format!("{reserve} free ({reserve} of them kept for DELETEs' tombstones)"),
         "data_bytes_for".to_owned(),
     ] {
         assert!(message.contains(&needle), "{needle:?} not in {message:?}");
@@ -659,13 +666,17 @@ fn an_allocation_scans_one_slice_and_a_recycle_the_whole_table() {
     config.data_bytes_per_node = 64 * nessie::layout::dte::entry_bytes(48, 256);
     let script = Script::new(config, 1);
     let data = script.cluster.node_data(0).unwrap();
-    assert_eq!(data.capacity(0), 64);
+    assert_eq!(data.capacity(0) - data.reserve(0), 64, "slots for entries");
     let keys: Vec<Vec<u8>> = (0..64).map(|k| format!("s{k}").into_bytes()).collect();
     let mut writer = script.direct_client();
     for k in &keys {
         writer.put(k, b"first").unwrap();
     }
-    assert_eq!(data.available(0), 0, "every slot of node 0 holds an entry");
+    assert_eq!(
+        data.available(0),
+        data.reserve(0),
+        "every slot of node 0 but the tombstone reserve holds an entry"
+    );
     // Node 1's client replaces every entry: node 0's 64 slots are staged
     // by another node, so they are not in node 0's queue.
     let mut other = script.cluster.client(1).unwrap();

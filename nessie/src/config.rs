@@ -241,6 +241,21 @@ pub struct Config {
     /// address space, not memory. A table too small for its load makes
     /// PUTs fail with [`crate::Error::DataTableFull`].
     pub data_bytes_per_node: usize,
+    /// Slots of the smallest size class (where tombstones go) that only
+    /// DELETEs may take, added to that class's share of
+    /// `data_bytes_per_node`. A DELETE needs a slot for its tombstone
+    /// before it can free anything; without a reserve, a node whose
+    /// tables hold only live entries could never be emptied.
+    ///
+    /// **Sizing rule.** Every tombstone holds its slot from its DELETE's
+    /// start until `expiry + max_clock_skew` after it was unlinked, and an
+    /// attempt that aborts holds one as long, so while the rest of the
+    /// class is full the reserve must cover
+    /// `DELETE attempts per second × (op_timeout + expiry + max_clock_skew)`;
+    /// [`Config::tombstone_reserve_for`] computes it. The default, 1024,
+    /// covers about 670 DELETEs per second at the default times (see
+    /// `docs/design.md#the-tombstone-reserve`).
+    pub tombstone_reserve: usize,
     /// DTE expiry period.
     #[serde(with = "millis")]
     pub expiry: Duration,
@@ -315,6 +330,7 @@ impl Default for Config {
             key_size_max: 128,
             value_size_max: 128 << 10,
             data_bytes_per_node: 256 << 20,
+            tombstone_reserve: 1024,
             expiry: Duration::from_secs(1),
             op_timeout: Duration::from_millis(500),
             max_clock_skew: Duration::from_millis(10),
@@ -488,8 +504,19 @@ impl Config {
         )
     }
 
+    /// [`Config::tombstone_reserve`] by its sizing rule for a node that
+    /// makes at most `deletes_per_sec` DELETE attempts per second while
+    /// the rest of its smallest class is full: one `op_timeout + expiry +
+    /// max_clock_skew` of tombstones, and at least 1.
+    #[must_use]
+    pub fn tombstone_reserve_for(&self, deletes_per_sec: f64) -> usize {
+        let window = (self.op_timeout + self.expiry + self.max_clock_skew).as_secs_f64();
+        ((deletes_per_sec.max(0.0) * window).ceil() as usize).max(1)
+    }
+
     /// Slots of size class `class` on each node: an equal share of
-    /// `data_bytes_per_node` per class (see [`Geometry::new`]).
+    /// `data_bytes_per_node` per class, plus the tombstone reserve in the
+    /// smallest class (see [`Geometry::new`]).
     #[must_use]
     pub fn class_slots(&self, class: usize) -> usize {
         u8::try_from(class).map_or(0, |c| Geometry::new(self).slots(c))

@@ -302,6 +302,9 @@ impl Scenario {
             // Two classes share it equally: the larger gets
             // `data_slots_per_node` slots.
             data_bytes_per_node: 2 * large_slot * self.data_slots_per_node,
+            // A small reserve, so that tombstones' slots are reused (and
+            // audited after reuse) as often as entries' slots.
+            tombstone_reserve: 2,
             expiry: Duration::from_micros(self.expiry_us),
             op_timeout: Duration::from_micros(self.op_timeout_us),
             max_clock_skew: Duration::from_micros(self.skew_us),

@@ -129,8 +129,16 @@ impl Config {
         Ok(())
     }
 
-    /// Every size class addressable, and with at least one slot.
+    /// Every size class addressable, and with at least one slot besides
+    /// the tombstone reserve.
     fn validate_classes(&self) -> Result<(), Error> {
+        if self.tombstone_reserve == 0 {
+            return Err(bad(
+                "tombstone_reserve must be greater than 0: a DELETE needs a slot for its \
+                 tombstone even when the tables are full"
+                    .into(),
+            ));
+        }
         let geometry = Geometry::new(self);
         let classes = geometry.capacities();
         if classes.len() > ite::MAX_CLASSES {
@@ -142,7 +150,7 @@ impl Config {
         }
         for (class, &bytes) in classes.iter().enumerate() {
             let slots = geometry.slots(class as u8);
-            if slots == 0 {
+            if slots == geometry.reserve(class as u8) {
                 return Err(bad(format!(
                     "data_bytes_per_node = {} leaves no slot for size class {} ({} bytes)",
                     self.data_bytes_per_node, class, bytes

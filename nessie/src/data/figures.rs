@@ -22,8 +22,13 @@ pub struct DataTableFigures {
     pub value_capacity: usize,
     /// Bytes of one slot (header, key and value).
     pub slot_bytes: usize,
-    /// Slots of the class.
+    /// Slots of the class, its tombstone reserve included.
     pub slots: usize,
+    /// Of those, the slots only DELETEs may take: a PUT finds the class
+    /// full while no more than these are free
+    /// (docs/design.md#the-tombstone-reserve).
+    #[serde(default)]
+    pub reserve: usize,
     /// Slots free or never used.
     pub free: usize,
     /// Slots that hold an entry, live or replaced and waiting out
@@ -64,7 +69,8 @@ impl fmt::Display for DataTableFigures {
         write!(
             f,
             "node {} has no free slot for values up to {} B: {} slots of {} B ({:.1} MiB), \
-             {} free, {} in use ({} of them replaced by this node's clients, waiting); \
+             {} free ({} of them kept for DELETEs' tombstones), {} in use ({} of them \
+             replaced by this node's clients, waiting); \
              a replaced entry's slot is reused only after {} ms, so the table must hold \
              the live entries plus every PUT of {} ms — size data_bytes_per_node with \
              Config::data_bytes_for",
@@ -74,6 +80,7 @@ impl fmt::Display for DataTableFigures {
             self.slot_bytes,
             (self.slots * self.slot_bytes) as f64 / f64::from(1 << 20),
             self.free,
+            self.free.min(self.reserve),
             self.in_use,
             self.queued,
             self.reuse_after.as_millis(),
@@ -92,6 +99,7 @@ impl NodeData {
             value_capacity: self.geometry.capacity(class),
             slot_bytes: self.slot_bytes(class),
             slots: self.capacity(class),
+            reserve: self.reserve(class),
             free: self.available(class),
             in_use: self.in_use(class),
             queued: self.queued(class),
@@ -112,6 +120,7 @@ mod tests {
             value_capacity: 4096,
             slot_bytes: 4280,
             slots,
+            reserve: 0,
             free: 0,
             in_use: slots,
             queued: 7,
@@ -142,7 +151,7 @@ mod tests {
             "node 2",
             "values up to 4096 B",
             "1000 slots of 4280 B",
-            "0 free",
+            "0 free (0 of them kept for DELETEs' tombstones)",
             "1000 in use (7 of them",
             "after 1010 ms",
             "Config::data_bytes_for",

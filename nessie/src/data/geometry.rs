@@ -10,6 +10,9 @@ use crate::layout::region;
 use crate::layout::{dte, SlotRef, WORD};
 use crate::Config;
 
+/// The size class of tombstones (they have no value): the smallest.
+pub const TOMBSTONE_CLASS: u8 = 0;
+
 /// Where slot `slot` of a data table with `slot_bytes`-byte slots lives
 /// (unchecked).
 fn slot_addr(node: NodeId, class: u8, slot: u32, slot_bytes: usize) -> RemoteAddr {
@@ -41,6 +44,7 @@ pub struct Geometry {
     capacities: Vec<usize>,
     slot_bytes: Vec<usize>,
     slots: Vec<usize>,
+    tombstone_reserve: usize,
 }
 
 impl Geometry {
@@ -60,6 +64,10 @@ impl Geometry {
     /// workload of one value size leaves the other classes' memory idle,
     /// which is the price of that. Memory is touched only when used, so
     /// generous settings cost address space only.
+    ///
+    /// The smallest class, where tombstones go, also gets
+    /// `tombstone_reserve` slots on top of its share (see
+    /// [`Geometry::reserve`]).
     #[must_use]
     pub fn new(config: &Config) -> Geometry {
         let top = config
@@ -74,12 +82,29 @@ impl Geometry {
             .iter()
             .map(|&cap| dte::entry_bytes(config.key_size_max, cap))
             .collect();
+        let mut slots: Vec<usize> = slot_bytes.iter().map(|&bytes| share / bytes).collect();
+        slots[TOMBSTONE_CLASS as usize] =
+            slots[TOMBSTONE_CLASS as usize].saturating_add(config.tombstone_reserve);
         Geometry {
             nodes: config.nodes,
             index_slots: config.index_slots_per_node as u64,
-            slots: slot_bytes.iter().map(|&bytes| share / bytes).collect(),
+            slots,
             slot_bytes,
             capacities,
+            tombstone_reserve: config.tombstone_reserve,
+        }
+    }
+
+    /// Slots of `class` that only tombstones may take: while no more than
+    /// these are free, other entries find the class full
+    /// (docs/design.md#the-tombstone-reserve). Nonzero only for
+    /// [`TOMBSTONE_CLASS`].
+    #[must_use]
+    pub fn reserve(&self, class: u8) -> usize {
+        if class == TOMBSTONE_CLASS {
+            self.tombstone_reserve
+        } else {
+            0
         }
     }
 
@@ -217,5 +242,44 @@ mod tests {
         assert!(g.index_slot(2, 0).is_none());
         assert_eq!(g.capacity(9), 0);
         assert_eq!(g.slot_bytes(9), 0);
+    }
+
+    #[test]
+    fn the_tombstone_reserve_is_in_the_smallest_class_and_sized_by_its_rule() {
+        let mut config = super::super::small_config(1, 1024, 1 << 20);
+        config.tombstone_reserve = 0;
+        let plain = Geometry::new(&config);
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("tombstone_reserve"));
+        config.tombstone_reserve = 7;
+        config.validate().unwrap();
+        let g = Geometry::new(&config);
+        assert_eq!(g.slots(TOMBSTONE_CLASS), plain.slots(TOMBSTONE_CLASS) + 7);
+        assert_eq!(g.reserve(TOMBSTONE_CLASS), 7);
+        for class in 1..g.classes() as u8 {
+            assert_eq!(g.slots(class), plain.slots(class));
+            assert_eq!(g.reserve(class), 0);
+        }
+        // The reserve's slots are addressable; the region grew by them.
+        let last = SlotRef {
+            node: 0,
+            class: TOMBSTONE_CLASS,
+            slot: g.slots(TOMBSTONE_CLASS) as u32 - 1,
+            generation: 1,
+        };
+        assert!(g.dte_addr(last).is_some());
+        assert_eq!(
+            g.data_regions()[0].len,
+            (g.slots(0) * g.slot_bytes(0)) as u64
+        );
+        // One window of DELETE attempts: (0.5 + 1 + 0.01) s at the defaults.
+        let d = Config::default();
+        assert_eq!(d.tombstone_reserve_for(100.0), 151);
+        assert_eq!(d.tombstone_reserve_for(0.0), 1, "never 0");
+        assert!(d.tombstone_reserve_for(670.0) <= d.tombstone_reserve);
+        assert!(d.tombstone_reserve_for(700.0) > d.tombstone_reserve);
     }
 }

@@ -55,7 +55,7 @@ mod scan;
 mod stagings;
 
 pub use figures::DataTableFigures;
-pub use geometry::{dte_addr, Geometry};
+pub use geometry::{dte_addr, Geometry, TOMBSTONE_CLASS};
 pub use recycler::Recycler;
 pub use scan::SCAN_SLICE;
 pub use stagings::Stagings;
@@ -74,6 +74,17 @@ use std::sync::Mutex;
 #[must_use]
 pub fn data_regions(config: &Config) -> Vec<RegionSpec> {
     Geometry::new(config).data_regions()
+}
+
+/// What a slot is allocated for: only tombstones may take a class's
+/// reserve (docs/design.md#the-tombstone-reserve).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotUse {
+    /// A PUT's entry or a MIGRATE copy: only while more slots than the
+    /// class's reserve are free.
+    Entry,
+    /// A DELETE's tombstone: any free slot, the reserve's included.
+    Tombstone,
 }
 
 /// How allocation and recycling reach memory and time.
@@ -166,6 +177,8 @@ const NOT_IN_USE: u32 = u32::MAX;
 #[derive(Debug)]
 struct ClassTable {
     slots: u32,
+    /// Free slots only tombstones may take.
+    reserve: u32,
     next_fresh: u32,
     /// Slots ready for allocation, each at the generation its next
     /// incarnation gets.
@@ -246,7 +259,16 @@ impl ClassTable {
         picked
     }
 
-    fn take(&mut self) -> Option<u32> {
+    /// A free slot for `purpose`: an entry leaves the last `reserve` free
+    /// slots to tombstones.
+    fn take(&mut self, purpose: SlotUse) -> Option<u32> {
+        let floor = match purpose {
+            SlotUse::Entry => self.reserve as usize,
+            SlotUse::Tombstone => 0,
+        };
+        if self.available() <= floor {
+            return None;
+        }
         if let Some(s) = self.free.pop() {
             return Some(s);
         }
@@ -305,6 +327,7 @@ impl NodeData {
                 let slots = geometry.slots(c as u8) as u32;
                 Mutex::new(ClassTable {
                     slots,
+                    reserve: geometry.reserve(c as u8) as u32,
                     next_fresh: 0,
                     free: Vec::new(),
                     in_use: Vec::new(),
@@ -363,8 +386,9 @@ impl NodeData {
         self.geometry.slot_addr(self.node, class, slot)
     }
 
-    /// Takes a free slot of `class`, recycling expired slots if none is free.
-    /// `None` if every slot is in use and none may be reused yet.
+    /// Takes a free slot of `class` for an entry, recycling expired slots
+    /// if none is free. `None` if no slot outside the class's tombstone
+    /// reserve is free and none may be reused yet.
     ///
     /// # Errors
     /// A fabric error on the node's own memory.
@@ -373,30 +397,38 @@ impl NodeData {
         class: u8,
         access: TableAccess<'_>,
     ) -> Result<Option<SlotRef>, FabricError> {
-        self.allocate_for(class, access, &mut Stagings::default(), &mut 0)
+        self.allocate_for(
+            class,
+            SlotUse::Entry,
+            access,
+            &mut Stagings::default(),
+            &mut 0,
+        )
     }
 
-    /// As [`NodeData::allocate`] for a client: first the oldest of its
-    /// `stagings` of `class` once expired; adds the ns spent scanning (only
-    /// when nothing was free: the common path reads no clock) to `scan_ns`.
+    /// As [`NodeData::allocate`] for a client and a `purpose`: first the
+    /// oldest of its `stagings` of `class` once expired; adds the ns spent
+    /// scanning (only when nothing was free: the common path reads no
+    /// clock) to `scan_ns`.
     ///
     /// # Errors
     /// A fabric error on the node's own memory.
     pub fn allocate_for(
         &self,
         class: u8,
+        purpose: SlotUse,
         access: TableAccess<'_>,
         stagings: &mut Stagings,
         scan_ns: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
-        if let Some(r) = self.take(class, access, stagings)? {
+        if let Some(r) = self.take(class, purpose, access, stagings)? {
             return Ok(Some(r));
         }
         let started = std::time::Instant::now();
         let swept = self.sweep(class, access, true);
         *scan_ns += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         swept?;
-        self.take(class, access, stagings)
+        self.take(class, purpose, access, stagings)
     }
 
     /// Takes the oldest expired local staging if it may be reused, else a
@@ -405,6 +437,7 @@ impl NodeData {
     fn take(
         &self,
         class: u8,
+        purpose: SlotUse,
         access: TableAccess<'_>,
         stagings: &mut Stagings,
     ) -> Result<Option<SlotRef>, FabricError> {
@@ -413,7 +446,7 @@ impl NodeData {
             return Ok(None);
         };
         self.reuse_staged(class, &mut table, access, stagings)?;
-        let Some(slot) = table.take() else {
+        let Some(slot) = table.take(purpose) else {
             return Ok(None);
         };
         // Clear the previous occupant's `expires_at` before anyone can scan
@@ -425,6 +458,10 @@ impl NodeData {
             return Err(e);
         }
         table.enter(slot);
+        debug_assert!(
+            purpose == SlotUse::Tombstone || table.available() >= table.reserve as usize,
+            "an entry took a slot of the tombstone reserve"
+        );
         Ok(Some(SlotRef {
             node: self.node as u16,
             class,
@@ -458,6 +495,12 @@ impl NodeData {
             ite,
             value,
         });
+    }
+
+    /// Slots of `class` only tombstones may take (see [`SlotUse`]).
+    #[must_use]
+    pub fn reserve(&self, class: u8) -> usize {
+        self.geometry.reserve(class)
     }
 
     /// Free (or never used) slots of `class`.
@@ -600,5 +643,50 @@ mod tests {
             (1, 2, data.capacity(0) - 1)
         );
         assert_eq!(f.peak_in_use_bytes(), 2 * data.slot_bytes(0));
+    }
+
+    /// Entries leave the tombstone reserve free; tombstones take it, and
+    /// a slot a tombstone gives back serves entries again.
+    #[test]
+    fn entries_leave_the_reserve_to_tombstones() {
+        let mut config = small_config(1, 256, 0);
+        config.data_bytes_per_node = 4 * config.class_slot_bytes(0);
+        config.tombstone_reserve = 2;
+        let data = NodeData::new(&config, 0);
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        let clock = WallClock::default();
+        let access = TableAccess {
+            local: &fabric,
+            cluster: &fabric,
+            clock: &clock,
+        };
+        let tombstone = |data: &NodeData| {
+            data.allocate_for(
+                0,
+                SlotUse::Tombstone,
+                access,
+                &mut Stagings::default(),
+                &mut 0,
+            )
+            .unwrap()
+        };
+        assert_eq!((data.capacity(0), data.reserve(0)), (6, 2));
+        let entries: Vec<SlotRef> =
+            std::iter::from_fn(|| data.allocate(0, access).unwrap()).collect();
+        assert_eq!(entries.len(), 4, "the reserve is not for entries");
+        assert_eq!(data.available(0), 2);
+        let t1 = tombstone(&data).expect("a tombstone takes the reserve");
+        let t2 = tombstone(&data).expect("all of it");
+        assert_eq!(tombstone(&data), None, "then the class is full for all");
+        assert_eq!(data.figures(0).reserve, 2);
+        // An unpublished entry's slot comes back: entries still leave the
+        // reserve (now one slot short of it) alone.
+        data.release_unpublished(entries[0]);
+        assert_eq!(data.allocate(0, access).unwrap(), None);
+        data.release_unpublished(t1);
+        data.release_unpublished(t2);
+        assert!(data.allocate(0, access).unwrap().is_some());
+        assert_eq!(data.allocate(0, access).unwrap(), None);
+        assert!(tombstone(&data).is_some());
     }
 }

@@ -27,7 +27,10 @@ impl NodeData {
         let mut freed = 0;
         for class in 0..self.classes() as u8 {
             let queued = self.queued(class);
-            let scanned = if (self.available(class) + queued) * 4 < self.capacity(class) {
+            // Low for entries: the tombstone reserve is not theirs.
+            let reserve = self.reserve(class);
+            let free = self.available(class).saturating_sub(reserve) + queued;
+            let scanned = if free * 4 < self.capacity(class) - reserve {
                 self.recycle(class, access)
             } else {
                 // Slots the clients' queues will return need no scan: a
@@ -89,15 +92,18 @@ impl Recycler {
 mod tests {
     use super::*;
     use crate::clock::{Clock, WallClock};
+    use crate::data::SlotUse;
     use crate::fabric::{FabricError, LocalFabric, RemoteAddr};
     use crate::layout::dte::EXPIRES_AT_OFFSET;
     use crate::layout::SlotRef;
     use std::time::Duration;
 
-    /// One node's tables of 100 slots in one class, with its memory.
+    /// One node's tables of 100 slots for entries in one class (and 4 more
+    /// for tombstones), with its memory.
     fn table() -> (NodeData, LocalFabric) {
         let mut config = crate::data::small_config(1, 256, 0);
         config.data_bytes_per_node = 100 * config.class_slot_bytes(0);
+        config.tombstone_reserve = 4;
         let data = NodeData::new(&config, 0);
         let fabric = LocalFabric::new(1, &crate::store_regions(&config));
         (data, fabric)
@@ -128,7 +134,7 @@ mod tests {
         let (data, fabric) = table();
         let clock = WallClock::default();
         let access = access(&fabric, &clock);
-        let capacity = data.capacity(0);
+        let capacity = data.capacity(0) - data.reserve(0);
         let taken: Vec<SlotRef> = (0..50)
             .map(|_| data.allocate(0, access).unwrap().unwrap())
             .collect();
@@ -185,7 +191,7 @@ mod tests {
         for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 15), (76, 6, 14)] {
             let (data, fabric) = table();
             let access = access(&fabric, &clock);
-            assert_eq!(data.capacity(0), 100);
+            assert_eq!(data.capacity(0) - data.reserve(0), 100);
             let mut stagings = data.stagings();
             for i in 0..taken {
                 let r = data.allocate(0, access).unwrap().unwrap();
@@ -210,7 +216,8 @@ mod tests {
         let clock = WallClock::default();
         let access = access(&fabric, &clock);
         let slice = crate::data::SCAN_SLICE;
-        let taken: Vec<SlotRef> = (0..data.capacity(0))
+        let entries = data.capacity(0) - data.reserve(0);
+        let taken: Vec<SlotRef> = (0..entries)
             .map(|_| data.allocate(0, access).unwrap().unwrap())
             .collect();
         for (i, &r) in taken.iter().enumerate() {
@@ -225,7 +232,7 @@ mod tests {
         assert!(data.allocate(0, access).unwrap().is_some());
         assert_eq!(
             data.in_use(0),
-            data.capacity(0) - slice + 1,
+            entries - slice + 1,
             "the second slice freed {slice}, one taken, the rest not scanned"
         );
     }
@@ -263,7 +270,9 @@ mod tests {
             stamp(&fabric, &data, q, stamp_at);
             queue.note(q, stamp_at);
             let before = data.recycle_counts().reclaimed_from_queue;
-            let _ = data.allocate_for(0, access, &mut queue, &mut 0).unwrap();
+            let _ = data
+                .allocate_for(0, SlotUse::Entry, access, &mut queue, &mut 0)
+                .unwrap();
             assert_eq!(
                 data.recycle_counts().reclaimed_from_queue - before,
                 freed as u64,

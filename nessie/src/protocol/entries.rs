@@ -3,6 +3,7 @@
 //! DTE for reuse.
 
 use super::Ctx;
+use crate::data::SlotUse;
 use crate::fabric::RemoteAddr;
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, SlotRef};
@@ -97,11 +98,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// Allocates a local DTE slot of `class` and writes a complete entry
-    /// into it. `None` when the data table has no free slot yet.
+    /// Allocates a local DTE slot of `class` for `purpose` and writes a
+    /// complete entry into it. `None` when the data table has no free slot
+    /// for it yet.
     pub(crate) fn write_entry(
         &mut self,
         class: u8,
+        purpose: SlotUse,
         header: impl FnOnce(u16) -> DteHeader,
         key: &[u8],
         value: &[u8],
@@ -109,10 +112,11 @@ impl Ctx<'_> {
         let (stagings, scan_ns) = (&mut self.kept.stagings, &mut self.op.stats.scan_ns);
         let Some(slot) = self
             .gate
-            .allocate(self.env.data, class, stagings, scan_ns)?
+            .allocate(self.env.data, class, purpose, stagings, scan_ns)?
         else {
             return Ok(None);
         };
+        self.op.got_slot();
         let Some(addr) = self.env.geometry().dte_addr(slot) else {
             return Err(Error::Corrupt(format!(
                 "the allocator returned a slot outside the tables: {slot:?}"

@@ -9,7 +9,7 @@
 
 use super::Timing;
 use crate::clock::Clock;
-use crate::data::{NodeData, Stagings, TableAccess};
+use crate::data::{NodeData, SlotUse, Stagings, TableAccess};
 use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb};
 use crate::index::PerCandidate;
 use crate::layout::SlotRef;
@@ -125,6 +125,7 @@ impl<'a> Gate<'a> {
         &self,
         data: &NodeData,
         class: u8,
+        purpose: SlotUse,
         stagings: &mut Stagings,
         scan_ns: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
@@ -133,7 +134,7 @@ impl<'a> Gate<'a> {
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
         };
-        data.allocate_for(class, access, stagings, scan_ns)
+        data.allocate_for(class, purpose, access, stagings, scan_ns)
     }
 
     /// The only way the protocol issues a CAS: checks the deadline right

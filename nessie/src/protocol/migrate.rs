@@ -10,6 +10,7 @@
 
 use super::help::Helped;
 use super::{Ctx, Linked, Retry};
+use crate::data::SlotUse;
 use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::{encode_source, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, IteKind};
@@ -98,22 +99,34 @@ impl Ctx<'_> {
         }
         let mut other_ites = self.read_ites(&others, false)?;
         let mut dest = other_ites.iter().position(|i| i.is_empty());
+        // Why a deeper level could not free a destination: a full data
+        // table or a busy slot is not a full index
+        // (docs/design.md#errors-name-their-cause).
+        let mut deeper = Freed::No;
         if dest.is_none() && depth < self.env.config.max_migrate_depth {
             for j in 0..others.len() {
                 if !other_ites[j].is_occupied() {
                     continue;
                 }
-                if self.free_slot(others[j], other_ites[j], depth + 1)? == Freed::Yes {
-                    other_ites[j] = Ite(self.gate.read_word(others[j].addr())?);
-                    if other_ites[j].is_empty() {
+                match self.free_slot(others[j], other_ites[j], depth + 1)? {
+                    Freed::Yes => {
+                        other_ites[j] = Ite(self.gate.read_word(others[j].addr())?);
+                        if !other_ites[j].is_empty() {
+                            // Refilled before the re-read: something
+                            // changed, so the caller retries.
+                            return Ok(Freed::Yes);
+                        }
                         dest = Some(j);
+                        break;
                     }
-                    break;
+                    Freed::NoSlot => deeper = Freed::NoSlot,
+                    Freed::Busy if deeper == Freed::No => deeper = Freed::Busy,
+                    Freed::Busy | Freed::No => {}
                 }
             }
         }
         let Some(d) = dest else {
-            return Ok(Freed::No);
+            return Ok(deeper);
         };
         let (dest_slot, dest_ite) = (others[d].addr(), other_ites[d]);
         let source = encode_source(src.node as u16, src.slot);
@@ -122,6 +135,7 @@ impl Ctx<'_> {
         let (key_len, value_len) = (key.len(), view.value().len());
         let Some(copy) = self.write_entry(
             class,
+            SlotUse::Entry,
             |generation| DteHeader {
                 state: DteState::new(generation, key_len, value_len, false, true),
                 created_at,

@@ -46,7 +46,9 @@ pub(crate) struct Op<'a> {
     pub(crate) index_read_at: u64,
     torn: u32,
     backoffs: u32,
-    /// Whether the operation waited for a free DTE slot.
+    /// Whether the operation's last attempt ended waiting for a free DTE
+    /// slot (and no later one got a slot): what makes a missed deadline
+    /// `DataTableFull` rather than `Timeout`.
     starved: bool,
     pub(crate) stats: &'a mut OpStats,
 }
@@ -65,6 +67,8 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// Counts `why` (also for steps that do not end the attempt, such as a
+    /// torn read inside a MIGRATE).
     pub(crate) fn note(&mut self, why: Retry) {
         let r = &mut self.stats.retries;
         match why {
@@ -76,15 +80,19 @@ impl<'a> Op<'a> {
             Retry::AbortedByHelper => r.aborted_by_helper += 1,
             Retry::NoFreeSlot => r.no_free_slot += 1,
         }
-        if why == Retry::NoFreeSlot {
-            self.starved = true;
-        }
+    }
+
+    /// The operation got a data slot: a later missed deadline is not for
+    /// want of one.
+    pub(crate) fn got_slot(&mut self) {
+        self.starved = false;
     }
 
     /// Accounts a retry, turning too many torn reads in a row into
     /// [`Error::Corrupt`].
     fn count_retry(&mut self, why: Retry) -> Result<(), Error> {
         self.note(why);
+        self.starved = why == Retry::NoFreeSlot;
         if why == Retry::Torn {
             self.torn += 1;
             if self.torn > MAX_TORN {
@@ -108,8 +116,8 @@ impl<'a> Op<'a> {
         ceiling.mul_f64(rng.gen_range(0.5..=1.0))
     }
 
-    /// The error of a write whose deadline passed: `DataTableFull` if it
-    /// waited for a free slot, else `Timeout`. A write takes effect only at
+    /// The error of a write whose deadline passed: `DataTableFull` if its
+    /// last attempt waited for a free slot, else `Timeout`. A write takes effect only at
     /// its own commit CAS, and a deadline error is returned only when that
     /// CAS was never issued (a commit with an unknown outcome returns the
     /// fabric's error at once), so `DataTableFull` truthfully means that

@@ -4,6 +4,7 @@
 use super::help::Helped;
 use super::view::DteView;
 use super::{Ctx, Linked, Retry};
+use crate::data::SlotUse;
 use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::{DteHeader, DteState, DteStatus};
 use crate::layout::Ite;
@@ -170,8 +171,16 @@ impl Ctx<'_> {
         let created_at = self.op.created_at;
         let tombstone = kind == WriteKind::Delete;
         let (key_len, value_len) = (key.len(), value.len());
+        // A tombstone may take the reserve, so that a full table can still
+        // be emptied (docs/design.md#the-tombstone-reserve).
+        let purpose = if tombstone {
+            SlotUse::Tombstone
+        } else {
+            SlotUse::Entry
+        };
         let Some(mine) = self.write_entry(
             class,
+            purpose,
             |generation| DteHeader {
                 state: DteState::new(generation, key_len, value_len, tombstone, false),
                 created_at,
