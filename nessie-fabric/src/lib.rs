@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+mod admission;
 pub mod clock;
 mod endpoint;
 mod error;

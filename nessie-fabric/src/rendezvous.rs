@@ -23,14 +23,19 @@
 //! on the way), then that the nonces are those of this connection (they
 //! differ: the message was recorded on another connection and replayed).
 //! Each side contributes a fresh nonce, so neither a recorded registration
-//! nor a recorded reply verifies on a new connection. Every read has a
-//! timeout and every length is bounded before anything is allocated.
+//! nor a recorded reply verifies on a new connection. Each exchange has one
+//! deadline, which a peer pacing its bytes cannot stretch, and every length
+//! is bounded before anything is allocated.
 //!
 //! The server checks each registration's membership with
 //! [`Membership::check`], refuses a node id that is already registered
 //! (the first claimant keeps it) and answers every refusal with its reason,
 //! sealed, so both sides report the same [`RendezvousFailure`]. Hostile
-//! connections never stop it from serving the honest nodes.
+//! connections never stop it from serving the honest nodes: connections in
+//! their exchange are capped and the oldest is evicted for a newcomer, and
+//! a registering node whose connection is closed or reset before the
+//! server answered connects again, with back-off, until its timeout. No
+//! handler thread of the server outlives it.
 //!
 //! [`rendezvous_connected`] adds a barrier on the same connections: every
 //! node connects to its peers with the table, then sends a sealed READY;
@@ -44,6 +49,7 @@ mod sealed;
 mod server;
 
 use self::sealed::{decode_failure, refusal_reason, seal, unseal, Session};
+use crate::admission::Deadline;
 use crate::tcp::handshake::fresh_nonce;
 use crate::wire::rendezvous::{
     self as wire, Reply, RvHello, HELLO_BYTES, KIND_CLIENT_HELLO, KIND_GO, KIND_READY,
@@ -56,9 +62,14 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-/// Longest a single read or write of the exchange may take (before the
+/// Longest the hellos and the registration may take, together (before the
 /// wait for the table).
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// First pause before a registering node whose connection the server
+/// closed connects again; each further pause doubles, up to the next.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(10);
+/// Longest pause between a registering node's connections.
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
 /// How much longer than its own timeout a registered node waits for the
 /// server's answer (the server started its clock first).
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
@@ -124,8 +135,9 @@ pub fn rendezvous(options: &RendezvousOptions, mine: &[u8]) -> Result<Vec<Vec<u8
 /// Registers the blob `mine` makes and returns what the rendezvous
 /// taught this node. A registering node calls `mine` once connected, with
 /// its own address on the route to the server (so it can advertise an
-/// address its peers reach); the serving node calls it with `None` before
-/// it waits for the others.
+/// address its peers reach; if it has to connect again, it registers the
+/// same blob); the serving node calls it with `None` before it waits for
+/// the others.
 ///
 /// # Errors
 /// [`FabricError::UnknownNode`] or [`FabricError::Options`] for a bad
@@ -234,13 +246,14 @@ impl Registration {
         let secret = options.secret.as_bytes();
         let io = RendezvousFailure::Io;
         let report = seal(secret, KIND_READY, &self.session, &[]);
-        self.stream.write_all(&report).map_err(io).map_err(fail)?;
-        self.stream
-            .set_read_timeout(Some(options.timeout + ANSWER_GRACE))
-            .map_err(io)
-            .map_err(fail)?;
+        // The go comes once every node reported: up to the server's timeout.
+        let mut timed = Deadline::new(
+            &self.stream,
+            Instant::now() + options.timeout + ANSWER_GRACE,
+        );
+        timed.write_all(&report).map_err(io).map_err(fail)?;
         let body = unseal(
-            &mut self.stream,
+            &mut timed,
             secret,
             KIND_GO,
             &self.session,
@@ -261,7 +274,9 @@ impl Registration {
 }
 
 /// A registering node: connect, register, wait for the table; the
-/// connection stays open for a barrier.
+/// connection stays open for a barrier. Connects again (with back-off,
+/// within `timeout`) if the server closes or resets the connection before
+/// it answered.
 fn register(
     options: &RendezvousOptions,
     mine: impl FnOnce(Option<SocketAddr>) -> Vec<u8>,
@@ -271,11 +286,33 @@ fn register(
         reason,
     };
     let io = |e| fail(RendezvousFailure::Io(e));
-    let mut stream = dial(&options.address, options.timeout).map_err(fail)?;
+    let started = Instant::now();
+    let mut mine = Some(mine);
+    let mut blob = Vec::new();
+    let mut pause = RETRY_PAUSE_MIN;
+    let (stream, reply, session) = loop {
+        let left = options.timeout.saturating_sub(started.elapsed());
+        let stream = dial(&options.address, left).map_err(fail)?;
+        if let Some(mine) = mine.take() {
+            let local_addr = stream.local_addr().map_err(io)?;
+            blob = checked_blob(mine(Some(local_addr))).map_err(fail)?;
+        }
+        match exchange(&stream, options, &blob) {
+            Ok((reply, session)) => break (stream, reply, session),
+            Err(Attempt::Closed(e)) if started.elapsed() + pause < options.timeout => {
+                tracing::debug!(
+                    "rendezvous: {} hung up ({e}); connecting again",
+                    options.address
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RETRY_PAUSE_MAX);
+            }
+            Err(Attempt::Closed(e)) => return Err(io(e)),
+            Err(Attempt::Failed(reason)) => return Err(fail(reason)),
+        }
+    };
     let local_addr = stream.local_addr().map_err(io)?;
     let server_addr = stream.peer_addr().map_err(io)?;
-    let blob = checked_blob(mine(Some(local_addr))).map_err(fail)?;
-    let (reply, session) = exchange(&mut stream, options, &blob).map_err(fail)?;
     let me = &options.membership;
     match reply {
         Reply::Accept {
@@ -333,25 +370,60 @@ fn dial(address: &str, timeout: Duration) -> Result<TcpStream, RendezvousFailure
     }
 }
 
-/// The registering side of the exchange on a connected stream.
+/// Why an attempt at the exchange failed.
+enum Attempt {
+    /// The server closed or reset the connection before any of its answer
+    /// arrived: it did not take the registration (it evicts the oldest
+    /// connections in their exchange when strangers crowd it), so another
+    /// connection may fare better.
+    Closed(io::Error),
+    /// Anything else: final.
+    Failed(RendezvousFailure),
+}
+
+/// The peer hung up (rather than, say, the time running out).
+fn hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::UnexpectedEof
+            | ErrorKind::BrokenPipe
+    )
+}
+
+fn closed_or_io(e: io::Error) -> Attempt {
+    if hung_up(&e) {
+        Attempt::Closed(e)
+    } else {
+        Attempt::Failed(RendezvousFailure::Io(e))
+    }
+}
+
+/// The registering side of the exchange on a connected stream: hellos and
+/// registration within one deadline, then the wait for the table.
 fn exchange(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     options: &RendezvousOptions,
     blob: &[u8],
-) -> Result<(Reply, Session), RendezvousFailure> {
-    let io = RendezvousFailure::Io;
-    set_timeouts(stream, step(options.timeout)).map_err(io)?;
+) -> Result<(Reply, Session), Attempt> {
+    let failed = Attempt::Failed;
+    let decoded = |e| failed(decode_failure(e));
+    stream
+        .set_nodelay(true)
+        .map_err(|e| failed(RendezvousFailure::Io(e)))?;
+    let mut timed = Deadline::new(stream, Instant::now() + step(options.timeout));
     let hello = RvHello {
         kind: KIND_CLIENT_HELLO,
         nonce: fresh_nonce(),
     };
-    stream.write_all(&hello.encode()).map_err(io)?;
+    timed.write_all(&hello.encode()).map_err(closed_or_io)?;
     let mut answer = [0u8; HELLO_BYTES];
-    stream.read_exact(&mut answer).map_err(io)?;
+    timed.read_exact(&mut answer).map_err(closed_or_io)?;
     let session = Session {
         client: hello.nonce,
         server: RvHello::decode(&answer, KIND_SERVER_HELLO)
-            .map_err(decode_failure)?
+            .map_err(decoded)?
             .nonce,
     };
     let me = &options.membership;
@@ -365,12 +437,22 @@ fn exchange(
     };
     let secret = options.secret.as_bytes();
     let sealed = seal(secret, KIND_REGISTER, &session, &registration.encode());
-    stream.write_all(&sealed).map_err(io)?;
-    stream
-        .set_read_timeout(Some(options.timeout + ANSWER_GRACE))
-        .map_err(io)?;
-    let body = unseal(stream, secret, KIND_REPLY, &session, MAX_REPLY_BODY)?;
-    Ok((Reply::decode(&body).map_err(decode_failure)?, session))
+    timed.write_all(&sealed).map_err(closed_or_io)?;
+    // The table comes once every node registered: up to the server's
+    // timeout. Whether any of the answer came decides a retry.
+    let mut timed = Deadline::new(stream, Instant::now() + options.timeout + ANSWER_GRACE);
+    let mut first = [0u8; 1];
+    let peeked = timed
+        .left()
+        .and_then(|left| stream.set_read_timeout(Some(left)))
+        .and_then(|()| stream.peek(&mut first));
+    match peeked {
+        Ok(0) => return Err(Attempt::Closed(ErrorKind::UnexpectedEof.into())),
+        Ok(_) => {}
+        Err(e) => return Err(closed_or_io(e)),
+    }
+    let body = unseal(&mut timed, secret, KIND_REPLY, &session, MAX_REPLY_BODY).map_err(failed)?;
+    Ok((Reply::decode(&body).map_err(decoded)?, session))
 }
 
 pub(super) fn step(timeout: Duration) -> Duration {

@@ -76,7 +76,8 @@ pub struct TcpOptions {
     pub threads: usize,
     /// How long [`TcpFabric::open`] keeps trying to reach every peer.
     pub attach_timeout: Duration,
-    /// How long a handshake may take.
+    /// How long a whole handshake may take: one deadline from connect
+    /// (outgoing) or accept (incoming), however the peer paces its bytes.
     pub handshake_timeout: Duration,
     /// How long a verb waits for its peer before the connection counts as
     /// broken.
@@ -138,6 +139,10 @@ pub struct TcpStats {
     pub connections_accepted: u64,
     /// Incoming connections closed at once (over the connection limit).
     pub connections_rejected: u64,
+    /// Incoming connections still in their handshake closed to make room
+    /// for a newer one (the oldest goes first).
+    #[serde(default)]
+    pub connections_evicted: u64,
     /// Outgoing connections opened (handshake passed).
     pub connections_opened: u64,
     /// Outgoing connections that broke during a verb.
@@ -302,6 +307,8 @@ impl TcpFabric {
                 memory: Arc::clone(&memory),
                 counters: Arc::clone(&counters),
                 max_connections: 2 * options.threads * me.nodes + 16,
+                // Every peer's whole pool handshaking at once fits.
+                max_unauthenticated: options.threads * me.nodes + 16,
                 handshake_timeout: options.handshake_timeout,
                 io_timeout: options.io_timeout,
             },

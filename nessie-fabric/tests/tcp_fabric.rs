@@ -1,13 +1,17 @@
 //! The `tcp` fabric between nodes of one process on 127.0.0.1: verb
 //! semantics, batches, refusals and their counters, concurrent CAS,
-//! handshake failures, unreachable peers and reconnection.
+//! handshake failures, unreachable peers, reconnection, and strangers that
+//! hold connections open without ever authenticating.
 
+use nessie_fabric::wire::frame::Hello;
 use nessie_fabric::{
     Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric,
     TcpOptions, Verb,
 };
-use std::net::TcpListener;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const SMALL: RegionId = RegionId(0);
@@ -514,4 +518,85 @@ fn late_cas_is_refused_by_its_target_and_not_executed() {
     assert_eq!(nodes[0].cas(own, 0, 0).unwrap(), 0);
     // Without a land-by time (0), a CAS always executes.
     assert_eq!(nodes[0].cas_by(word, 7, 8, 0).unwrap(), 7);
+}
+
+/// Opens `count` connections to `addr` (all connected before it returns),
+/// then dribbles `bytes` over each, one byte every 150 ms, until every
+/// connection is closed by the other side or `dribble_for` has passed.
+/// The thread returns how many connections were still open at the end.
+fn dribblers(addr: &str, count: usize, bytes: Vec<u8>, dribble_for: Duration) -> JoinHandle<usize> {
+    let mut open: Vec<TcpStream> = (0..count)
+        .map(|_| {
+            let s = TcpStream::connect(addr).unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    std::thread::spawn(move || {
+        let until = Instant::now() + dribble_for;
+        let mut at = 0;
+        while !open.is_empty() && Instant::now() < until {
+            let byte = [bytes[at % bytes.len()]];
+            at += 1;
+            open.retain_mut(|s| {
+                let mut b = [0u8; 64];
+                let gone = match s.read(&mut b) {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) => e.kind() != ErrorKind::WouldBlock,
+                };
+                !gone && s.write(&byte).is_ok()
+            });
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        open.len()
+    })
+}
+
+/// More strangers than a node holds connections of any kind, each
+/// dribbling a plausible hello a byte at a time and never proving the
+/// secret, neither keep an honest peer out nor outlive the handshake
+/// deadline.
+#[test]
+fn dribbling_strangers_neither_lock_out_a_peer_nor_outlive_the_deadline() {
+    let (ls, addrs) = listeners(2);
+    let mut opts: Vec<_> = (0..2).map(|i| options(i, &addrs)).collect();
+    for o in &mut opts {
+        o.threads = 1;
+        o.handshake_timeout = Duration::from_secs(1);
+    }
+    // Node 1 gives up well before the strangers stop dribbling.
+    opts[1].attach_timeout = Duration::from_secs(3);
+    let mut ls = ls.into_iter();
+    let (l0, l1) = (ls.next().unwrap(), ls.next().unwrap());
+    let o0 = opts[0].clone();
+    let node0 = std::thread::spawn(move || TcpFabric::with_listener(&o0, l0));
+    // Node 0 holds 2·threads·nodes + 16 = 20 connections: 40 strangers,
+    // all connected before node 1 is.
+    let hello = Hello {
+        format_version: 1,
+        cluster_id: 0x7c9,
+        from: 1,
+        to: 0,
+        nodes: 2,
+        frame_limit: 64 << 10,
+        nonce: [7; 32],
+        regions: regions().iter().map(|r| (r.id.0, r.len)).collect(),
+    }
+    .encode();
+    let strangers = dribblers(&addrs[0], 40, hello, Duration::from_secs(8));
+    let node1 = TcpFabric::with_listener(&opts[1], l1)
+        .unwrap_or_else(|e| panic!("node 1 was locked out: {e}"));
+    let node0 = node0.join().unwrap().unwrap();
+    let word = RemoteAddr::new(0, SMALL, 0);
+    node1.write(word, &[5u8; 8]).unwrap();
+    let mut b = [0u8; 8];
+    node0.read(word, &mut b).unwrap();
+    assert_eq!(b, [5u8; 8]);
+    assert_eq!(
+        strangers.join().unwrap(),
+        0,
+        "strangers' connections outlived the handshake deadline"
+    );
+    assert!(node0.stats().handshake_failures >= 1);
 }

@@ -2,9 +2,19 @@
 //! registration (a handler thread per connection, so hostile or slow
 //! connections never hold up the honest nodes), hands every node the
 //! table, and runs the barrier.
+//!
+//! A handler's whole exchange (hellos, registration, any refusal) must end
+//! within one deadline from accept, however the peer paces its bytes. At
+//! most `2·nodes + 16` connections are in their exchange at once; a
+//! newcomer beyond that evicts the oldest (see [`crate::admission`]), so
+//! strangers cannot keep an honest node out: its connection is among the
+//! youngest and its exchange takes a fraction of the deadline. When the
+//! server returns, whether with the table or giving up, it shuts down the
+//! connections still in their exchange and joins every handler thread.
 
 use super::sealed::{decode_failure, refusal, seal, unseal, Session};
 use super::{checked_blob, set_timeouts, step, RendezvousOptions, RendezvousOutcome};
+use crate::admission::{Admission, Deadline};
 use crate::membership::{claimed_regions, PeerClaim};
 use crate::tcp::handshake::fresh_nonce;
 use crate::wire::rendezvous::{
@@ -16,6 +26,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often the server looks for new connections while it waits.
@@ -28,6 +39,17 @@ pub(super) fn serve(
     options: &RendezvousOptions,
     listener: &TcpListener,
     mine: impl FnOnce(Option<SocketAddr>) -> Vec<u8>,
+) -> Result<(RendezvousOutcome, Held), FabricError> {
+    serve_counting(options, listener, mine, &Arc::default())
+}
+
+/// As [`serve`]; `live` counts the handler threads running (none are left
+/// when it returns).
+fn serve_counting(
+    options: &RendezvousOptions,
+    listener: &TcpListener,
+    mine: impl FnOnce(Option<SocketAddr>) -> Vec<u8>,
+    live: &Arc<AtomicUsize>,
 ) -> Result<(RendezvousOutcome, Held), FabricError> {
     let me = &options.membership;
     me.validate()?;
@@ -48,17 +70,21 @@ pub(super) fn serve(
         blobs: vec![None; me.nodes],
         waiting: Vec::new(),
         refused: Vec::new(),
+        handlers: Handlers {
+            admission: Arc::new(Admission::new(2 * me.nodes + 16, usize::MAX)),
+            threads: Vec::new(),
+            live: Arc::clone(live),
+        },
     };
     server.blobs[me.node] = Some(blob);
     let started = Instant::now();
-    let active = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = mpsc::channel();
     while server.blobs.iter().any(Option::is_none) {
         if started.elapsed() >= options.timeout {
             let reason = server.give_up(started.elapsed());
             return Err(fail(reason));
         }
-        server.accept_all(listener, &active, &tx);
+        server.accept_all(listener, &tx);
         if let Ok((peer, result)) = rx.recv_timeout(POLL) {
             server.admit(peer, result);
         }
@@ -88,14 +114,10 @@ impl Held {
         let mut late: Vec<NodeId> = Vec::new();
         if connected {
             for w in &mut self.waiting {
-                let left = timeout
-                    .saturating_sub(started.elapsed())
-                    .max(Duration::from_millis(1));
-                let ready = w
-                    .stream
-                    .set_read_timeout(Some(left))
-                    .map_err(RendezvousFailure::Io)
-                    .and_then(|()| unseal(&mut w.stream, &self.secret, KIND_READY, &w.session, 0));
+                // A report already here counts even past the deadline.
+                let by = (started + timeout).max(Instant::now() + Duration::from_millis(1));
+                let mut timed = Deadline::new(&w.stream, by);
+                let ready = unseal(&mut timed, &self.secret, KIND_READY, &w.session, 0);
                 if let Err(reason) = ready {
                     tracing::warn!("rendezvous: node {} did not report ready: {reason}", w.node);
                     late.push(w.node);
@@ -153,7 +175,26 @@ struct Registered {
 struct Ctx {
     membership: Membership,
     secret: Vec<u8>,
+    /// How long a whole exchange may take, from accept.
     step: Duration,
+}
+
+/// The handler threads and the connections still in their exchange.
+struct Handlers {
+    admission: Arc<Admission>,
+    threads: Vec<JoinHandle<()>>,
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for Handlers {
+    /// The server returns: no handler outlives it (each is woken by its
+    /// connection's shutdown).
+    fn drop(&mut self) {
+        self.admission.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The server's state while it waits.
@@ -163,6 +204,7 @@ struct Server {
     /// Registered nodes waiting for the table.
     waiting: Vec<Waiting>,
     refused: Vec<FabricError>,
+    handlers: Handlers,
 }
 
 /// What a handler thread reports: where the connection came from, and
@@ -170,15 +212,14 @@ struct Server {
 type Handled = (SocketAddr, Result<Registered, RendezvousFailure>);
 
 impl Server {
-    /// Starts a handler for every pending connection (up to a bound on
-    /// handlers running at once; connections over it are closed at once).
-    fn accept_all(
-        &self,
-        listener: &TcpListener,
-        active: &Arc<AtomicUsize>,
-        tx: &mpsc::Sender<Handled>,
-    ) {
-        let max_active = 2 * self.ctx.membership.nodes + 16;
+    /// Starts a handler for every pending connection; beyond the cap on
+    /// connections in their exchange, the oldest is evicted.
+    fn accept_all(&mut self, listener: &TcpListener, tx: &mpsc::Sender<Handled>) {
+        let admission = &self.handlers.admission;
+        // Evicted handlers take a moment to notice; past this many threads
+        // a newcomer is closed (an honest node tries again) rather than
+        // adding one more.
+        let max_threads = 2 * (2 * self.ctx.membership.nodes + 16);
         loop {
             let (stream, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
@@ -188,22 +229,41 @@ impl Server {
                     return;
                 }
             };
-            if active.load(Ordering::Acquire) >= max_active {
+            let deadline = Instant::now() + self.ctx.step;
+            self.handlers.threads.retain(|t| !t.is_finished());
+            let admitted = if self.handlers.threads.len() < max_threads {
+                admission.admit(&stream)
+            } else {
+                None
+            };
+            let Some(admitted) = admitted else {
                 tracing::warn!("rendezvous: too many connections, closing {peer}");
                 continue;
+            };
+            if admitted.evicted {
+                tracing::warn!(
+                    "rendezvous: too many connections in their exchange; closed the oldest"
+                );
             }
-            active.fetch_add(1, Ordering::AcqRel);
-            let (ctx, running, tx) = (Arc::clone(&self.ctx), Arc::clone(active), tx.clone());
+            self.handlers.live.fetch_add(1, Ordering::AcqRel);
+            let (ctx, tx) = (Arc::clone(&self.ctx), tx.clone());
+            let (admission, live) = (Arc::clone(admission), Arc::clone(&self.handlers.live));
             let spawned = std::thread::Builder::new()
                 .name("nessie-rendezvous".into())
                 .spawn(move || {
-                    let result = handle(stream, peer, &ctx);
-                    running.fetch_sub(1, Ordering::AcqRel);
+                    let result = handle(stream, peer, &ctx, deadline);
+                    // Handed over (or gone): no longer the admission's to shut.
+                    admission.remove(admitted.id);
+                    live.fetch_sub(1, Ordering::AcqRel);
                     let _ = tx.send((peer, result));
                 });
-            if let Err(e) = spawned {
-                tracing::warn!("rendezvous: cannot start a handler: {e}");
-                active.fetch_sub(1, Ordering::AcqRel);
+            match spawned {
+                Ok(thread) => self.handlers.threads.push(thread),
+                Err(e) => {
+                    tracing::warn!("rendezvous: cannot start a handler: {e}");
+                    self.handlers.admission.remove(admitted.id);
+                    self.handlers.live.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
     }
@@ -296,17 +356,20 @@ impl Server {
 }
 
 /// The server's side of one connection: hellos, then the registration,
-/// checked; a refusal is answered (sealed) before it is returned.
+/// checked; a refusal is answered (sealed) before it is returned. All of
+/// it by `deadline`.
 fn handle(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     ctx: &Ctx,
+    deadline: Instant,
 ) -> Result<Registered, RendezvousFailure> {
     let io = RendezvousFailure::Io;
     stream.set_nonblocking(false).map_err(io)?;
-    set_timeouts(&stream, ctx.step).map_err(io)?;
+    stream.set_nodelay(true).map_err(io)?;
+    let mut timed = Deadline::new(&stream, deadline);
     let mut hello = [0u8; HELLO_BYTES];
-    stream.read_exact(&mut hello).map_err(io)?;
+    timed.read_exact(&mut hello).map_err(io)?;
     let client = RvHello::decode(&hello, KIND_CLIENT_HELLO)
         .map_err(decode_failure)?
         .nonce;
@@ -318,9 +381,9 @@ fn handle(
         kind: KIND_SERVER_HELLO,
         nonce: session.server,
     };
-    stream.write_all(&hello.encode()).map_err(io)?;
+    timed.write_all(&hello.encode()).map_err(io)?;
     let checked = unseal(
-        &mut stream,
+        &mut timed,
         &ctx.secret,
         KIND_REGISTER,
         &session,
@@ -329,16 +392,21 @@ fn handle(
     .and_then(|body| Registration::decode(&body).map_err(decode_failure))
     .and_then(|reg| check_registration(&ctx.membership, &reg).map(|()| reg));
     match checked {
-        Ok(reg) => Ok(Registered {
-            node: reg.node as NodeId,
-            blob: reg.blob,
-            stream,
-            session,
-        }),
+        Ok(reg) => {
+            // Authenticated: the table and the barrier have their own
+            // time limits, not what is left of this exchange's.
+            set_timeouts(&stream, ctx.step).map_err(io)?;
+            Ok(Registered {
+                node: reg.node as NodeId,
+                blob: reg.blob,
+                stream,
+                session,
+            })
+        }
         Err(reason) => {
             if !matches!(reason, RendezvousFailure::Io(_)) {
                 let reply = seal(&ctx.secret, KIND_REPLY, &session, &refusal(&reason));
-                if let Err(e) = stream.write_all(&reply) {
+                if let Err(e) = timed.write_all(&reply) {
                     tracing::debug!("rendezvous: cannot tell {peer} why it was refused: {e}");
                 }
             }
@@ -363,4 +431,76 @@ fn check_registration(me: &Membership, reg: &Registration) -> Result<(), Rendezv
     let from = reg.node as NodeId;
     me.check(&claim, (from < me.nodes).then_some(from), &me.regions)
         .map_err(RendezvousFailure::Membership)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RegionId, RegionSpec};
+
+    fn options(node: NodeId, address: &str, timeout: Duration) -> RendezvousOptions {
+        RendezvousOptions {
+            membership: Membership {
+                cluster_id: 0x11fe,
+                format_version: 1,
+                node,
+                nodes: 2,
+                regions: vec![RegionSpec {
+                    id: RegionId(0),
+                    len: 4096,
+                }],
+            },
+            secret: "handler-lifetime-secret".into(),
+            address: address.into(),
+            serve: node == 0,
+            timeout,
+        }
+    }
+
+    /// Strangers still in their exchange when the server returns, with
+    /// the table or giving up, neither keep a handler thread running nor
+    /// their connection open.
+    #[test]
+    fn no_handler_outlives_the_server() {
+        for honest in [true, false] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            // With the table, the server returns long before the strangers'
+            // deadline (10 s from accept).
+            let timeout = Duration::from_secs(if honest { 10 } else { 1 });
+            let strangers: Vec<TcpStream> =
+                (0..5).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+            let node = honest.then(|| {
+                let opts = options(1, &addr, timeout);
+                std::thread::spawn(move || crate::rendezvous(&opts, b"node 1"))
+            });
+            let live = Arc::new(AtomicUsize::new(0));
+            let served = serve_counting(
+                &options(0, &addr, timeout),
+                &listener,
+                |_| b"node 0".to_vec(),
+                &live,
+            );
+            assert_eq!(
+                live.load(Ordering::SeqCst),
+                0,
+                "handlers outlived the server"
+            );
+            assert_eq!(served.is_ok(), honest);
+            if let Some(node) = node {
+                node.join().unwrap().unwrap();
+            }
+            for mut s in strangers {
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut b = [0u8; 1];
+                let read = s.read(&mut b);
+                assert!(
+                    matches!(&read, Ok(0))
+                        || matches!(&read, Err(e) if e.kind() != ErrorKind::WouldBlock
+                            && e.kind() != ErrorKind::TimedOut),
+                    "a stranger's connection outlived the server: {read:?}"
+                );
+            }
+        }
+    }
 }

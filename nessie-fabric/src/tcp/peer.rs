@@ -15,6 +15,7 @@
 use super::super::{FabricError, HandshakeFailure, NodeId, RegionId, RemoteAddr, Verb};
 use super::handshake::{self, Identity};
 use super::service::Counters;
+use crate::admission::Deadline;
 use crate::wire::frame::{
     put_word, word, FrameHeader, VerbHeader, FRAME_HEADER_BYTES, OP_CAS, OP_READ, OP_WRITE,
     REQUEST_MAGIC, RESPONSE_MAGIC, STATUS_BAD_OP, STATUS_BYTES, STATUS_LATE, STATUS_MISALIGNED,
@@ -111,15 +112,17 @@ impl Peer {
             addr: self.addr.clone(),
             source,
         };
-        let mut stream = self.dial(timeout).map_err(unreachable)?;
+        let stream = self.dial(timeout).map_err(unreachable)?;
         let setup = |s: &TcpStream, t: Duration| {
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(t))?;
             s.set_write_timeout(Some(t))
         };
-        setup(&stream, link.handshake_timeout).map_err(unreachable)?;
+        stream.set_nodelay(true).map_err(unreachable)?;
+        // The whole handshake within one deadline, however the peer paces it.
+        let mut timed = Deadline::new(&stream, Instant::now() + link.handshake_timeout);
         let peer_limit =
-            handshake::client(&mut stream, &link.identity, self.node).map_err(|reason| {
+            handshake::client(&mut timed, &link.identity, self.node).map_err(|reason| {
                 FabricError::Handshake {
                     node: self.node,
                     addr: self.addr.clone(),

@@ -1,8 +1,11 @@
 //! The software NIC: a listener thread and one worker thread per accepted
 //! connection, executing peers' verbs on this node's memory.
 //!
-//! A worker first runs the handshake (with a deadline, so a silent peer
-//! cannot hold it), then loops: read a request frame, execute its verbs in
+//! A worker first runs the handshake, which must end within one deadline
+//! from accept however the peer paces its bytes; unauthenticated
+//! connections are capped apart from authenticated ones, and the oldest
+//! is evicted to make room for a newcomer (see [`crate::admission`]), so
+//! strangers cannot keep a peer out. Then the worker loops: read a request frame, execute its verbs in
 //! order on the [`MemoryMap`], write one response frame. Every verb is
 //! checked against the registered region (bounds, alignment, region id)
 //! before it touches memory; a refused verb gets a refusal status and is
@@ -14,6 +17,7 @@ use super::super::memory::{HeapRegions, MemoryMap};
 use super::super::{FabricError, RegionId, RegionSpec, RemoteAddr};
 use super::handshake::{self, Identity};
 use super::TcpStats;
+use crate::admission::{Admission, Deadline};
 use crate::clock::{Clock, WallClock};
 use crate::wire::frame::{
     put_word, word, FrameHeader, VerbHeader, CAS_OPERANDS, FRAME_HEADER_BYTES, OP_CAS, OP_READ,
@@ -22,13 +26,12 @@ use crate::wire::frame::{
     VERB_HEADER_BYTES,
 };
 use crate::wire::WORD;
-use std::collections::HashMap;
 use std::io::{self, BufReader, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Counters of the service; [`TcpStats`] is their snapshot.
 #[derive(Debug, Default)]
@@ -46,6 +49,7 @@ pub(super) struct Counters {
     handshake_failures: AtomicU64,
     connections: AtomicU64,
     rejected_connections: AtomicU64,
+    evicted_connections: AtomicU64,
     opened: AtomicU64,
     broken: AtomicU64,
 }
@@ -79,6 +83,7 @@ impl Counters {
             handshake_failures: g(&self.handshake_failures),
             connections_accepted: g(&self.connections),
             connections_rejected: g(&self.rejected_connections),
+            connections_evicted: g(&self.evicted_connections),
             connections_opened: g(&self.opened),
             connections_broken: g(&self.broken),
         }
@@ -91,7 +96,12 @@ pub(super) struct ServiceSetup {
     pub(super) identity: Arc<Identity>,
     pub(super) memory: Arc<HeapRegions>,
     pub(super) counters: Arc<Counters>,
+    /// Authenticated connections served at once.
     pub(super) max_connections: usize,
+    /// Connections still in their handshake at once; the oldest is
+    /// evicted for a newcomer.
+    pub(super) max_unauthenticated: usize,
+    /// How long a whole handshake may take, from accept.
     pub(super) handshake_timeout: Duration,
     pub(super) io_timeout: Duration,
 }
@@ -100,9 +110,8 @@ pub(super) struct ServiceSetup {
 struct Shared {
     config: ServiceSetup,
     stop: AtomicBool,
-    /// Live connections (a clone of each stream), so shutdown can wake
-    /// their workers.
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Live connections, so eviction and shutdown can wake their workers.
+    admission: Admission,
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -127,9 +136,9 @@ impl Service {
         }
         let node = config.identity.membership.node;
         let shared = Arc::new(Shared {
+            admission: Admission::new(config.max_unauthenticated, config.max_connections),
             config,
             stop: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
@@ -159,10 +168,7 @@ impl Drop for Service {
                 self.wake_addr
             ),
         }
-        let conns: Vec<TcpStream> = lock(&self.shared.conns).drain().map(|(_, s)| s).collect();
-        for s in conns {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        self.shared.admission.close();
         let workers: Vec<_> = lock(&self.shared.workers).drain(..).collect();
         for w in workers {
             let _ = w.join();
@@ -178,7 +184,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
     let node = shared.config.identity.membership.node;
-    let mut next_id = 0u64;
+    let counters = &shared.config.counters;
+    // Evicted workers take a moment to notice; past this many threads a
+    // newcomer waits for them instead of adding one more.
+    let max_workers = shared.config.max_connections + 2 * shared.config.max_unauthenticated;
     for incoming in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
             break;
@@ -192,40 +201,45 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                 continue;
             }
         };
-        let counters = &shared.config.counters;
-        let mut conns = lock(&shared.conns);
-        if conns.len() >= shared.config.max_connections {
-            drop(conns);
+        let accepted = Instant::now();
+        let mut workers = lock(&shared.workers);
+        workers.retain(|w| !w.is_finished());
+        let admitted = if workers.len() < max_workers {
+            shared.admission.admit(&stream)
+        } else {
+            None
+        };
+        let Some(admitted) = admitted else {
+            drop(workers);
             bump(&counters.rejected_connections);
             tracing::warn!(
-                "tcp fabric node {node}: refusing a connection beyond the limit of {}",
+                "tcp fabric node {node}: refusing a connection beyond the limit of {} peers' connections",
                 shared.config.max_connections
             );
             continue;
-        }
-        let Ok(clone) = stream.try_clone() else {
-            continue;
         };
-        next_id += 1;
-        let id = next_id;
-        conns.insert(id, clone);
-        drop(conns);
+        if admitted.evicted {
+            bump(&counters.evicted_connections);
+            tracing::warn!(
+                "tcp fabric node {node}: {} connections still in their handshake; closed the oldest",
+                shared.config.max_unauthenticated
+            );
+        }
         bump(&counters.connections);
+        let id = admitted.id;
         let s = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("nessie-tcp{node}-conn{id}"))
             .spawn(move || {
-                serve(&s, stream);
-                lock(&s.conns).remove(&id);
+                serve(&s, id, stream, accepted);
+                s.admission.remove(id);
             });
-        let mut workers = lock(&shared.workers);
-        workers.retain(|w| !w.is_finished());
         match spawned {
             Ok(handle) => workers.push(handle),
             Err(e) => {
                 drop(workers);
                 tracing::warn!("tcp fabric node {node}: cannot start a worker: {e}");
-                lock(&shared.conns).remove(&id);
+                shared.admission.remove(id);
                 bump(&counters.rejected_connections);
             }
         }
@@ -246,16 +260,17 @@ enum End {
     Truncated,
 }
 
-fn serve(shared: &Shared, mut stream: TcpStream) {
+/// Serves the connection `id`, accepted at `accepted`: the handshake
+/// within its deadline, then frames until it ends.
+fn serve(shared: &Shared, id: u64, stream: TcpStream, accepted: Instant) {
     let cfg = &shared.config;
     let me = cfg.identity.membership.node;
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(cfg.handshake_timeout));
-    let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
     let peer_addr = stream
         .peer_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
-    let peer = match handshake::server(&mut stream, &cfg.identity) {
+    let mut timed = Deadline::new(&stream, accepted + cfg.handshake_timeout);
+    let peer = match handshake::server(&mut timed, &cfg.identity) {
         Ok((peer, _)) => peer,
         Err(e) => {
             if !shared.stop.load(Ordering::SeqCst) {
@@ -265,6 +280,11 @@ fn serve(shared: &Shared, mut stream: TcpStream) {
             return;
         }
     };
+    if !shared.admission.authenticate(id) {
+        // Evicted at the last moment, or every authenticated slot taken.
+        tracing::warn!("tcp fabric node {me}: no room for node {peer} ({peer_addr}); closing");
+        return;
+    }
     let _ = stream.set_read_timeout(None);
     let _ = stream.set_write_timeout(Some(cfg.io_timeout));
     let mut reader = BufReader::with_capacity(64 << 10, stream);
@@ -404,6 +424,7 @@ fn testing_setup() -> ServiceSetup {
         memory: Arc::new(HeapRegions::new(1, &[0], &regions)),
         counters: Arc::new(Counters::default()),
         max_connections: 1,
+        max_unauthenticated: 1,
         handshake_timeout: Duration::from_secs(1),
         io_timeout: Duration::from_secs(1),
     }
