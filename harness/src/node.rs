@@ -669,8 +669,10 @@ mod tests {
         let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
         assert!(report.get.ok > 0 && report.put.ok > 0);
         assert_eq!(report.get.misses, 0, "every key was preloaded");
+        // At least the measured phase; the upper bound only catches a run
+        // that never ended its phase (a loaded machine stretches it).
         assert!(
-            report.elapsed_s >= 0.09 && report.elapsed_s < 1.0,
+            report.elapsed_s >= 0.09 && report.elapsed_s < 30.0,
             "{}",
             report.elapsed_s
         );
