@@ -104,7 +104,7 @@ pub use kv::KvClient;
 /// One-sided verbs on other nodes' memory: the `nessie-fabric` crate.
 pub use nessie_fabric as fabric;
 pub use node::Node;
-pub use stats::{OpKind, OpStats, RetryCounts, Stats};
+pub use stats::{OpKind, OpStats, RetryCause, RetryCounts, Stats};
 pub use store::store_regions;
 
 /// Whether this build has the `verbs` fabric backend (cargo feature

@@ -31,70 +31,91 @@ macro_rules! add_fields {
     };
 }
 
-/// Why an operation went around its loop again.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetryCounts {
+/// Declares the retry taxonomy once: [`RetryCause`] (with `ALL` and
+/// `name()`) and [`RetryCounts`], a counter per cause under the cause's
+/// name, indexed by the cause. A new cause is one line here.
+macro_rules! retry_causes {
+    ($($(#[$doc:meta])* $cause:ident => $field:ident,)*) => {
+        /// Why an operation went around its loop again.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum RetryCause {
+            $($(#[$doc])* $cause,)*
+        }
+
+        impl RetryCause {
+            /// Every cause, in declaration order.
+            pub const ALL: [RetryCause; [$(RetryCause::$cause),*].len()] =
+                [$(RetryCause::$cause),*];
+
+            /// The cause's name in reports (its counter's).
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(RetryCause::$cause => stringify!($field),)*
+                }
+            }
+        }
+
+        /// Retries by cause (see [`RetryCause`]).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct RetryCounts {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl RetryCounts {
+            /// The counter of `cause`.
+            #[must_use]
+            pub fn get(&self, cause: RetryCause) -> u64 {
+                match cause {
+                    $(RetryCause::$cause => self.$field,)*
+                }
+            }
+
+            /// The counter of `cause`, to change.
+            pub fn get_mut(&mut self, cause: RetryCause) -> &mut u64 {
+                match cause {
+                    $(RetryCause::$cause => &mut self.$field,)*
+                }
+            }
+        }
+
+        add_fields!(RetryCounts { $($field),* } with since);
+    };
+}
+
+retry_causes! {
     /// An ITE CAS lost a race.
-    pub cas_failed: u64,
+    CasFailed => cas_failed,
     /// The key had a live in-progress entry (back-off).
-    pub busy: u64,
+    Busy => busy,
     /// The reverse pass saw a change (GET: re-read; PUT/DELETE: abort).
-    pub changed: u64,
+    Changed => changed,
     /// The operation helped someone else's entry first.
-    pub helped: u64,
+    Helped => helped,
     /// A read was torn (checksum, generation or length mismatch).
-    pub torn: u64,
+    Torn => torn,
     /// A helper aborted this operation's entry.
-    pub aborted_by_helper: u64,
+    AbortedByHelper => aborted_by_helper,
     /// The data table had no free slot yet.
-    pub no_free_slot: u64,
+    NoFreeSlot => no_free_slot,
 }
 
 impl RetryCounts {
     /// Number of causes.
-    pub const CAUSES: usize = 7;
+    pub const CAUSES: usize = RetryCause::ALL.len();
 
-    /// Each cause's count with its name (the field's), in declaration
-    /// order. Destructures every field, so a new cause cannot go missing
-    /// from the totals and reports built on this.
+    /// Each cause's count with its name, in declaration order.
     #[must_use]
     pub fn by_cause(&self) -> [(&'static str, u64); Self::CAUSES] {
-        let RetryCounts {
-            cas_failed,
-            busy,
-            changed,
-            helped,
-            torn,
-            aborted_by_helper,
-            no_free_slot,
-        } = *self;
-        [
-            ("cas_failed", cas_failed),
-            ("busy", busy),
-            ("changed", changed),
-            ("helped", helped),
-            ("torn", torn),
-            ("aborted_by_helper", aborted_by_helper),
-            ("no_free_slot", no_free_slot),
-        ]
+        RetryCause::ALL.map(|c| (c.name(), self.get(c)))
     }
 
     /// All retries together.
     #[must_use]
     pub fn total(&self) -> u64 {
-        self.by_cause().iter().map(|(_, n)| n).sum()
+        RetryCause::ALL.iter().map(|&c| self.get(c)).sum()
     }
 }
-
-add_fields!(RetryCounts {
-    cas_failed,
-    busy,
-    changed,
-    helped,
-    torn,
-    aborted_by_helper,
-    no_free_slot,
-} with since);
 
 /// Counters of one kind of operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,6 +260,12 @@ mod tests {
             ..RetryCounts::default()
         };
         let d = later.since(&earlier);
+        for (i, c) in RetryCause::ALL.into_iter().enumerate() {
+            assert_eq!(later.get(c), i as u64 + 1, "{}", c.name());
+        }
+        let mut bumped = earlier;
+        *bumped.get_mut(RetryCause::Torn) += 2;
+        assert_eq!((bumped.torn, bumped.total()), (2, 12));
         assert_eq!(
             d.by_cause().map(|(_, c)| c),
             [1, 1, 3, 4, 5, 6, 0],

@@ -16,24 +16,9 @@ const BACKOFF_BASE: Duration = Duration::from_micros(2);
 /// Longest back-off delay, jitter included.
 const BACKOFF_CAP: Duration = Duration::from_millis(2);
 
-/// Why a pass over the candidates ended without an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// A live in-progress entry: back off first.
-    Busy,
-    /// Someone else's entry was helped.
-    Helped,
-    /// A CAS lost a race.
-    CasFailed,
-    /// A re-read saw a change.
-    Changed,
-    /// A torn or stale read.
-    Torn,
-    /// A helper aborted our entry.
-    AbortedByHelper,
-    /// No free DTE slot yet.
-    NoFreeSlot,
-}
+/// Why a pass over the candidates ended without an answer: the store's
+/// retry taxonomy (declared once, with its counters, in `stats.rs`).
+pub(crate) use crate::stats::RetryCause as Retry;
 
 /// Per-operation state (the deadline lives in the operation's
 /// [`super::gate::Gate`]).
@@ -70,16 +55,7 @@ impl<'a> Op<'a> {
     /// Counts `why` (also for steps that do not end the attempt, such as a
     /// torn read inside a MIGRATE).
     pub(crate) fn note(&mut self, why: Retry) {
-        let r = &mut self.stats.retries;
-        match why {
-            Retry::Busy => r.busy += 1,
-            Retry::Helped => r.helped += 1,
-            Retry::CasFailed => r.cas_failed += 1,
-            Retry::Changed => r.changed += 1,
-            Retry::Torn => r.torn += 1,
-            Retry::AbortedByHelper => r.aborted_by_helper += 1,
-            Retry::NoFreeSlot => r.no_free_slot += 1,
-        }
+        *self.stats.retries.get_mut(why) += 1;
     }
 
     /// The operation got a data slot: a later missed deadline is not for
