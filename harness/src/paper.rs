@@ -167,7 +167,7 @@ impl Test {
 
 /// The claims the experiments judge, one row each ([`CLAIMS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)] // the names say which figure; the rows say the rest
+#[expect(missing_docs)] // the names say which figure; the rows say the rest
 pub enum ClaimId {
     Fig4Hogs,
     Fig5GetHeavy,

@@ -195,6 +195,10 @@ pub fn create(dir: &Path, options: &Options) -> Result<(), LmdbError> {
 }
 
 /// Opens (creating its files if need be) the environment in `dir`.
+#[expect(
+    unsafe_code,
+    reason = "heed marks opening an LMDB environment and its sync flags unsafe"
+)]
 fn open_env(dir: &Path, options: &Options) -> Result<LmdbStore, LmdbError> {
     let lmdb = |source| LmdbError::Lmdb {
         dir: dir.to_owned(),

@@ -333,7 +333,6 @@ impl Script {
 ///
 /// # Panics
 /// If the owner never reaches a commit.
-#[allow(clippy::type_complexity)]
 pub fn owner_stopped_before_commit<T: Send + 'static, U: Send + 'static>(
     owner: impl FnOnce(&mut Client, &[u8]) -> T + Send + 'static,
     rival: impl FnOnce(&mut Client, &[u8]) -> U + Send + 'static,

@@ -9,6 +9,10 @@
 //! consistent). Peers may touch the same
 //! words at any time, even from other processes, so plain (non-atomic)
 //! accesses would be data races.
+#![expect(
+    unsafe_code,
+    reason = "native atomic words over registered memory (mappings, raw pointers)"
+)]
 
 use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
 use crate::wire::WORD;

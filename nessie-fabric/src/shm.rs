@@ -11,6 +11,10 @@
 //! header is written, so a peer never sees a half-made region. Attaching
 //! checks magic, format version, cluster, node, region, size and owner, and
 //! reports each mismatch as its own [`FabricError`] variant.
+#![expect(
+    unsafe_code,
+    reason = "mapping region files shared with other processes"
+)]
 
 use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
 use super::{FabricError, HandshakeFailure, NodeId, RegionSpec};
@@ -111,7 +115,7 @@ impl ShmFabric {
                 source,
             })?;
         let words = (spec.len / WORD as u64) as usize;
-        #[allow(
+        #[expect(
             clippy::cast_ptr_alignment,
             reason = "page aligned plus a whole number of pages"
         )]

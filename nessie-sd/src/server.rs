@@ -416,7 +416,7 @@ impl Worker {
 
     /// Which of `ites` holds `key`: `Some(Some(i))`, `Some(None)` if none
     /// does, `None` if a read was torn (re-read the ITEs).
-    #[allow(
+    #[expect(
         clippy::option_option,
         reason = "torn, absent and found are three answers"
     )]

@@ -21,7 +21,7 @@ pub const MAX_VALUE_SIZE: usize = 1 << 30;
 /// can reproduce the paper's breakdown. All on by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[allow(
+#[expect(
     clippy::struct_excessive_bools,
     reason = "one switch per optimisation of the paper"
 )]
@@ -363,7 +363,7 @@ mod opt_millis {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    #[allow(clippy::ref_option, reason = "the signature serde's `with` expects")]
+    #[expect(clippy::ref_option, reason = "the signature serde's `with` expects")]
     pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => s.serialize_u64(d.as_millis() as u64),

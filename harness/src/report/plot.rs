@@ -71,7 +71,7 @@ fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     (if from_zero { lo } else { lo - pad }, hi + pad)
 }
 
-#[allow(
+#[expect(
     clippy::trivially_copy_pass_by_ref,
     reason = "the signature plotters' label formatters take"
 )]

@@ -3,6 +3,7 @@
 //!
 //! Everything here runs once, while the fabric opens. Only port 1 of the
 //! device is used.
+#![expect(unsafe_code, reason = "registering memory with the RDMA device")]
 
 use super::{call, RemoteRegion};
 use crate::{FabricError, NodeId, RcTimeouts, VerbsFailure};

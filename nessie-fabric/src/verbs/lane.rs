@@ -15,6 +15,7 @@
 //! staging buffer: WRITE data is copied in before posting, READ data and CAS
 //! results are copied out after the completions. The staging buffer grows
 //! (re-registered) when a batch needs more room.
+#![expect(unsafe_code, reason = "posting work requests on registered buffers")]
 
 use super::device::{Device, SEND_DEPTH};
 use super::{call, Target};

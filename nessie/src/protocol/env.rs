@@ -10,7 +10,7 @@ use crate::Config;
 
 /// The time bounds of a configuration in microseconds, computed once.
 #[derive(Clone, Copy, Debug)]
-#[allow(clippy::struct_field_names, reason = "the unit is part of each name")]
+#[expect(clippy::struct_field_names, reason = "the unit is part of each name")]
 pub(crate) struct Timing {
     pub(super) op_timeout_us: u64,
     pub(super) expiry_us: u64,
