@@ -132,9 +132,10 @@ fn f8_a_full_data_table_is_reported_as_such() {
     }
 }
 
-/// A GET that meets a live writer's first insert of its key answers from
-/// the other candidates (here: absent) at once, instead of backing off until
-/// the writer commits or is declared dead (review §0, 152 ms > `op_timeout`).
+/// A GET that meets a live writer's first insert of its key answers from the
+/// other candidates (here: absent) at once, instead of backing off until the
+/// writer commits or is declared dead
+/// (docs/design.md#absent_first_insert-get-reads-past-a-first-insert-in-progress).
 #[test]
 fn get_reads_past_a_first_insert_in_progress() {
     let script = Script::new(tiny_config(4, 2), 2);

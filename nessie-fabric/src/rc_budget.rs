@@ -1,23 +1,23 @@
-//! How long an RDMA reliable connection (RC) may keep retransmitting a
-//! verb, and the queue-pair settings that keep it within the landing bound.
+//! How long an RDMA reliable connection (RC) may keep retransmitting a verb,
+//! and the queue-pair settings that keep it within the landing bound.
 //!
 //! A CAS must take effect within the landing bound Δ₀ of the deadline check
-//! before it (DESIGN §4.4), or not at all. On an RC queue pair the
-//! requester retransmits an unacknowledged request after the local ACK
-//! timeout, `4.096 µs × 2^timeout`, up to `retry_count` times; a request
+//! before it (docs/design.md#the-landing-bound), or not at all. On an RC queue
+//! pair the requester retransmits an unacknowledged request after the local
+//! ACK timeout, `4.096 µs × 2^timeout`, up to `retry_count` times; a request
 //! that is still in flight after the last attempt's timeout fails. So a
-//! request can still reach the target up to about `(retry_count + 1)`
-//! timeouts after it was posted. Adapters may wait up to four times the
-//! nominal timeout before they retransmit (implementations round the
-//! timer, and the specification leaves them that slack), so the budget here
-//! assumes the worst: `4 × 4.096 µs × 2^timeout × (retry_count + 1)`, and
-//! keeps a tenth of Δ₀ for the packet lifetime on the wire.
+//! request can still reach the target up to about `(retry_count + 1)` timeouts
+//! after it was posted. Adapters may wait up to four times the nominal timeout
+//! before they retransmit (implementations round the timer, and the
+//! specification leaves them that slack), so the budget here assumes the
+//! worst: `4 × 4.096 µs × 2^timeout × (retry_count + 1)`, and keeps a tenth of
+//! Δ₀ for the packet lifetime on the wire.
 //!
 //! Worked example, at the defaults (`expiry` 1 s, `op_timeout` 500 ms,
-//! `max_clock_skew` 10 ms, so Δ₀ = 4/5 × 490 ms = 392 ms): 3 retries,
-//! timeout exponent 12 (16.8 ms nominal): worst case 4 × 16.8 ms × 4 =
-//! 268 ms ≤ 353 ms (9/10 of Δ₀). The settings of earlier builds (exponent
-//! 16, 7 retries: 268 ms × 8 ≈ 2.1 s nominal) did not fit.
+//! `max_clock_skew` 10 ms, so Δ₀ = 4/5 × 490 ms = 392 ms): 3 retries, timeout
+//! exponent 12 (16.8 ms nominal): worst case 4 × 16.8 ms × 4 = 268 ms ≤ 353 ms
+//! (9/10 of Δ₀). The settings of earlier builds (exponent 16, 7 retries: 268
+//! ms × 8 ≈ 2.1 s nominal) did not fit.
 
 use std::time::Duration;
 

@@ -487,8 +487,8 @@ fn verbs_reconnect_after_the_serving_node_restarts() {
 }
 
 /// A CAS carries a land-by time; the serving node refuses one that arrives
-/// after it (the landing bound of DESIGN §4.4) without executing it, says
-/// so, and counts it. A timely CAS executes.
+/// after it (the landing bound, docs/design.md#the-landing-bound) without
+/// executing it, says so, and counts it. A timely CAS executes.
 #[test]
 fn late_cas_is_refused_by_its_target_and_not_executed() {
     use nessie_fabric::clock::Clock;

@@ -435,11 +435,11 @@ impl Config {
         toml::to_string(self).map_err(|e| bad(e.to_string()))
     }
 
-    /// The landing bound Δ₀ (DESIGN §4.4): from an operation's deadline
-    /// check to its CAS taking effect at the target, at most this long
-    /// passes. `validate()` demands `expiry > op_timeout + Δ₀ +
-    /// max_clock_skew`, so that a CAS lands before the slots its operation
-    /// saw linked can be reused.
+    /// The landing bound Δ₀ (docs/design.md#the-landing-bound): from an
+    /// operation's deadline check to its CAS taking effect at the target, at
+    /// most this long passes. `validate()` demands `expiry > op_timeout + Δ₀ +
+    /// max_clock_skew`, so that a CAS lands before the slots its operation saw
+    /// linked can be reused.
     ///
     /// Who enforces it: the `tcp` fabric stamps every CAS with `land_by =
     /// check + Δ₀` and the serving node refuses a CAS it would execute later
@@ -447,8 +447,8 @@ impl Config {
     /// fabric sizes the queue pairs' ACK timeout and retry count so that a
     /// CAS's retransmissions end within Δ₀; on `shm` and `local` the CAS is
     /// the caller's own instruction and Δ₀ bounds only how long a thread may
-    /// stall between the check and the CAS. Every fabric reads the clock
-    /// after each CAS and counts and logs a breach.
+    /// stall between the check and the CAS. Every fabric reads the clock after
+    /// each CAS and counts and logs a breach.
     #[must_use]
     pub fn landing_bound(&self) -> Duration {
         self.cas_landing_bound.unwrap_or_else(|| {

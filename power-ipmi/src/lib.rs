@@ -79,7 +79,7 @@
 //!
 //! `scripts/sample.sh` samples IPMI (and RAPL) around any command on a node
 //! and logs CSV; `power-merge DIR...` merges the logs of all nodes. See
-//! the README's "Energy" section.
+//! docs/operations.md#energy-measurement.
 //!
 //! ## Thread safety
 //!

@@ -492,9 +492,9 @@ fn execute(cfg: &ServiceSetup, verbs: u32, payload: &[u8], out: &mut Vec<u8>) ->
 }
 
 /// Executes a CAS unless its land-by time (`0`: none) has passed on this
-/// node's wall clock, checked right before executing it (DESIGN §4.4: a CAS
-/// must land within the landing bound of its deadline check, or not at
-/// all).
+/// node's wall clock, checked right before executing it
+/// (docs/design.md#the-landing-bound: a CAS must land within the landing bound
+/// of its deadline check, or not at all).
 fn cas_by(
     map: &MemoryMap,
     addr: RemoteAddr,

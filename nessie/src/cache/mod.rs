@@ -1,16 +1,18 @@
-//! A client's LRU cache of committed DTEs, keyed by the ITE value that
-//! pointed at them.
+//! A client's LRU cache of committed DTEs, keyed by the ITE value that pointed
+//! at them.
 //!
 //! A committed DTE never changes, and an ITE value cannot come back for
 //! another incarnation of its slot within 2047 × `expiry` (a slot's
-//! generation, part of the ITE value, is bumped only when a published slot
-//! is reused, at most once per `expiry`), so a fresh ITE read that returns a
+//! generation, part of the ITE value, is bumped only when a published slot is
+//! reused, at most once per `expiry`), so a fresh ITE read that returns a
 //! cached ITE value proves the cached entry is still the key's current
 //! version. An entry is usable only if at most `expiry` passed between the
 //! start of the index read that last confirmed it and the end of the index
 //! read that finds it again; both times come from the monotonic clock, the
-//! second read *after* the ITE read (review F6: a reader preempted between
-//! its clock read and its ITE read must not count the preemption as fresh).
+//! second read *after* the ITE read
+//! (docs/design.md#f6-rule-v-generations-count-published-reuses and
+//! docs/design.md#cache: a reader preempted between its clock read and its ITE
+//! read must not count the preemption as fresh).
 
 use lru::LruCache;
 use std::num::NonZeroUsize;
@@ -108,7 +110,7 @@ mod tests {
         let mut c = DteCache::new(2, 100);
         c.insert(1, b"k", Some(b"v"), 0);
         // A read that began in time but ended (after a preemption) too late
-        // must not hit (review F6).
+        // must not hit (docs/design.md#cache).
         assert!(c.get(1, 90, 101).is_none());
         c.insert(2, b"k", Some(b"v"), 0);
         assert!(c.get(2, 10, 100).is_some());

@@ -80,7 +80,8 @@ impl Config {
         Ok(())
     }
 
-    /// Durations, and the time bounds between them (DESIGN §4.4).
+    /// Durations, and the time bounds between them
+    /// (docs/design.md#time-assumptions).
     fn validate_times(&self) -> Result<(), Error> {
         if self.expiry.is_zero() || self.op_timeout.is_zero() {
             return Err(bad("expiry and op_timeout must be greater than 0".into()));

@@ -1,7 +1,10 @@
-//! The verbs a scan needs before it may free some slots: resolving the
-//! source marker of an expired MIGRATE copy (DESIGN §4.4, rules (ii) and
-//! (iii)), and learning the fate of a slot whose publishing CAS had an
-//! unknown outcome.
+//! The verbs a scan needs before it may free some slots: resolving the source
+//! marker of an expired MIGRATE copy
+//! (docs/design.md#f3-rule-ii-the-recycler-restores-an-aborted-copys-marker
+//! and
+//! docs/design.md#f2-rule-iii-the-recycler-clears-a-committed-copys-marker,
+//! rules (ii) and (iii)), and learning the fate of a slot whose publishing CAS
+//! had an unknown outcome.
 //!
 //! These run without the allocator's lock (they may reach other nodes); the
 //! slots they concern are out of `in_use` meanwhile, so no other scan sees
@@ -199,7 +202,8 @@ impl NodeData {
     }
 
     /// The copy's predecessor is staged by whoever clears the copy's marker
-    /// (DESIGN §4.4); a failed WRITE leaks it (logged), it never risks data.
+    /// (docs/design.md#f4-rule-i-one-stager-per-incarnation); a failed WRITE
+    /// leaks it (logged), it never risks data.
     fn stage_from_recycler(&self, r: SlotRef, access: TableAccess<'_>) {
         let Some(addr) = self.geometry.dte_addr(r) else {
             tracing::error!(node = self.node, ?r, "a copy's prev names no DTE slot");

@@ -1,11 +1,12 @@
 //! The CAS gate: an operation's only access to remote memory.
 //!
 //! [`Gate`] owns the client's [`Endpoint`] for the length of one operation,
-//! together with the operation's deadline. It passes READs, WRITEs and
-//! batches of READs through, but its one CAS entry point, [`Gate::cas`],
-//! checks the deadline right before the CAS (DESIGN §4.4) and refuses late.
-//! The endpoint and the fabrics behind it never leave this module, so a
-//! protocol step cannot issue a CAS that skips the check.
+//! together with the operation's deadline. It passes READs, WRITEs and batches
+//! of READs through, but its one CAS entry point, [`Gate::cas`], checks the
+//! deadline right before the CAS
+//! (docs/design.md#the-deadline-check-before-every-cas) and refuses late. The
+//! endpoint and the fabrics behind it never leave this module, so a protocol
+//! step cannot issue a CAS that skips the check.
 
 use super::Timing;
 use crate::clock::Clock;

@@ -55,11 +55,14 @@ impl Ctx<'_> {
 
     /// Puts back the `replaced` value of an aborted entry (V4: anyone may),
     /// with a CAS from the value `seen` read in the ITE, and only if that
-    /// value points at the entry itself (review F5: never from a value read
-    /// later, which may belong to another key). The winner of the CAS is
-    /// the entry's one stager, also for a MIGRATE copy whose source holds,
-    /// or may later receive, `MOVED(copy)`: the recycler resolves such a
-    /// marker before the copy's slot is reused (review F3, F4).
+    /// value points at the entry itself
+    /// (docs/design.md#f5-rule-iv-restore-only-what-you-saw: never from a
+    /// value read later, which may belong to another key). The winner of the
+    /// CAS is the entry's one stager, also for a MIGRATE copy whose source
+    /// holds, or may later receive, `MOVED(copy)`: the recycler resolves such
+    /// a marker before the copy's slot is reused
+    /// (docs/design.md#f3-rule-ii-the-recycler-restores-an-aborted-copys-marker,
+    /// docs/design.md#f4-rule-i-one-stager-per-incarnation).
     pub(crate) fn restore(&mut self, seen: Seen, entry: &DteView) -> Result<(), Error> {
         let (slot, ite) = seen;
         if !ite.is_occupied() || ite.target() != Some(entry.at) {
@@ -140,10 +143,11 @@ impl Ctx<'_> {
                 Ok(Helped::Acted)
             }
             DteStatus::Aborted => {
-                // Z1: a zombie migrator's late marker. The copy was staged
-                // by whoever restored its destination; this restorer stages
+                // Z1: a zombie migrator's late marker. The copy was staged by
+                // whoever restored its destination; this restorer stages
                 // nothing (a second stage could land after the slot's reuse
-                // and stamp its next occupant: review F4).
+                // and stamp its next occupant, see
+                // docs/design.md#f4-rule-i-one-stager-per-incarnation).
                 if self.gate.cas(source, marker.0, copy.header.prev)? == marker.0 {
                     self.op.stats.marker_restores += 1;
                 }

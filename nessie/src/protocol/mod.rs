@@ -1,5 +1,5 @@
 //! GET, PUT, DELETE and MIGRATE on the distributed cuckoo index, using only
-//! READ, WRITE and CAS (DESIGN §5).
+//! READ, WRITE and CAS (docs/design.md#protocol).
 //!
 //! # Invariants this module keeps
 //!

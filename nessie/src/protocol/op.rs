@@ -92,12 +92,12 @@ impl<'a> Op<'a> {
         ceiling.mul_f64(rng.gen_range(0.5..=1.0))
     }
 
-    /// The error of a write whose deadline passed: `DataTableFull` if its
-    /// last attempt waited for a free slot, else `Timeout`. A write takes effect only at
-    /// its own commit CAS, and a deadline error is returned only when that
-    /// CAS was never issued (a commit with an unknown outcome returns the
+    /// The error of a write whose deadline passed: `DataTableFull` if its last
+    /// attempt waited for a free slot, else `Timeout`. A write takes effect
+    /// only at its own commit CAS, and a deadline error is returned only when
+    /// that CAS was never issued (a commit with an unknown outcome returns the
     /// fabric's error at once), so `DataTableFull` truthfully means that
-    /// nothing changed (review F8).
+    /// nothing changed (docs/design.md#f8-a-full-table-is-reported-as-full).
     pub(crate) fn deadline_error(&self) -> Error {
         if self.starved {
             Error::DataTableFull

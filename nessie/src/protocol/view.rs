@@ -24,8 +24,9 @@ impl DteView {
     }
 
     /// The stored key, if it was read whole. A read sized for a shorter key
-    /// stops inside a longer one: that entry holds another key, which is
-    /// all a caller looking for the shorter key needs to know (review F1).
+    /// stops inside a longer one: that entry holds another key, which is all a
+    /// caller looking for the shorter key needs to know
+    /// (docs/design.md#f1-a-longer-key-is-a-mismatch-not-a-torn-read).
     pub(crate) fn key(&self) -> Option<&[u8]> {
         let n = self.header.state.key_len();
         self.bytes.get(KEY_OFFSET..KEY_OFFSET + n)
