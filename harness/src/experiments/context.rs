@@ -53,7 +53,7 @@ impl Ctx {
     ///
     /// # Errors
     /// [`HarnessError::Usage`] for fabric and launcher flags that cannot be
-    /// run ([`ClusterArgs::resolve`]); [`HarnessError::Io`] if the binary's
+    /// run ([`crate::launcher::ClusterArgs::resolve`]); [`HarnessError::Io`] if the binary's
     /// path is unknown.
     pub fn new(name: &str, common: Common) -> Result<Self> {
         let launching = common.cluster.resolve()?;
