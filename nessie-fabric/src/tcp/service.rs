@@ -401,7 +401,7 @@ fn testing_setup() -> ServiceSetup {
             frame_limit: 1 << 16,
             secret: b"testing".to_vec(),
         }),
-        memory: Arc::new(HeapRegions::new(1, &[0], &regions)),
+        memory: Arc::new(HeapRegions::new(1, &[0], &regions).unwrap()),
         counters: Arc::new(Counters::default()),
         max_connections: 1,
         handshake_timeout: Duration::from_secs(1),
