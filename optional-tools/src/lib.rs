@@ -7,7 +7,7 @@
 //! `NESSIE_REQUIRE_TOOLS=1` (set by `.ci/run`, which installs the tools)
 //! every skip is a failure instead, so a missing install step cannot hide.
 //!
-//! ```
+//! ```no_run
 //! if optional_tools::require("my_test", &["redis-server"], "apt-get install redis-server") {
 //!     // … the test proper …
 //! }
@@ -52,6 +52,7 @@ fn banner(test: &str, why: &str, install: &str) -> String {
 ///
 /// # Panics
 /// With the same message, when `NESSIE_REQUIRE_TOOLS` is set.
+#[track_caller]
 pub fn skip(test: &str, why: &str, install: &str) {
     let msg = banner(test, why, install);
     assert!(
@@ -69,6 +70,7 @@ pub fn skip(test: &str, why: &str, install: &str) {
 /// # Panics
 /// When a program is missing and `NESSIE_REQUIRE_TOOLS` is set.
 #[must_use]
+#[track_caller]
 pub fn require(test: &str, programs: &[&str], install: &str) -> bool {
     match programs.iter().find(|p| find(p).is_none()) {
         Some(missing) => {
