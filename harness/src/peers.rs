@@ -192,10 +192,13 @@ mod tests {
     use super::*;
     use nessie::KvClient;
 
-    fn roundtrip(system: StoreKind) {
-        if check_installed(system).is_err() {
-            eprintln!("{system} not installed; skipped");
-            return;
+    fn roundtrip(test: &str, system: StoreKind) {
+        if let Err(e) = check_installed(system) {
+            return optional_tools::skip(
+                test,
+                &e.to_string(),
+                &format!("apt-get install {}", program(system)),
+            );
         }
         let dir = tempfile::tempdir().unwrap();
         let host = std::net::Ipv4Addr::LOCALHOST.into();
@@ -218,11 +221,14 @@ mod tests {
 
     #[test]
     fn redis_client_speaks_resp() {
-        roundtrip(StoreKind::Redis);
+        roundtrip("peers::tests::redis_client_speaks_resp", StoreKind::Redis);
     }
 
     #[test]
     fn memcached_client_speaks_text() {
-        roundtrip(StoreKind::Memcached);
+        roundtrip(
+            "peers::tests::memcached_client_speaks_text",
+            StoreKind::Memcached,
+        );
     }
 }

@@ -29,7 +29,8 @@ fn membership(spec: &ClusterSpec, cluster_id: u64, node: usize) -> Membership {
 
 fn local(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {
-        let fabric: Arc<dyn Fabric> = Arc::new(LocalFabric::new(spec.nodes, &spec.regions));
+        let fabric: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(spec.nodes, &spec.regions).unwrap());
         vec![fabric; spec.nodes]
     };
     check(&make);

@@ -4,8 +4,8 @@
 //! shared keys; the merged history of all of them is linearizable. Every
 //! verb between nodes crosses a real (virtual) network, not loopback.
 //!
-//! Needs root and `ip` (iproute2); elsewhere it prints a SKIP line and
-//! passes.
+//! Needs root and `ip` (iproute2); elsewhere it prints a SKIPPED banner
+//! and passes (fails under `NESSIE_REQUIRE_TOOLS=1`).
 
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::proc_history::read_logs;
@@ -41,8 +41,11 @@ fn config(peers: Vec<String>, cluster: &str) -> Config {
 }
 
 fn skip(why: &str) {
-    eprintln!("SKIP netns_cluster: {why} (needs root and iproute2's `ip` with network namespaces)");
-    println!("SKIP netns_cluster: {why}");
+    optional_tools::skip(
+        "netns_cluster",
+        why,
+        "root and iproute2's `ip` with network namespaces (apt-get install iproute2)",
+    );
 }
 
 /// Whether the effective uid is 0 (from `/proc/self/status`: "Uid: real effective ...").
@@ -56,20 +59,13 @@ fn runs_as_root() -> bool {
     })
 }
 
-fn has_ip() -> bool {
-    Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn three_nodes_in_network_namespaces_stay_linearizable() {
     if !runs_as_root() {
         return skip("not running as root");
     }
-    if !has_ip() {
-        return skip("`ip` not found");
+    if optional_tools::find("ip").is_none() {
+        return skip("`ip` is not on PATH");
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns-cluster.sh");
     let dir = tempfile::tempdir().unwrap();

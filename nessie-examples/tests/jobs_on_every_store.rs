@@ -265,11 +265,11 @@ fn bad_specs_are_refused_before_anything_runs() {
 struct Redis(std::process::Child, std::net::SocketAddr);
 
 impl Redis {
-    fn start() -> Option<Redis> {
+    /// Starts the server (installed: the caller checked).
+    fn start() -> Redis {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
             .port();
         let child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -277,16 +277,16 @@ impl Redis {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .ok()?;
+            .expect("start redis-server");
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let redis = Redis(child, addr);
         for _ in 0..500 {
             if std::net::TcpStream::connect(addr).is_ok() {
-                return Some(redis);
+                return redis;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        None
+        panic!("redis-server did not accept connections on {addr} within 5 s");
     }
 }
 
@@ -299,10 +299,14 @@ impl Drop for Redis {
 
 #[test]
 fn sort_runs_on_redis_when_installed() {
-    let Some(redis) = Redis::start() else {
-        eprintln!("redis-server is not installed or did not start; skipped");
+    if !optional_tools::require(
+        "sort_runs_on_redis_when_installed",
+        &["redis-server"],
+        "apt-get install redis-server",
+    ) {
         return;
-    };
+    }
+    let redis = Redis::start();
     let tasks = 3;
     let config = config(tasks, false);
     let cluster = LocalCluster::start(StoreKind::Redis, config.clone(), Some(redis.1)).unwrap();

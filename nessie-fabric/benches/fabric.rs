@@ -103,7 +103,7 @@ fn verbs(group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, f: &d
 }
 
 fn local(c: &mut Criterion) {
-    let fabric = LocalFabric::new(2, &regions());
+    let fabric = LocalFabric::new(2, &regions()).unwrap();
     let mut group = c.benchmark_group("local");
     verbs(&mut group, &fabric);
     group.finish();

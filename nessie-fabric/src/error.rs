@@ -113,6 +113,19 @@ pub enum FabricError {
         /// Our uid.
         expected: u32,
     },
+    /// A region's memory could not be allocated: more than this process
+    /// can map, or more than the host's memory accounting grants.
+    #[error(
+        "cannot allocate {bytes} bytes for node {node} {region}: more memory than this host grants"
+    )]
+    OutOfMemory {
+        /// Node whose region it is.
+        node: NodeId,
+        /// The region.
+        region: RegionId,
+        /// Bytes requested.
+        bytes: u64,
+    },
     /// A peer's region did not appear before the attach deadline.
     #[error("{path}: peer region did not appear within {waited:?}")]
     Missing {

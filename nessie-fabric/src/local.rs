@@ -3,7 +3,7 @@
 //! [`crate::Cluster::local`].
 
 use super::memory::{impl_fabric_for_memory_map, HeapRegions, MemoryMap};
-use super::RegionSpec;
+use super::{FabricError, RegionSpec};
 
 /// All nodes of a cluster in one address space.
 #[derive(Debug)]
@@ -15,14 +15,17 @@ impl LocalFabric {
     /// A fabric of `nodes` nodes, each registering every region of `regions`
     /// as zeroed memory (allocated lazily by the OS).
     ///
+    /// # Errors
+    /// [`FabricError::OutOfMemory`] when a region cannot be allocated (the
+    /// regions allocated before it are freed).
+    ///
     /// # Panics
     /// If a region length is not a multiple of 8 (a caller bug).
-    #[must_use]
-    pub fn new(nodes: usize, regions: &[RegionSpec]) -> LocalFabric {
+    pub fn new(nodes: usize, regions: &[RegionSpec]) -> Result<LocalFabric, FabricError> {
         let hosted: Vec<_> = (0..nodes).collect();
-        LocalFabric {
-            memory: HeapRegions::new(nodes, &hosted, regions),
-        }
+        Ok(LocalFabric {
+            memory: HeapRegions::new(nodes, &hosted, regions)?,
+        })
     }
 
     fn memory_map(&self) -> &MemoryMap {
@@ -35,7 +38,7 @@ impl_fabric_for_memory_map!(LocalFabric);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Fabric, FabricError, RegionId, RemoteAddr, Verb};
+    use crate::{Fabric, RegionId, RemoteAddr, Verb};
 
     fn fabric() -> LocalFabric {
         LocalFabric::new(
@@ -51,6 +54,32 @@ mod tests {
                 },
             ],
         )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_region_larger_than_any_host_is_an_error_not_an_abort() {
+        // 2^62 bytes: more than the address space of a process (2^47 or
+        // 2^56 on x86-64), so no allocator grants it; the smaller region
+        // before it is freed again.
+        let huge = RegionSpec {
+            id: RegionId(3),
+            len: 1 << 62,
+        };
+        let small = RegionSpec {
+            id: RegionId(1),
+            len: 4096,
+        };
+        let e = LocalFabric::new(2, &[small, huge]).unwrap_err();
+        assert!(
+            matches!(e, FabricError::OutOfMemory { node: 0, region: RegionId(3), bytes } if bytes == 1 << 62),
+            "{e:?}"
+        );
+        let message = e.to_string();
+        assert!(
+            message.contains(&(1u64 << 62).to_string()) && message.contains("region 3"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -329,11 +329,22 @@ impl HeapRegions {
     /// Registers every region of `regions` for each node of `hosted`, in a
     /// map of `nodes` nodes, as zeroed memory (allocated lazily by the OS).
     ///
+    /// # Errors
+    /// [`FabricError::OutOfMemory`] when a region cannot be allocated.
+    ///
     /// # Panics
     /// If a region length is not a multiple of 8 (a caller bug).
-    pub(crate) fn new(nodes: usize, hosted: &[NodeId], regions: &[RegionSpec]) -> HeapRegions {
-        let mut map = MemoryMap::new(nodes);
-        let mut allocations = Vec::new();
+    pub(crate) fn new(
+        nodes: usize,
+        hosted: &[NodeId],
+        regions: &[RegionSpec],
+    ) -> Result<HeapRegions, FabricError> {
+        // Built in place so that `Drop` frees what was allocated before a
+        // failure.
+        let mut heap = HeapRegions {
+            map: MemoryMap::new(nodes),
+            allocations: Vec::new(),
+        };
         for &node in hosted {
             for spec in regions {
                 assert_eq!(
@@ -341,17 +352,22 @@ impl HeapRegions {
                     0,
                     "region length must be whole words"
                 );
-                let words = (spec.len / WORD as u64) as usize;
-                let raw = Box::into_raw(vec![0u64; words].into_boxed_slice());
-                allocations.push(raw);
+                let out_of_memory = || FabricError::OutOfMemory {
+                    node,
+                    region: spec.id,
+                    bytes: spec.len,
+                };
+                let words = usize::try_from(spec.len / WORD as u64).map_err(|_| out_of_memory())?;
+                let raw = zeroed_words(words).ok_or_else(out_of_memory)?;
+                heap.allocations.push(raw);
                 // SAFETY: `raw` is a live, u64-aligned allocation of `words`
                 // words, freed only in `Drop` after `map` is gone, and only
                 // accessed through `map`'s atomics.
                 let memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
-                map.insert(node, spec.id, memory);
+                heap.map.insert(node, spec.id, memory);
             }
         }
-        HeapRegions { map, allocations }
+        Ok(heap)
     }
 
     pub(crate) fn memory_map(&self) -> &MemoryMap {
@@ -363,11 +379,31 @@ impl Drop for HeapRegions {
     fn drop(&mut self) {
         self.map = MemoryMap::default();
         for raw in self.allocations.drain(..) {
-            // SAFETY: `raw` came from `Box::into_raw` in `new` and is freed
-            // exactly once; no RegionMemory points at it any more.
+            // SAFETY: `raw` came from `zeroed_words`: the global allocator's
+            // memory for exactly this slice layout (or an empty boxed
+            // slice), so a `Box` may own and free it, exactly once; no
+            // RegionMemory points at it any more.
             drop(unsafe { Box::from_raw(raw) });
         }
     }
+}
+
+/// `words` zeroed words on the heap, as a boxed slice's raw pointer, or
+/// `None` when the allocator refuses (too large for a layout, or no memory).
+/// Zeroed allocation leaves the pages to the OS until first touched, where
+/// `vec![0; n]` would abort the process on failure.
+fn zeroed_words(words: usize) -> Option<*mut [u64]> {
+    if words == 0 {
+        return Some(Box::into_raw(Box::<[u64]>::default()));
+    }
+    let layout = std::alloc::Layout::array::<u64>(words).ok()?;
+    #[allow(
+        clippy::cast_ptr_alignment,
+        reason = "allocated with the alignment of u64"
+    )]
+    // SAFETY: the layout has a non-zero size (`words > 0`).
+    let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    (!base.is_null()).then(|| std::ptr::slice_from_raw_parts_mut(base, words))
 }
 
 /// Implements [`super::Fabric`] for a backend whose `memory_map()` method

@@ -192,7 +192,8 @@ impl TcpFabric {
     /// [`FabricError::Unreachable`] for a peer not reached in time;
     /// [`FabricError::Handshake`] for a peer of another secret, cluster,
     /// version, node or configuration; [`FabricError::Options`] for
-    /// inconsistent options.
+    /// inconsistent options; [`FabricError::OutOfMemory`] when this node's
+    /// regions cannot be allocated.
     pub fn open(options: &TcpOptions) -> Result<TcpFabric, FabricError> {
         if let (true, Some(rv)) = (options.peers.is_empty(), &options.rendezvous) {
             let any = rendezvous::wildcard_for(&rv.address);
@@ -291,7 +292,7 @@ impl TcpFabric {
             source,
         };
         let local_addr = listener.local_addr().map_err(bind)?;
-        let memory = Arc::new(HeapRegions::new(me.nodes, &[me.node], &me.regions));
+        let memory = Arc::new(HeapRegions::new(me.nodes, &[me.node], &me.regions)?);
         let identity = Arc::new(Identity {
             membership: me.clone(),
             frame_limit: options

@@ -141,8 +141,9 @@ impl Cluster {
     /// `config.server_workers` server threads per node.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid configuration; [`Error::Io`] if a
-    /// thread cannot be started.
+    /// [`Error::Config`] for an invalid configuration;
+    /// [`Error::OutOfMemory`] when this host cannot back the nodes' index
+    /// and tables; [`Error::Io`] if a thread cannot be started.
     pub fn local(config: Config) -> Result<Cluster, Error> {
         config.validate()?;
         let regions = regions(&config, &geometry(&config)?);
@@ -211,8 +212,9 @@ impl Node {
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, a `node_id` outside
     /// the cluster, or the `local` fabric; [`Error::Fabric`] for a peer that
-    /// did not appear or does not match; [`Error::Io`] if a thread cannot
-    /// be started.
+    /// did not appear or does not match; [`Error::OutOfMemory`] when this
+    /// host cannot back the node's index and tables; [`Error::Io`] if a
+    /// thread cannot be started.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         config.validate()?;
         let regions = Node::regions(&config)?;
@@ -224,7 +226,8 @@ impl Node {
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration or a `node_id`
-    /// outside the cluster; [`Error::Io`] if a thread cannot be started.
+    /// outside the cluster; [`Error::OutOfMemory`] when this host cannot
+    /// back the node's tables; [`Error::Io`] if a thread cannot be started.
     pub fn with_fabric(
         config: Config,
         node_id: NodeId,

@@ -27,7 +27,10 @@ impl Cluster {
     /// and a background recycler.
     ///
     /// # Errors
-    /// [`Error::Config`] if the configuration is invalid.
+    /// [`Error::Config`] if the configuration is invalid;
+    /// [`Error::OutOfMemory`] when this host cannot back the nodes' index
+    /// and tables (e.g. an index larger than its RAM and swap), never an
+    /// abort; [`Error::Io`] if the recycler cannot start.
     pub fn local(config: Config) -> Result<Cluster, Error> {
         Cluster::builder(config).build()
     }
@@ -141,7 +144,9 @@ impl ClusterBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] if the configuration is invalid or the clocks do not
-    /// match the node count; [`Error::Io`] if the recycler cannot start.
+    /// match the node count; [`Error::OutOfMemory`] when this host cannot
+    /// back the nodes' index and tables; [`Error::Io`] if the recycler
+    /// cannot start.
     pub fn build(self) -> Result<Cluster, Error> {
         let regions = store_regions(&self.config);
         let hosting = Hosting::local(self.config, &regions, self.start)?;

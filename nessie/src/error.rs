@@ -48,6 +48,24 @@ pub enum Error {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The nodes this process would host need more memory than this host
+    /// has or grants: the index and the data tables' bookkeeping (touched
+    /// throughout) beyond its RAM and swap, or a region or table the
+    /// allocator refuses. Nothing was started; lower
+    /// `index_slots_per_node` or `data_bytes_per_node`, or host fewer
+    /// nodes per process.
+    #[error(
+        "cannot reserve {bytes} bytes for {what}{}",
+        available.map(|a| format!(" (this host has {a} bytes of RAM and swap)")).unwrap_or_default()
+    )]
+    OutOfMemory {
+        /// What the memory was for, with the figures behind `bytes`.
+        what: String,
+        /// Bytes requested.
+        bytes: u64,
+        /// The host's RAM plus swap in bytes, when that was the limit.
+        available: Option<u64>,
+    },
     /// A verb failed.
     #[error("fabric: {0}")]
     Fabric(#[from] FabricError),

@@ -33,7 +33,9 @@ impl Node {
     /// range, the `local` fabric, or `verbs` in a build without the `verbs`
     /// feature; [`Error::Fabric`] when a peer's region
     /// is missing or unreachable, of another cluster, version, size or
-    /// secret, or the node's address cannot be bound.
+    /// secret, or the node's address cannot be bound;
+    /// [`Error::OutOfMemory`] when this host cannot back the node's index
+    /// and tables.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         let regions = store_regions(&config);
         Node::run(Hosting::node(config, node_id, regions)?, node_id)
@@ -65,7 +67,8 @@ impl Node {
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration or a node id out of
-    /// range; [`Error::Io`] if the recycler cannot start.
+    /// range; [`Error::OutOfMemory`] when this host cannot back the node's
+    /// tables; [`Error::Io`] if the recycler cannot start.
     pub fn with_fabric(
         config: Config,
         node_id: NodeId,

@@ -19,6 +19,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod memory;
+
 /// Wraps a fabric, e.g. to interpose a scheduler on every verb.
 pub type FabricWrapper = Box<dyn FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric>>;
 
@@ -74,7 +76,9 @@ impl Hosting {
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration or clocks that do not
-    /// match the node count; [`Error::Io`] if the recycler cannot start.
+    /// match the node count; [`Error::OutOfMemory`] when this host cannot
+    /// back the nodes' index and tables (nothing is left allocated);
+    /// [`Error::Io`] if the recycler cannot start.
     pub fn local(
         config: Config,
         regions: &[RegionSpec],
@@ -92,7 +96,9 @@ impl Hosting {
             }
             None => wall_clocks(config.nodes),
         };
-        let local: Arc<dyn Fabric> = Arc::new(LocalFabric::new(config.nodes, regions));
+        memory::check_dense(&config, config.nodes)?;
+        let local: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(config.nodes, regions).map_err(memory::fabric_error)?);
         let fabric = match start.wrap {
             Some(wrap) => wrap(Arc::clone(&local)),
             None => Arc::clone(&local),
@@ -118,14 +124,16 @@ impl Hosting {
     /// [`Error::Config`] for an invalid configuration, a node id out of
     /// range, the `local` fabric, or `verbs` in a build without the `verbs`
     /// feature; [`Error::Fabric`] when a peer is missing, unreachable or
-    /// mismatched, or the address cannot be bound; [`Error::Io`] if the
-    /// recycler cannot start.
+    /// mismatched, or the address cannot be bound; [`Error::OutOfMemory`]
+    /// when this host cannot back the node's index and tables;
+    /// [`Error::Io`] if the recycler cannot start.
     pub fn node(
         config: Config,
         node_id: NodeId,
         regions: Vec<RegionSpec>,
     ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
+        memory::check_dense(&config, 1)?;
         let opened = open_fabric(&config, node_id, regions)?;
         Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
     }
@@ -135,13 +143,15 @@ impl Hosting {
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration or a node id out of
-    /// range; [`Error::Io`] if the recycler cannot start.
+    /// range; [`Error::OutOfMemory`] when this host cannot back the node's
+    /// tables; [`Error::Io`] if the recycler cannot start.
     pub fn node_on(
         config: Config,
         node_id: NodeId,
         fabric: Arc<dyn Fabric>,
     ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
+        memory::check_dense(&config, 1)?;
         Hosting::one_node(config, node_id, fabric, None)
     }
 
@@ -166,10 +176,10 @@ impl Hosting {
         clocks: Vec<Arc<dyn Clock>>,
         background: bool,
     ) -> Result<Hosting, Error> {
-        let data: Vec<Arc<NodeData>> = hosted
+        let data = hosted
             .iter()
-            .map(|&n| Arc::new(NodeData::new(&config, n)))
-            .collect();
+            .map(|&n| NodeData::new(&config, n).map(Arc::new))
+            .collect::<Result<Vec<Arc<NodeData>>, Error>>()?;
         let recycler = if background {
             // The recycler of an in-process cluster works for every node on
             // the first node's clock: clocks differ only in simulations,
@@ -346,7 +356,7 @@ fn open_fabric(
                 frame_limit: tcp_frame_limit(config),
                 rendezvous,
             };
-            let tcp = Arc::new(TcpFabric::open(&options)?);
+            let tcp = Arc::new(TcpFabric::open(&options).map_err(memory::fabric_error)?);
             Ok(Opened {
                 fabric: Arc::clone(&tcp) as Arc<dyn Fabric>,
                 tcp: Some(tcp),

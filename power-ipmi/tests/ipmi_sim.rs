@@ -1,7 +1,7 @@
 //! The IPMI sampler against a real BMC simulator (`OpenIPMI`'s `ipmi_sim`) on
 //! loopback, read through `ipmitool -I lanplus`. See `support/mod.rs` for
 //! how the simulator is set up. Skipped, loudly, when `ipmi_sim` or
-//! `ipmitool` is not installed (set `NESSIE_REQUIRE_IPMI_SIM=1` to fail
+//! `ipmitool` is not installed (set `NESSIE_REQUIRE_TOOLS=1` to fail
 //! instead).
 //!
 //! Timing: the simulator is time-driven (the test changes the power at

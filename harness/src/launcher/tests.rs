@@ -36,20 +36,32 @@ fn no_vars(_: &str) -> Option<String> {
     None
 }
 
+/// A stand-in for the launcher program `name`: an empty file in a fresh
+/// directory. Resolving the flags only checks that the file exists and
+/// nothing runs it, so the tests need no Slurm or Open MPI.
+fn stand_in(name: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, "").unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    (dir, path)
+}
+
 #[test]
 fn srun_gets_the_node_command_after_its_own_and_the_extra_arguments() {
+    let (_dir, srun) = stand_in("srun");
     let l = launching(&[
         "--launcher",
         "srun",
         "--launcher-program",
-        "/bin/true",
+        &srun,
         "--launcher-arg=--partition=bench",
         "--launcher-arg",
         "-w",
         "--launcher-arg",
         "n[0-2]",
     ]);
-    assert_eq!(l.program(), Some(Path::new("/bin/true")));
+    assert_eq!(l.program(), Some(Path::new(&srun)));
     let args = l.launcher_args(
         Path::new("/opt/nessie-bench"),
         3,
@@ -88,7 +100,8 @@ fn srun_gets_the_node_command_after_its_own_and_the_extra_arguments() {
 
 #[test]
 fn a_percent_in_the_run_directory_is_not_an_srun_pattern() {
-    let l = launching(&["--launcher", "srun", "--launcher-program", "/bin/true"]);
+    let (_dir, srun) = stand_in("srun");
+    let l = launching(&["--launcher", "srun", "--launcher-program", &srun]);
     let args = strings(&l.launcher_args(
         Path::new("/b"),
         2,
@@ -121,11 +134,12 @@ fn mpirun_passes_on_the_secret_by_name_only() {
             OsString::from(file.clone())
         )]
     );
+    let (_programs, mpirun) = stand_in("mpirun");
     let l = launching(&[
         "--launcher",
         "mpirun",
         "--launcher-program",
-        "/bin/true",
+        &mpirun,
         "--fabric",
         "tcp",
         "--launcher-arg=--hostfile=hosts",
@@ -207,10 +221,8 @@ fn nodes_the_harness_starts_get_their_id() {
 
 #[test]
 fn bad_combinations_are_refused() {
-    for args in [
-        &["--launcher-arg=-N1"][..],
-        &["--launcher-program", "/bin/true"],
-    ] {
+    let (_dir, srun) = stand_in("srun");
+    for args in [&["--launcher-arg=-N1"][..], &["--launcher-program", &srun]] {
         let e = parse(args).unwrap().resolve().unwrap_err();
         assert!(
             matches!(&e, HarnessError::Usage(m) if m.contains("--launcher srun or mpirun")),
@@ -263,11 +275,12 @@ fn what_a_launch_fills_in_is_left_empty_and_checked_apart() {
 
 #[test]
 fn the_setup_names_launcher_fabric_and_network() {
+    let (_dir, srun) = stand_in("srun");
     let l = launching(&[
         "--launcher",
         "srun",
         "--launcher-program",
-        "/usr/bin/srun",
+        &srun,
         "--fabric",
         "tcp",
         "--network",

@@ -421,7 +421,7 @@ fn testing_setup() -> ServiceSetup {
             frame_limit: 1 << 16,
             secret: b"testing".to_vec(),
         }),
-        memory: Arc::new(HeapRegions::new(1, &[0], &regions)),
+        memory: Arc::new(HeapRegions::new(1, &[0], &regions).unwrap()),
         counters: Arc::new(Counters::default()),
         max_connections: 1,
         max_unauthenticated: 1,

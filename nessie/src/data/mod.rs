@@ -65,7 +65,7 @@ use crate::fabric::{Fabric, FabricError, NodeId, RegionSpec, RemoteAddr};
 use crate::layout::dte::EXPIRES_AT_OFFSET;
 use crate::layout::ite::next_generation;
 use crate::layout::SlotRef;
-use crate::Config;
+use crate::{Config, Error};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -173,6 +173,24 @@ struct InDoubt {
 
 /// Marks a slot that is not in `in_use`.
 const NOT_IN_USE: u32 = u32::MAX;
+
+/// Bytes of bookkeeping per data slot written when the tables are created
+/// (`in_use_at` and `generations` of [`ClassTable`]).
+pub(crate) const SLOT_BOOKKEEPING_BYTES: u64 =
+    (std::mem::size_of::<u32>() + std::mem::size_of::<u16>()) as u64;
+
+/// `len` copies of `value`, or [`Error::OutOfMemory`] naming `what` when
+/// the allocator refuses (where `vec![value; len]` would abort).
+fn filled<T: Clone>(what: &str, len: usize, value: T) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        what: what.to_owned(),
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        available: None,
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
 
 #[derive(Debug)]
 struct ClassTable {
@@ -319,29 +337,33 @@ impl fmt::Debug for NodeData {
 
 impl NodeData {
     /// Empty tables of `node` for a (validated) `config`.
-    #[must_use]
-    pub fn new(config: &Config, node: NodeId) -> NodeData {
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the per-slot bookkeeping cannot be
+    /// allocated.
+    pub fn new(config: &Config, node: NodeId) -> Result<NodeData, Error> {
         let geometry = Geometry::new(config);
-        let classes: Vec<Mutex<ClassTable>> = (0..geometry.classes())
+        let classes = (0..geometry.classes())
             .map(|c| {
                 let slots = geometry.slots(c as u8) as u32;
-                Mutex::new(ClassTable {
+                let what = |table| format!("node {node} size class {c}: {table} of {slots} slots");
+                Ok(Mutex::new(ClassTable {
                     slots,
                     reserve: geometry.reserve(c as u8) as u32,
                     next_fresh: 0,
                     free: Vec::new(),
                     in_use: Vec::new(),
-                    in_use_at: vec![NOT_IN_USE; slots as usize],
+                    in_use_at: filled(&what("in-use positions"), slots as usize, NOT_IN_USE)?,
                     // A fresh slot's first incarnation is generation 1
                     // (0 is never used, so that `EMPTY(x)` is never 0).
-                    generations: vec![1; slots as usize],
+                    generations: filled(&what("generations"), slots as usize, 1)?,
                     in_doubt: Vec::new(),
                     cursor: 0,
                     peak_in_use: 0,
-                })
+                }))
             })
-            .collect();
-        NodeData {
+            .collect::<Result<Vec<Mutex<ClassTable>>, Error>>()?;
+        Ok(NodeData {
             node,
             geometry,
             expiry_us: crate::config::micros(config.expiry),
@@ -351,7 +373,7 @@ impl NodeData {
                 .collect(),
             classes,
             counters: Counters::default(),
-        }
+        })
     }
 
     /// The node these tables belong to.
@@ -589,8 +611,8 @@ mod tests {
     #[test]
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
         let config = small_config(1, 256, 1 << 16);
-        let data = NodeData::new(&config, 0);
-        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        let data = NodeData::new(&config, 0).unwrap();
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config)).unwrap();
         let clock = WallClock::default();
         let access = TableAccess {
             local: &fabric,
@@ -652,8 +674,8 @@ mod tests {
         let mut config = small_config(1, 256, 0);
         config.data_bytes_per_node = 4 * config.class_slot_bytes(0);
         config.tombstone_reserve = 2;
-        let data = NodeData::new(&config, 0);
-        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        let data = NodeData::new(&config, 0).unwrap();
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config)).unwrap();
         let clock = WallClock::default();
         let access = TableAccess {
             local: &fabric,

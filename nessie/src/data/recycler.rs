@@ -104,8 +104,8 @@ mod tests {
         let mut config = crate::data::small_config(1, 256, 0);
         config.data_bytes_per_node = 100 * config.class_slot_bytes(0);
         config.tombstone_reserve = 4;
-        let data = NodeData::new(&config, 0);
-        let fabric = LocalFabric::new(1, &crate::store_regions(&config));
+        let data = NodeData::new(&config, 0).unwrap();
+        let fabric = LocalFabric::new(1, &crate::store_regions(&config)).unwrap();
         (data, fabric)
     }
 

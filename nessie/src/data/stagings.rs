@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_nodes_queued_count_follows_its_clients_stagings() {
-        let data = NodeData::new(&crate::data::small_config(1, 4096, 1 << 20), 0);
+        let data = NodeData::new(&crate::data::small_config(1, 4096, 1 << 20), 0).unwrap();
         let at = |slot| SlotRef {
             node: 0,
             class: 1,

@@ -21,35 +21,12 @@ use std::time::{Duration, Instant};
 
 use power_ipmi::LanTarget;
 
-/// Is `program` an executable in `PATH`?
-pub fn in_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| {
-            let p = dir.join(program);
-            p.is_file()
-                && std::fs::metadata(&p).is_ok_and(|m| {
-                    use std::os::unix::fs::PermissionsExt;
-                    m.permissions().mode() & 0o111 != 0
-                })
-        })
-    })
-}
+/// What lets the simulator tests run.
+const INSTALL: &str = "apt-get install openipmi ipmitool libopenipmi-dev";
 
-/// Prints a loud skip notice (even when the harness captures output), or
-/// fails when `NESSIE_REQUIRE_IPMI_SIM` is
-/// set (so that CI cannot skip silently).
+/// Skips `test` loudly (a failure under `NESSIE_REQUIRE_TOOLS`).
 pub fn skip(test: &str, why: &str) {
-    let msg = format!(
-        "\n\n*** SKIPPED {test}: {why}\n*** install them with: apt-get install openipmi ipmitool libopenipmi-dev\n"
-    );
-    assert!(
-        std::env::var_os("NESSIE_REQUIRE_IPMI_SIM").is_none(),
-        "{msg}*** NESSIE_REQUIRE_IPMI_SIM is set, so this is a failure"
-    );
-    // Straight to the process's stderr: the test harness captures
-    // `eprintln!` of passing tests, and this must be seen.
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(msg.as_bytes());
+    optional_tools::skip(test, why, INSTALL);
 }
 
 /// An analog sensor of the simulated BMC.
@@ -221,11 +198,8 @@ impl Simulator {
     /// and the DCMI module if `dcmi`. `None` (after a loud notice) when the
     /// simulator, ipmitool or — for `dcmi` — the module cannot be had.
     pub fn start(test: &str, sensors: &[SimSensor], dcmi: bool) -> Option<Simulator> {
-        for program in ["ipmi_sim", "ipmitool"] {
-            if !in_path(program) {
-                skip(test, &format!("`{program}` is not installed"));
-                return None;
-            }
+        if !optional_tools::require(test, &["ipmi_sim", "ipmitool"], INSTALL) {
+            return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let module = if dcmi {

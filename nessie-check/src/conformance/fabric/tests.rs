@@ -93,7 +93,7 @@ impl Fabric for Faulty {
 fn fails(fault: Fault, check: fn(Factory<'_>)) -> bool {
     let make = move |spec: &ClusterSpec| {
         let f: Arc<dyn Fabric> = Arc::new(Faulty {
-            inner: LocalFabric::new(spec.nodes, &spec.regions),
+            inner: LocalFabric::new(spec.nodes, &spec.regions).unwrap(),
             fault,
             cas_calls: 0.into(),
         });
@@ -120,7 +120,9 @@ fn each_check_catches_its_fault() {
 fn views_that_do_not_share_memory_are_caught() {
     let make = |spec: &ClusterSpec| {
         (0..spec.nodes)
-            .map(|_| Arc::new(LocalFabric::new(spec.nodes, &spec.regions)) as Arc<dyn Fabric>)
+            .map(|_| {
+                Arc::new(LocalFabric::new(spec.nodes, &spec.regions).unwrap()) as Arc<dyn Fabric>
+            })
             .collect()
     };
     assert!(catch_unwind(|| check_read_write(&make)).is_err());
