@@ -190,7 +190,7 @@ impl Client {
             ReplyStatus::DataTableFull => Err(Error::DataTableFull),
             ReplyStatus::Timeout => Err(Error::Timeout),
             // A server reports failures it cannot type as damage.
-            ReplyStatus::Corrupt | ReplyStatus::Failed => Err(Error::Corrupt(format!(
+            ReplyStatus::Corrupt | ReplyStatus::Failed => Err(Error::corrupt(format!(
                 "node {home}: {}",
                 String::from_utf8_lossy(body)
             ))),
@@ -227,7 +227,7 @@ impl KvClient for Client {
             if c.call(OpKind::Put, RingOp::Put, key, value, &mut body)? {
                 Ok(())
             } else {
-                Err(Error::Corrupt("a PUT was answered 'not found'".into()))
+                Err(Error::corrupt("a PUT was answered 'not found'"))
             }
         })
     }

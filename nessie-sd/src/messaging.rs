@@ -249,7 +249,7 @@ impl RpcClient {
         loop {
             if let Some(reply) = self.try_receive(reply_offset, body)? {
                 if reply.0 != seq {
-                    return Err(Error::Corrupt(format!(
+                    return Err(Error::corrupt(format!(
                         "reply for request {} arrived where request {seq} expected its reply",
                         reply.0
                     )));
@@ -323,7 +323,7 @@ impl RpcClient {
         if header == 0 {
             return Ok(None);
         }
-        let corrupt = |what: &str| Error::Corrupt(format!("reply frame at {at}: {what}"));
+        let corrupt = |what: &str| Error::corrupt(format!("reply frame at {at}: {what}"));
         let Some(payload) = decode_frame_header(header) else {
             return Err(corrupt("bad header"));
         };

@@ -253,11 +253,11 @@ impl Worker {
                     Error::Timeout => ReplyStatus::Timeout,
                     Error::IndexFull => ReplyStatus::IndexFull,
                     Error::DataTableFull => ReplyStatus::DataTableFull,
-                    Error::Corrupt(_) => ReplyStatus::Corrupt,
+                    Error::Corrupt { .. } => ReplyStatus::Corrupt,
                     _ => ReplyStatus::Failed,
                 };
                 let msg = match e {
-                    Error::Corrupt(m) => m.clone(),
+                    Error::Corrupt { what, .. } => what.clone(),
                     other => other.to_string(),
                 };
                 let mut cut = msg.len().min(MAX_ERROR_MESSAGE);
@@ -295,7 +295,7 @@ impl Worker {
         self.value.clear();
         let config = &self.shared.config;
         let table = Arc::clone(&config.table);
-        let malformed = |what: &str| Error::Corrupt(format!("malformed request: {what}"));
+        let malformed = |what: &str| Error::corrupt(format!("malformed request: {what}"));
         let op = RingOp::from_code(req.op).ok_or_else(|| malformed("unknown op"))?;
         let key_start = RequestHeader::key_offset();
         let key_len = usize::from(req.key_len);
@@ -440,7 +440,7 @@ impl Worker {
                 Probe::Torn => {
                     bump(&mut self.notes.torn);
                     if u32::from(self.notes.torn) >= MAX_TORN_RETRIES {
-                        return Err(Error::Corrupt(format!(
+                        return Err(Error::corrupt(format!(
                             "index entry {:#018x} on node {node} keeps pointing at a recycled entry",
                             ite.0
                         )));
@@ -655,7 +655,7 @@ impl Worker {
     fn write_dte(&mut self, r: SlotRef, key: &[u8], value: &[u8]) -> Result<(), Error> {
         let table = Arc::clone(&self.shared.config.table);
         let addr = table.dte_addr(r).ok_or_else(|| {
-            Error::Corrupt(format!(
+            Error::corrupt(format!(
                 "allocator returned a slot outside the tables: {r:?}"
             ))
         })?;

@@ -265,7 +265,7 @@ pub fn target(table: &Table, node: NodeId, ite: Ite) -> Result<SlotRef, Error> {
 }
 
 fn bad_ite(node: NodeId, ite: Ite) -> Error {
-    Error::Corrupt(format!(
+    Error::corrupt(format!(
         "index entry {:#018x} on node {node} does not point into node {node}'s data tables",
         ite.0
     ))
@@ -344,7 +344,7 @@ pub fn lookup(
             torn += 1;
             retries.torn += 1;
             if torn >= MAX_TORN_RETRIES {
-                return Err(Error::Corrupt(format!(
+                return Err(Error::corrupt(format!(
                     "entry of a key on node {node} failed its checks {torn} times"
                 )));
             }

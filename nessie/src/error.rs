@@ -69,10 +69,33 @@ pub enum Error {
     /// A verb failed.
     #[error("fabric: {0}")]
     Fabric(#[from] FabricError),
-    /// An entry failed its checksum on every retry.
-    #[error("corrupt entry: {0}")]
-    Corrupt(String),
+    /// An entry failed its checksum or sanity checks on every retry, a
+    /// reference pointed outside the tables, or (baselines) a message was
+    /// malformed.
+    #[error("corrupt {}: {what}", entry_name(.entry.as_ref()))]
+    Corrupt {
+        /// The entry it is about, when there is one.
+        entry: Option<crate::layout::SlotRef>,
+        /// What was wrong.
+        what: String,
+    },
     /// The store cannot run here (e.g. a background thread failed to start).
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// How an error message names the entry it is about.
+fn entry_name(entry: Option<&crate::layout::SlotRef>) -> String {
+    entry.map_or_else(|| "data".to_owned(), |e| format!("entry at {e}"))
+}
+
+impl Error {
+    /// [`Error::Corrupt`] about no particular entry.
+    #[must_use]
+    pub fn corrupt(what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            entry: None,
+            what: what.into(),
+        }
+    }
 }

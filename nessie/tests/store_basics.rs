@@ -174,7 +174,7 @@ fn a_corrupt_entry_is_reported_not_returned() {
     word[0] ^= 0xff;
     fabric.write(value_at, &word).unwrap();
     let mut other = cluster.client(1).unwrap();
-    assert!(matches!(other.get(b"k"), Err(Error::Corrupt(_))));
+    assert!(matches!(other.get(b"k"), Err(Error::Corrupt { .. })));
     assert!(other.stats().get.retries.torn > 0);
 }
 
@@ -205,7 +205,13 @@ fn an_index_entry_naming_a_slot_that_does_not_exist_is_corrupt_not_a_panic() {
             .unwrap();
     }
     let mut c = cluster.client(1).unwrap();
-    assert!(matches!(c.get(b"k"), Err(Error::Corrupt(_))));
+    let e = c.get(b"k").unwrap_err();
+    // The error names the entry it is about.
+    assert!(
+        matches!(&e, Error::Corrupt { entry: Some(at), .. } if *at == nowhere),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("node 0 class 0 slot 1048576"), "{e}");
     // 64 torn passes in a row are retried; the 65th is reported.
     assert_eq!(c.stats().get.retries.torn, 65);
 }

@@ -86,6 +86,16 @@ pub struct SlotRef {
     pub generation: u16,
 }
 
+impl std::fmt::Display for SlotRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "node {} class {} slot {} (generation {})",
+            self.node, self.class, self.slot, self.generation
+        )
+    }
+}
+
 /// What an ITE value means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IteKind {

@@ -28,7 +28,10 @@ impl Ctx<'_> {
         to: DteStatus,
     ) -> Result<DteState, Error> {
         let Some(addr) = self.env.geometry().dte_addr(at) else {
-            return Err(Error::Corrupt(format!("no DTE slot {at:?}")));
+            return Err(Error::Corrupt {
+                entry: Some(at),
+                what: "no such slot in the data tables".into(),
+            });
         };
         let expected = from.with_status(DteStatus::Invalid);
         Ok(DteState(self.gate.cas(
@@ -118,9 +121,10 @@ impl Ctx<'_> {
         };
         self.op.got_slot();
         let Some(addr) = self.env.geometry().dte_addr(slot) else {
-            return Err(Error::Corrupt(format!(
-                "the allocator returned a slot outside the tables: {slot:?}"
-            )));
+            return Err(Error::Corrupt {
+                entry: Some(slot),
+                what: "the allocator returned a slot outside the tables".into(),
+            });
         };
         let h = header(slot.generation);
         let image = dte::EntryImage::new(h, key, value);

@@ -189,6 +189,7 @@ impl Ctx<'_> {
         }
         self.read_value(view)?;
         if !view.has_value() || (self.must_verify() && !view.checksum_ok()) {
+            self.op.torn_at = Some(view.at);
             return Ok(Pass::Again(Retry::Torn));
         }
         out.clear();

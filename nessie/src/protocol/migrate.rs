@@ -84,6 +84,7 @@ impl Ctx<'_> {
             return Ok(Freed::Yes);
         }
         let Some(key) = view.key().filter(|_| view.checksum_ok()) else {
+            self.op.torn_at = Some(view.at);
             self.op.note(Retry::Torn);
             return Ok(Freed::Yes);
         };

@@ -30,6 +30,8 @@ pub(crate) struct Op<'a> {
     /// found linked then cannot be reused before `expiry` has passed.
     pub(crate) index_read_at: u64,
     torn: u32,
+    /// The entry whose read was torn last (named by a `Corrupt` error).
+    pub(crate) torn_at: Option<crate::layout::SlotRef>,
     backoffs: u32,
     /// Whether the operation's last attempt ended waiting for a free DTE
     /// slot (and no later one got a slot): what makes a missed deadline
@@ -46,6 +48,7 @@ impl<'a> Op<'a> {
             created_at,
             index_read_at: started_us,
             torn: 0,
+            torn_at: None,
             backoffs: 0,
             starved: false,
             stats,
@@ -72,9 +75,12 @@ impl<'a> Op<'a> {
         if why == Retry::Torn {
             self.torn += 1;
             if self.torn > MAX_TORN {
-                return Err(Error::Corrupt(format!(
-                    "an entry failed its checksum or generation check {MAX_TORN} times in a row"
-                )));
+                return Err(Error::Corrupt {
+                    entry: self.torn_at,
+                    what: format!(
+                        "reads failed their checksum or generation check {MAX_TORN} times in a row"
+                    ),
+                });
             }
         } else {
             self.torn = 0;

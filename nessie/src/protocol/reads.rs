@@ -131,11 +131,19 @@ impl Ctx<'_> {
                 }
             }
         }
-        Ok(reqs
+        let views: PerCandidate<Option<DteView>> = reqs
             .iter()
             .zip(bufs)
             .map(|(&(r, _, _), bytes)| self.view(r, bytes))
-            .collect())
+            .collect();
+        if let Some(&(torn, _, _)) = reqs
+            .iter()
+            .zip(&views)
+            .find_map(|(r, v)| v.is_none().then_some(r))
+        {
+            self.op.torn_at = Some(torn);
+        }
+        Ok(views)
     }
 
     /// Reads one DTE (`None`: it does not exist, or the read was torn).
@@ -151,7 +159,11 @@ impl Ctx<'_> {
         let len = self.read_len(r, key_len, whole);
         let mut bytes = self.buffer(len);
         self.gate.read(addr, &mut bytes)?;
-        Ok(self.view(r, bytes))
+        let view = self.view(r, bytes);
+        if view.is_none() {
+            self.op.torn_at = Some(r);
+        }
+        Ok(view)
     }
 
     /// A buffer of `len` bytes (contents unspecified: a READ overwrites
