@@ -519,6 +519,16 @@ impl NodeData {
         });
     }
 
+    /// Whether `r` is allocated now, at its generation (an entry being
+    /// written, published, or waiting for reuse).
+    #[must_use]
+    pub fn holds(&self, r: SlotRef) -> bool {
+        usize::from(r.node) == self.node
+            && self.table(r.class).is_some_and(|t| {
+                t.is_in_use(r.slot) && t.generations.get(r.slot as usize) == Some(&r.generation)
+            })
+    }
+
     /// Slots of `class` only tombstones may take (see [`SlotUse`]).
     #[must_use]
     pub fn reserve(&self, class: u8) -> usize {

@@ -33,6 +33,13 @@ impl Ctx<'_> {
                 what: "no such slot in the data tables".into(),
             });
         };
+        debug_assert_ne!(to, DteStatus::Invalid, "a state CAS leaves INVALID");
+        debug_assert!(
+            to != DteStatus::Valid
+                || usize::from(at.node) == self.env.data.node()
+                || from.is_migrated(),
+            "only an entry's owner commits it, or a helper rolling a dead copy forward"
+        );
         let expected = from.with_status(DteStatus::Invalid);
         Ok(DteState(self.gate.cas(
             addr,
@@ -58,8 +65,27 @@ impl Ctx<'_> {
         mine: SlotRef,
     ) -> Result<Linked, Error> {
         let data = self.env.data;
+        debug_assert_eq!(
+            usize::from(mine.node),
+            data.node(),
+            "a client links only entries of its own node"
+        );
+        debug_assert_eq!(new.target(), Some(mine), "the linked value names the entry");
+        debug_assert!(
+            data.holds(mine),
+            "the allocator holds a linked entry's slot"
+        );
+        // An entry whose link lost is free again at its generation, so the
+        // next attempt may link the same (slot, generation): only a link
+        // that took (or may have taken) effect counts.
+        #[cfg(debug_assertions)]
+        debug_assert!(!self.op.linked.contains(&mine), "an entry is linked once");
         match self.gate.cas(at, expected.0, new.0) {
-            Ok(old) if old == expected.0 => Ok(Linked::Yes),
+            Ok(old) if old == expected.0 => {
+                #[cfg(debug_assertions)]
+                self.op.linked.push(mine);
+                Ok(Linked::Yes)
+            }
             Ok(_) => {
                 data.release_unpublished(mine);
                 Ok(Linked::Lost)
@@ -73,6 +99,8 @@ impl Ctx<'_> {
                 Err(Error::Fabric(e))
             }
             Err(e) => {
+                #[cfg(debug_assertions)]
+                self.op.linked.push(mine);
                 data.note_in_doubt(mine, at, new.0);
                 Err(e)
             }
@@ -88,6 +116,14 @@ impl Ctx<'_> {
         let Some(addr) = self.env.geometry().dte_addr(r) else {
             return;
         };
+        #[cfg(debug_assertions)]
+        {
+            debug_assert!(
+                !self.op.staged.contains(&r),
+                "{r} staged twice by one operation"
+            );
+            self.op.staged.push(r);
+        }
         let at = self.env.data.expires_at(self.env.clock.now_us());
         let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
         match self.gate.write(addr, &at.to_le_bytes()) {

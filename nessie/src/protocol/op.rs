@@ -32,6 +32,14 @@ pub(crate) struct Op<'a> {
     torn: u32,
     /// The entry whose read was torn last (named by a `Corrupt` error).
     pub(crate) torn_at: Option<crate::layout::SlotRef>,
+    /// What this operation linked and staged so far, for the assertions
+    /// that it links an entry once and stages an incarnation once
+    /// (docs/design.md#f4-rule-i-one-stager-per-incarnation). Debug builds
+    /// only: an assertion never issues a verb.
+    #[cfg(debug_assertions)]
+    pub(crate) linked: Vec<crate::layout::SlotRef>,
+    #[cfg(debug_assertions)]
+    pub(crate) staged: Vec<crate::layout::SlotRef>,
     backoffs: u32,
     /// Whether the operation's last attempt ended waiting for a free DTE
     /// slot (and no later one got a slot): what makes a missed deadline
@@ -49,6 +57,10 @@ impl<'a> Op<'a> {
             index_read_at: started_us,
             torn: 0,
             torn_at: None,
+            #[cfg(debug_assertions)]
+            linked: Vec::new(),
+            #[cfg(debug_assertions)]
+            staged: Vec::new(),
             backoffs: 0,
             starved: false,
             stats,
