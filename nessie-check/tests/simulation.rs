@@ -146,7 +146,7 @@ fn clock_steps_beyond_the_skew_bound_are_caught() {
 /// (`scripts/fix-reverts/A1.patch`) makes it fail.
 #[test]
 fn clock_step_ahead_with_the_watch() {
-    let t = run_all(&Scenario::clock_step_watched(), 600);
+    let t = run_all(&Scenario::clock_step_watched(), 1000);
     assert!(t.sim.clock_steps > 0 && t.recycling.reclaimed > 0);
     assert!(t.failed > 0, "the watch never refused an operation");
 }
