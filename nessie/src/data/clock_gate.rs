@@ -37,6 +37,9 @@ pub(super) struct ClockGate {
     armed: AtomicBool,
     /// The newest vouched wall-clock reading, µs (0: the gate is shut).
     vouched_us: AtomicU64,
+    /// The largest reading ever vouched for (for the debug check of the
+    /// rule, which must not race with the watch: it only grows).
+    ever_vouched_us: AtomicU64,
     /// The detection lag, µs.
     lag_us: u64,
     /// The current run of agreeing checks not yet old enough to vouch:
@@ -49,6 +52,7 @@ impl ClockGate {
         ClockGate {
             armed: AtomicBool::new(false),
             vouched_us: AtomicU64::new(0),
+            ever_vouched_us: AtomicU64::new(0),
             lag_us,
             run: Mutex::new(VecDeque::new()),
         }
@@ -58,6 +62,15 @@ impl ClockGate {
     /// the stamps alone) may be reused on the watch's word.
     pub(super) fn admits(&self, reuse_at: u64) -> bool {
         !self.armed.load(Ordering::Acquire) || reuse_at < self.vouched_us.load(Ordering::Acquire)
+    }
+
+    /// Whether a slot the gate admitted (at `reuse_at`) is consistent with
+    /// every check so far: before some reading the watch once vouched for,
+    /// unless it never vouched for any. Checks that came since the slot was
+    /// admitted cannot make this false, so a debug assertion may use it.
+    pub(super) fn once_admitted(&self, reuse_at: u64) -> bool {
+        let ever = self.ever_vouched_us.load(Ordering::Acquire);
+        !self.armed.load(Ordering::Acquire) || ever == 0 || reuse_at < ever
     }
 
     /// Whether nothing staged may be reused now.
@@ -95,6 +108,7 @@ impl ClockGate {
         if let Some(wall) = vouched {
             // 0 is "shut"; a clock reading 0 µs vouches for nothing anyway.
             self.vouched_us.store(wall, Ordering::Release);
+            self.ever_vouched_us.fetch_max(wall, Ordering::AcqRel);
         }
     }
 }
@@ -187,5 +201,8 @@ mod tests {
         );
         g.note(false, 15_000 + step, 5_000);
         assert!(g.shut());
+        // What was admitted stays consistent with the checks since; a
+        // reuse on the fast clock's word never was.
+        assert!(g.once_admitted(11_999) && !g.once_admitted(13_000 + step));
     }
 }

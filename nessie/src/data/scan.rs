@@ -266,7 +266,7 @@ impl NodeData {
             None => {
                 debug_assert!(
                     self.clock_gate
-                        .admits(expires_at.saturating_add(self.skew_us)),
+                        .once_admitted(expires_at.saturating_add(self.skew_us)),
                     "a staged slot reused without the clock watch's word"
                 );
                 if header.state.is_migrated() {
