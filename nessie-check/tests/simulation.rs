@@ -137,3 +137,16 @@ fn clock_steps_beyond_the_skew_bound_are_caught() {
     let caught = caught.expect("1500 seeds of clocks 2 x expiry apart and no violation");
     eprintln!("beyond the skew bound: {caught:.200}");
 }
+
+/// One node's wall clock steps far ahead (twice the expiry) and back, with
+/// the clock watch running, `multi_read` off and checksums verified only
+/// after a stall: the node reuses no staged slot on its fast clock's word,
+/// so no read returns another entry's bytes (the history stays
+/// linearizable and the audit clean). Undoing the clock gate on reuse
+/// (`scripts/fix-reverts/A1.patch`) makes it fail.
+#[test]
+fn clock_step_ahead_with_the_watch() {
+    let t = run_all(&Scenario::clock_step_watched(), 1000);
+    assert!(t.sim.clock_steps > 0 && t.recycling.reclaimed > 0);
+    assert!(t.failed > 0, "the watch never refused an operation");
+}

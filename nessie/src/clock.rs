@@ -10,6 +10,35 @@
 
 pub use nessie_fabric::clock::{Clock, WallClock};
 
+use std::time::Duration;
+
+/// How often the clock watch writes and checks heartbeats: often enough
+/// that a heartbeat is rarely older than half the tolerated skew.
+#[must_use]
+pub fn heartbeat_period(max_skew: Duration) -> Duration {
+    (max_skew / 2).clamp(Duration::from_millis(1), Duration::from_millis(50))
+}
+
+/// How long a node's clock may run ahead before its own watch can know:
+/// two heartbeat periods. A step lands just after a check; the next check
+/// publishes the fast heartbeat, a peer's check within a period raises the
+/// alarm, and the node's check after that reads it. Until then the node's
+/// checks still agree, so an agreeing check vouches for the node's clock
+/// only as it read this long before (see `data/clock_gate.rs`).
+#[must_use]
+pub fn detection_lag(max_skew: Duration) -> Duration {
+    heartbeat_period(max_skew) * 2
+}
+
+/// How much later than `expiry + max_clock_skew` after its stamp a staged
+/// slot may come back on a node whose clock is watched: the
+/// [`detection_lag`] plus up to one heartbeat period until the first check
+/// after the slot's expiry.
+#[must_use]
+pub fn reuse_lag(max_skew: Duration) -> Duration {
+    detection_lag(max_skew) + heartbeat_period(max_skew)
+}
+
 /// Offset of the clock heartbeat word in a node's metadata region.
 pub const HEARTBEAT_OFFSET: u64 = 0;
 /// Offset of the skew alarm words (one per node) in the metadata region.

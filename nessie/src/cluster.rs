@@ -42,6 +42,7 @@ impl Cluster {
             config,
             start: LocalStart::default(),
             seed: 0x6e65_7373_6965,
+            clock_checks: false,
         }
     }
 
@@ -85,6 +86,18 @@ impl Cluster {
             clock: self.shared.clock(node).as_ref(),
         }
     }
+
+    /// Checks every node's clock once, as the clock watch does every
+    /// heartbeat period: publishes heartbeats and alarms, stops or lets go
+    /// the clients, and gates the reuse of staged slots. For a cluster
+    /// without background threads whose driver runs the checks (see
+    /// [`ClusterBuilder::clock_checks`]); the node's own memory is reached
+    /// without the fabric wrapper, as by the watch.
+    pub fn check_clocks(&self) {
+        for node in 0..self.shared.config().nodes {
+            crate::watch::check(&self.shared, self.shared.scan_fabric().as_ref(), node);
+        }
+    }
 }
 
 /// Builds a [`Cluster`].
@@ -92,6 +105,7 @@ pub struct ClusterBuilder {
     config: Config,
     start: LocalStart,
     seed: u64,
+    clock_checks: bool,
 }
 
 impl fmt::Debug for ClusterBuilder {
@@ -100,6 +114,7 @@ impl fmt::Debug for ClusterBuilder {
             .field("config", &self.config)
             .field("start", &self.start)
             .field("seed", &self.seed)
+            .field("clock_checks", &self.clock_checks)
             .finish()
     }
 }
@@ -133,6 +148,16 @@ impl ClusterBuilder {
         self
     }
 
+    /// Without background threads: whether the nodes reuse staged slots
+    /// only on the word of clock checks that the caller runs with
+    /// [`Cluster::check_clocks`] (default off: the skew bound is assumed).
+    /// With background threads the clock watch always decides.
+    #[must_use]
+    pub fn clock_checks(mut self, on: bool) -> Self {
+        self.clock_checks = on;
+        self
+    }
+
     /// Seed of the clients' back-off jitter.
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
@@ -157,6 +182,9 @@ impl ClusterBuilder {
                 hosting.hosted().to_vec(),
             )?)
         } else {
+            if self.clock_checks {
+                crate::watch::arm(&shared, hosting.hosted());
+            }
             None
         };
         Ok(Cluster {

@@ -227,10 +227,11 @@ pub struct Config {
     /// the size classes.
     ///
     /// **Sizing rule.** A replaced or deleted entry's slot may be reused
-    /// only `expiry + max_clock_skew` after it was unlinked, so each size
-    /// class of a node needs room for its live entries plus every entry
-    /// the node writes in that class during one such period:
-    /// `slots ≥ live + peak PUTs per second × (expiry + max_clock_skew)`,
+    /// only [`Config::reuse_window`] after it was unlinked (`expiry +
+    /// max_clock_skew`, and the clock watch's word three heartbeat periods
+    /// later), so each size class of a node needs room for its live
+    /// entries plus every entry the node writes in that class during one
+    /// such period: `slots ≥ live + peak PUTs per second × reuse window`,
     /// each slot taking [`Config::class_slot_bytes`] (header, largest key,
     /// the class's power-of-two capacity: up to twice the value for values
     /// just above a power of two). Since every class gets an equal share,
@@ -248,10 +249,10 @@ pub struct Config {
     /// tables hold only live entries could never be emptied.
     ///
     /// **Sizing rule.** Every tombstone holds its slot from its DELETE's
-    /// start until `expiry + max_clock_skew` after it was unlinked, and an
-    /// attempt that aborts holds one as long, so while the rest of the
+    /// start until one [`Config::reuse_window`] after it was unlinked, and
+    /// an attempt that aborts holds one as long, so while the rest of the
     /// class is full the reserve must cover
-    /// `DELETE attempts per second × (op_timeout + expiry + max_clock_skew)`;
+    /// `DELETE attempts per second × (op_timeout + reuse window)`;
     /// [`Config::tombstone_reserve_for`] computes it. The default, 1024,
     /// covers about 670 DELETEs per second at the default times (see
     /// `docs/design.md#the-tombstone-reserve`).
@@ -483,7 +484,7 @@ impl Config {
     /// `data_bytes_per_node` by the sizing rule (see its docs) for a node
     /// holding `live` entries of `value_size` bytes and writing at most
     /// `puts_per_sec` of them per second: room for the live entries plus
-    /// one `expiry + max_clock_skew` of writes, in the value's size class,
+    /// one [`Config::reuse_window`] of writes, in the value's size class,
     /// times the number of classes (each gets an equal share). `None` for a
     /// value larger than `value_size_max`.
     #[must_use]
@@ -494,7 +495,7 @@ impl Config {
         puts_per_sec: f64,
     ) -> Option<usize> {
         let class = self.class_for(value_size)?;
-        let window = (self.expiry + self.max_clock_skew).as_secs_f64();
+        let window = self.reuse_window().as_secs_f64();
         let staged = (puts_per_sec.max(0.0) * window).ceil() as usize;
         let slots = live.saturating_add(staged);
         Some(
@@ -506,12 +507,22 @@ impl Config {
 
     /// [`Config::tombstone_reserve`] by its sizing rule for a node that
     /// makes at most `deletes_per_sec` DELETE attempts per second while
-    /// the rest of its smallest class is full: one `op_timeout + expiry +
-    /// max_clock_skew` of tombstones, and at least 1.
+    /// the rest of its smallest class is full: one `op_timeout` plus one
+    /// [`Config::reuse_window`] of tombstones, and at least 1.
     #[must_use]
     pub fn tombstone_reserve_for(&self, deletes_per_sec: f64) -> usize {
-        let window = (self.op_timeout + self.expiry + self.max_clock_skew).as_secs_f64();
+        let window = (self.op_timeout + self.reuse_window()).as_secs_f64();
         ((deletes_per_sec.max(0.0) * window).ceil() as usize).max(1)
+    }
+
+    /// How long a replaced or deleted entry's slot waits after it was
+    /// unlinked before it is reused, at most: `expiry + max_clock_skew`
+    /// after its stamp, and then up to [`crate::clock::reuse_lag`] (three
+    /// heartbeat periods of the clock watch) until a check of the node's
+    /// clock vouches for that time. At the defaults, 1 s + 10 ms + 15 ms.
+    #[must_use]
+    pub fn reuse_window(&self) -> Duration {
+        self.expiry + self.max_clock_skew + crate::clock::reuse_lag(self.max_clock_skew)
     }
 
     /// Slots of size class `class` on each node: an equal share of
@@ -747,11 +758,14 @@ mod tests {
 
     #[test]
     fn the_sizing_rule_counts_live_entries_and_one_window_of_writes() {
+        // A window of 975 + 10 ms, and 15 ms (three heartbeat periods of
+        // 5 ms) for the clock watch's word: 1 s.
         let c = Config {
-            expiry: Duration::from_millis(990),
+            expiry: Duration::from_millis(975),
             max_clock_skew: Duration::from_millis(10),
             ..Config::default()
         };
+        assert_eq!(c.reuse_window(), Duration::from_secs(1));
         let (class, classes) = (c.class_for(16 << 10).unwrap(), c.size_classes().len());
         let per_slot = c.class_slot_bytes(class) * classes;
         // 1000 live entries and 500 PUTs/s over a 1 s window: 1500 slots.
@@ -773,7 +787,7 @@ mod tests {
         );
         assert_eq!(
             d.data_bytes_for(16 << 10, 100_000, 20_000.0),
-            Some(120_200 * 16_568 * 10)
+            Some(120_500 * 16_568 * 10)
         );
         assert_eq!(c.data_bytes_for(c.value_size_max + 1, 1, 1.0), None);
     }

@@ -98,8 +98,25 @@ impl Shared {
         self.timing
     }
 
+    /// Records a clock check of `node` (see `watch.rs`): its verdict stops
+    /// or lets the node's clients go, and, with the heartbeat it judged
+    /// (`beat_us`, read at monotonic `mono_us`), gates the reuse of the
+    /// node's staged slots.
+    pub(crate) fn note_clock_check(
+        &self,
+        node: NodeId,
+        verdict: SkewVerdict,
+        beat_us: u64,
+        mono_us: u64,
+    ) {
+        self.set_skew(node, verdict);
+        if let Some(data) = self.data(node) {
+            data.note_clock_check(verdict == SkewVerdict::Agreed, beat_us, mono_us);
+        }
+    }
+
     /// Records the clock watch's verdict for `node`.
-    pub(crate) fn set_skew(&self, node: NodeId, verdict: SkewVerdict) {
+    fn set_skew(&self, node: NodeId, verdict: SkewVerdict) {
         let packed = match verdict {
             SkewVerdict::Agreed => 0,
             SkewVerdict::Skewed {

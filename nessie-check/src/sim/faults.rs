@@ -58,6 +58,9 @@ pub struct Faults {
     pub clock_step: f64,
     /// Largest distance of a node's wall clock from virtual time (µs).
     pub clock_offset_max_us: u64,
+    /// One node's wall clock stepping far ahead once (beyond
+    /// `max_clock_skew`, unlike `clock_step`), and back later.
+    pub forward_step: Option<ForwardStep>,
     /// Crash client `.0` right before its yield point number `.1`.
     pub crash_at: Option<(usize, u64)>,
     /// Stall client `.0` at its yield point number `.1` for `.2` µs.
@@ -84,10 +87,26 @@ impl Faults {
             transport: 0.0,
             clock_step: 0.0,
             clock_offset_max_us: 0,
+            forward_step: None,
             crash_at: None,
             stall_at: None,
         }
     }
+}
+
+/// A node's wall clock stepping ahead by `by_us`, with probability `p` at
+/// each yield point while it is not ahead, and back by as much
+/// `back_after_us` of virtual time later (an NTP correction).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForwardStep {
+    /// The node whose clock steps.
+    pub node: usize,
+    /// How far ahead (µs).
+    pub by_us: u64,
+    /// Probability per yield point of a step ahead.
+    pub p: f64,
+    /// How long the clock stays ahead (virtual µs).
+    pub back_after_us: u64,
 }
 
 /// How a verb fails with a transport error.
@@ -242,6 +261,22 @@ impl Scheduler {
             let p: u32 = s.rng.gen();
             if let Some(ps) = s.priorities.as_mut() {
                 ps[me] = p;
+            }
+        }
+        if let Some(step) = f.forward_step {
+            let by = step.by_us as i64;
+            match s.ahead_since {
+                None if s.rng.gen_bool(step.p) => {
+                    s.offsets[step.node] += by;
+                    s.ahead_since = Some(s.now);
+                    s.counts.clock_steps += 1;
+                }
+                Some(since) if s.now >= since + step.back_after_us => {
+                    s.offsets[step.node] -= by;
+                    s.ahead_since = None;
+                    s.counts.clock_steps += 1;
+                }
+                _ => {}
             }
         }
         if f.clock_step > 0.0 && s.rng.gen_bool(f.clock_step) {

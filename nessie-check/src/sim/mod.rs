@@ -26,7 +26,9 @@
 //! * **transport errors**: a verb fails as a broken `tcp` connection would;
 //!   a WRITE or CAS may have executed first (unknown outcome).
 //! * **clock steps**: a node's wall clock jumps to a new offset from virtual
-//!   time, within `clock_offset_max_us` (monotonic clocks never step).
+//!   time, within `clock_offset_max_us` (monotonic clocks never step); and,
+//!   beyond the skew bound, one node's clock stepping far ahead once and
+//!   back later ([`ForwardStep`]), for runs that model the clock watch.
 //! * scripted **crash** and **stall** at a given yield point of a given
 //!   client, for exhaustive enumeration of short schedules.
 
@@ -37,7 +39,7 @@ mod scheduler;
 
 pub use clock::SimClock;
 pub use fabric::SimFabric;
-pub use faults::{Faults, Injected};
+pub use faults::{Faults, ForwardStep, Injected};
 pub use scheduler::{Scheduler, SchedulerReport};
 
 use nessie::fabric::RemoteAddr;

@@ -46,6 +46,8 @@ pub(super) struct State {
     pub(super) violations: Vec<String>,
     /// Scripted mode: a transport error for a client's next verb.
     pub(super) scripted_transport: Vec<Option<Injected>>,
+    /// Since when the clock of [`super::faults::ForwardStep`] is ahead.
+    pub(super) ahead_since: Option<u64>,
 }
 
 impl std::fmt::Debug for State {
@@ -116,6 +118,7 @@ impl Scheduler {
                 last_point: None,
                 violations: Vec::new(),
                 scripted_transport: vec![None; threads],
+                ahead_since: None,
             }),
             turn: Condvar::new(),
         })
@@ -213,6 +216,16 @@ impl Scheduler {
     /// Sets node `node`'s wall-clock offset (scripted clock steps).
     pub fn set_offset(&self, node: NodeId, offset_us: i64) {
         self.lock().offsets[node] = offset_us;
+    }
+
+    /// Steps back a node's clock that the run's forward step left ahead
+    /// (the correction comes before an audit).
+    pub fn end_forward_step(&self) {
+        let mut s = self.lock();
+        if let (Some(step), Some(_)) = (s.faults.forward_step, s.ahead_since) {
+            s.offsets[step.node] -= step.by_us as i64;
+            s.ahead_since = None;
+        }
     }
 
     /// Lets `us` microseconds of virtual time pass (between runs).

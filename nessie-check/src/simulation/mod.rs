@@ -21,7 +21,7 @@ mod scenario;
 mod world;
 
 pub use outcome::SimOutcome;
-pub use scenario::{Layout, Scenario, Switches};
+pub use scenario::{Clocks, Layout, Scenario, Switches};
 
 use crate::history::{Call, Recorder};
 use crate::linearizability::check;
@@ -68,7 +68,8 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     quiet_crashes();
     let fail = |msg: String| format!("seed {seed}: {msg}");
     let config = scenario.config(seed);
-    let threads = scenario.clients + usize::from(scenario.recycler);
+    let threads =
+        scenario.clients + usize::from(scenario.recycler) + usize::from(scenario.watched());
     let sched = Scheduler::new(seed, threads, scenario.nodes, 1_000_000, faults, 400_000);
     let clocks: Vec<Arc<dyn Clock>> = (0..scenario.nodes)
         .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
@@ -83,6 +84,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
                 Arc::new(SimFabric::new(f, wrap_sched, land_by).watching_stages(geometry))
             })
             .recycler(false)
+            .clock_checks(scenario.watched())
             .seed(seed)
             .build()
             .map_err(|e| fail(format!("building the cluster: {e}")))?,
@@ -109,6 +111,10 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         let period = Duration::from_micros((scenario.expiry_us / 10).max(1));
         spawn_recycler(&sched, &cluster, scenario, Arc::clone(&clocks[0]), period)
     });
+    let watch = scenario.watched().then(|| {
+        let id = scenario.clients + usize::from(scenario.recycler);
+        spawn_watch(&sched, &cluster, id, Arc::clone(&clocks[0]))
+    });
     sched.start();
     let mut outcome = SimOutcome {
         runs: 1,
@@ -123,6 +129,10 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     }
     if let Some(h) = recycler {
         h.join().map_err(|_| fail("the recycler panicked".into()))?;
+    }
+    if let Some(h) = watch {
+        h.join()
+            .map_err(|_| fail("the clock watch panicked".into()))?;
     }
     let report: SchedulerReport = sched.report();
     outcome.sim = report.counts;
@@ -258,6 +268,15 @@ impl ClientRun {
             let pending = self.recorder.invoke(id as u64, call.clone());
             match call.apply(client) {
                 Ok(ret) => self.recorder.returned(pending, ret),
+                Err(Error::ClockSkew { .. }) => {
+                    // Refused before any verb; the clocks may agree again
+                    // a heartbeat later.
+                    self.recorder.failed(pending);
+                    self.sched
+                        .sleep(nessie::clock::heartbeat_period(Duration::from_micros(
+                            scenario.skew_us,
+                        )));
+                }
                 Err(e) => match classify(&e, self.transport) {
                     Ok(true) => self.recorder.failed(pending),
                     Ok(false) => self.recorder.unknown(pending),
@@ -297,6 +316,35 @@ fn spawn_recycler(
                         data.recycle_period(cluster.table_access(node));
                     }
                 }
+                clock.sleep(period);
+            }
+        }));
+        sched.leave();
+        if let Err(payload) = result {
+            if payload.downcast_ref::<Crashed>().is_none() {
+                std::panic::resume_unwind(payload);
+            }
+        }
+    })
+}
+
+/// Starts the clock watch of every node as scheduled thread `id`: one
+/// check of every node's clock per heartbeat period, as the watch thread
+/// does, until the clients are done.
+fn spawn_watch(
+    sched: &Arc<Scheduler>,
+    cluster: &Arc<Cluster>,
+    id: usize,
+    clock: Arc<dyn Clock>,
+) -> JoinHandle<()> {
+    let sched = Arc::clone(sched);
+    let cluster = Arc::clone(cluster);
+    let period = nessie::clock::heartbeat_period(cluster.config().max_clock_skew);
+    std::thread::spawn(move || {
+        sched.enter_as(id, Role::Background);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            while !sched.clients_done() {
+                cluster.check_clocks();
                 clock.sleep(period);
             }
         }));

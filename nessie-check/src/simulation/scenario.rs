@@ -1,6 +1,6 @@
 //! What a run exercises: the scenarios and the configuration they give.
 
-use crate::sim::Faults;
+use crate::sim::{Faults, ForwardStep};
 use nessie::layout::dte;
 use nessie::{ChecksumPolicy, Config, Optimizations};
 use std::ops::RangeInclusive;
@@ -32,6 +32,19 @@ pub enum Switches {
     /// One of the 64 combinations, chosen by the seed (and filter bits of
     /// 8, 2 or 1 when filters are on).
     PerSeed,
+}
+
+/// Whether a run checks the nodes' clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clocks {
+    /// The skew bound is assumed: nothing checks it, and staged slots come
+    /// back on their stamps alone.
+    Assumed,
+    /// The clock watch runs as a scheduled thread, checking every node's
+    /// clock every heartbeat period: nodes reuse staged slots only on its
+    /// word, and their clients refuse operations while it finds the clocks
+    /// skewed.
+    Watched,
 }
 
 /// What a simulation run exercises.
@@ -79,6 +92,8 @@ pub struct Scenario {
     pub recycler: bool,
     /// Whether CASes carry land-by times the target enforces (as on `tcp`).
     pub land_by: bool,
+    /// Whether the nodes' clocks are checked.
+    pub clocks: Clocks,
     /// Fault injection.
     pub faults: Faults,
 }
@@ -114,6 +129,7 @@ impl Scenario {
             switches: Switches::PerSeed,
             recycler: false,
             land_by: false,
+            clocks: Clocks::Assumed,
             faults: Faults::none(),
         }
     }
@@ -240,6 +256,50 @@ impl Scenario {
         }
     }
 
+    /// One node's wall clock steps ahead by twice the expiry, far beyond
+    /// `max_clock_skew`, at a random point of the run, and back after two
+    /// expiries, with the clock watch running: the node must not reuse the
+    /// slots whose stamps its fast clock finds expired while readers
+    /// elsewhere still read them without verifying their checksums
+    /// (`ChecksumPolicy::AfterStall`, and `multi_read` off, so that a value
+    /// is read apart from its header). Small data tables, so that slots
+    /// come back all the time; reads of node 0's entries from every node.
+    #[must_use]
+    pub fn clock_step_watched() -> Scenario {
+        let optimizations = Optimizations {
+            multi_read: false,
+            cache: false,
+            ..Optimizations::default()
+        };
+        Scenario {
+            name: "clock-step-watched",
+            nodes: 2,
+            clients: 6,
+            ops_per_client: 24,
+            mix: (50, 10),
+            readers: 2,
+            data_slots_per_node: 6,
+            expiry_us: 20_000,
+            op_timeout_us: 3_000,
+            skew_us: 8_000,
+            switches: Switches::Fixed(optimizations, ChecksumPolicy::AfterStall),
+            recycler: true,
+            clocks: Clocks::Watched,
+            faults: Faults {
+                priority_runs: 0.5,
+                priority_change: 0.02,
+                forward_step: Some(ForwardStep {
+                    node: 0,
+                    by_us: 40_000,
+                    p: 0.01,
+                    back_after_us: 10_000,
+                }),
+                ..Faults::none()
+            },
+            ..Scenario::contended()
+        }
+    }
+
     /// `base` with every fault within the protocol's stated bounds: up to 4
     /// crashes at any verb; stalls of any length before READs, WRITEs and
     /// back-offs and up to the landing bound before CASes (zombies); torn
@@ -275,11 +335,18 @@ impl Scenario {
                 transport: 0.002,
                 clock_step: 0.01,
                 clock_offset_max_us: base.skew_us / 2,
+                forward_step: None,
                 crash_at: None,
                 stall_at: None,
             },
             ..base
         }
+    }
+
+    /// Whether the clock watch runs ([`Clocks::Watched`]).
+    #[must_use]
+    pub fn watched(&self) -> bool {
+        self.clocks == Clocks::Watched
     }
 
     /// The configuration of a run with these switches.

@@ -9,7 +9,8 @@ use std::time::Duration;
 /// free slot before its deadline.
 ///
 /// A class must hold its live entries plus every entry replaced within the
-/// last `expiry + max_clock_skew` (they wait out that period before reuse);
+/// last reuse window (`expiry + max_clock_skew`, and the clock watch's
+/// word after it: they wait out that period before reuse);
 /// [`crate::Config::data_bytes_for`] sizes `data_bytes_per_node` by that
 /// rule.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -31,8 +32,8 @@ pub struct DataTableFigures {
     pub reserve: usize,
     /// Slots free or never used.
     pub free: usize,
-    /// Slots that hold an entry, live or replaced and waiting out
-    /// `expiry + max_clock_skew`.
+    /// Slots that hold an entry, live or replaced and waiting out the
+    /// reuse window.
     pub in_use: usize,
     /// Of those, replaced entries the node's own clients staged and will
     /// reuse as soon as they expire.
@@ -104,7 +105,7 @@ impl NodeData {
             in_use: self.in_use(class),
             queued: self.queued(class),
             peak_in_use: self.peak_in_use(class),
-            reuse_after: Duration::from_micros(self.expiry_us.saturating_add(self.skew_us)),
+            reuse_after: Duration::from_micros(self.reuse_after_us()),
         }
     }
 }

@@ -275,9 +275,10 @@ mod tests {
             g.data_regions()[0].len,
             (g.slots(0) * g.slot_bytes(0)) as u64
         );
-        // One window of DELETE attempts: (0.5 + 1 + 0.01) s at the defaults.
+        // One window of DELETE attempts: (0.5 + 1 + 0.01 + 0.015) s at the
+        // defaults.
         let d = Config::default();
-        assert_eq!(d.tombstone_reserve_for(100.0), 151);
+        assert_eq!(d.tombstone_reserve_for(100.0), 153);
         assert_eq!(d.tombstone_reserve_for(0.0), 1, "never 0");
         assert!(d.tombstone_reserve_for(670.0) <= d.tombstone_reserve);
         assert!(d.tombstone_reserve_for(700.0) > d.tombstone_reserve);

@@ -13,7 +13,9 @@
 //!   (slot, generation) never reached any ITE.
 //! * A published slot is reused only once whoever unlinked it has *staged*
 //!   it (written `expires_at = now + expiry`, exactly once per incarnation)
-//!   and `now > expires_at + max_clock_skew`. Its generation is bumped then,
+//!   and `now > expires_at + max_clock_skew`, and, on a node whose clock is
+//!   watched, a check of its clock made after that time has been vouched
+//!   for (`clock_gate.rs`). Its generation is bumped then,
 //!   so two incarnations that were both published are at least `expiry`
 //!   apart and an 11-bit generation recurs only after more than 2047 ×
 //!   `expiry`.
@@ -47,6 +49,7 @@
 //!
 //! Either way the slot's own stamp and header decide, with the same rules.
 
+mod clock_gate;
 mod figures;
 mod geometry;
 mod reclaim;
@@ -324,6 +327,8 @@ pub struct NodeData {
     counters: Counters,
     /// Per class, the slots clients' [`Stagings`] hold.
     queued: std::sync::Arc<[std::sync::atomic::AtomicUsize]>,
+    /// Whether the node's clock may be trusted to reuse staged slots.
+    clock_gate: clock_gate::ClockGate,
 }
 
 impl fmt::Debug for NodeData {
@@ -373,6 +378,9 @@ impl NodeData {
                 .collect(),
             classes,
             counters: Counters::default(),
+            clock_gate: clock_gate::ClockGate::new(crate::config::micros(
+                crate::clock::detection_lag(config.max_clock_skew),
+            )),
         })
     }
 

@@ -281,6 +281,82 @@ mod tests {
         }
     }
 
+    /// A node whose clock watch found the clocks skewed reuses no staged
+    /// slot, by a recycler period, by an allocation's scan or from its
+    /// clients' queue, however old the stamps; a slot never published is
+    /// still released, and allocation answers from free slots only, else
+    /// nothing (`DataTableFull`). Agreeing checks again bring the slots
+    /// back once one of them, the detection lag old, vouches for a reading
+    /// past their reuse time; a slot whose reuse time came later waits.
+    #[test]
+    fn a_skewed_clock_reuses_no_staged_slot_until_checks_vouch_again() {
+        let config = crate::Config::default();
+        let lag = crate::config::micros(crate::clock::detection_lag(config.max_clock_skew));
+        let skew = crate::config::micros(config.max_clock_skew);
+        let now = 1_000_000_000;
+        let (data, fabric) = table();
+        let clock = Stopped(now);
+        let access = access(&fabric, &clock);
+        let taken: Vec<SlotRef> = (0..data.capacity(0) - data.reserve(0))
+            .map(|_| data.allocate(0, access).unwrap().unwrap())
+            .collect();
+        let mut queue = data.stagings();
+        let long_ago = now - 60_000_000;
+        // Stamped an hour's worth of expiries ago, but the last five just
+        // expired: their reuse time is 5 ms before `now`.
+        let just = now - skew - 5_000;
+        for (i, &r) in taken.iter().enumerate().skip(1) {
+            let at = if i >= 95 { just } else { long_ago };
+            stamp(&fabric, &data, r, at);
+            if i < 11 {
+                queue.note(r, at);
+            }
+        }
+        data.arm_clock_gate();
+        data.note_clock_check(true, now - 3 * lag, 0);
+        data.note_clock_check(false, now - lag, 2 * lag);
+        let reused = |data: &NodeData| data.recycle_counts().reclaimed;
+        assert_eq!(data.recycle_period(access), 0);
+        assert_eq!(data.recycle(0, access).unwrap(), 0);
+        assert_eq!(
+            data.allocate_for(0, SlotUse::Entry, access, &mut queue, &mut 0)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            (reused(&data), data.queued(0)),
+            (0, 10),
+            "nothing staged came back"
+        );
+        // Slot 0 was never published: it goes back at once, and is the one
+        // allocation finds.
+        data.release_unpublished(taken[0]);
+        assert_eq!(
+            data.allocate_for(0, SlotUse::Entry, access, &mut queue, &mut 0)
+                .unwrap(),
+            Some(taken[0])
+        );
+        // Agreeing again: the first check vouches for nothing, the one a
+        // lag later for the first one's reading, 10 ms before `now`.
+        data.note_clock_check(true, now - 10_000, 3 * lag);
+        assert_eq!(data.recycle(0, access).unwrap(), 0);
+        data.note_clock_check(true, now, 4 * lag);
+        let q = data
+            .allocate_for(0, SlotUse::Entry, access, &mut queue, &mut 0)
+            .unwrap();
+        assert_eq!(q.map(|r| r.slot), Some(taken[1].slot), "the queue's oldest");
+        assert_eq!(data.recycle_counts().reclaimed_from_queue, 1);
+        assert_eq!(
+            data.recycle(0, access).unwrap(),
+            93,
+            "all but the five just expired"
+        );
+        // A check a lag after one past their reuse time brings those too.
+        data.note_clock_check(true, now, 5 * lag);
+        assert_eq!(data.recycle(0, access).unwrap(), 5);
+        assert_eq!(reused(&data), 99);
+    }
+
     /// The node's memory, where the first read of one address is followed
     /// by a write to it: another thread's store landing between a scan's
     /// read of a stamp (without the lock) and its verdict (under it).

@@ -102,6 +102,11 @@ impl NodeData {
         budget: usize,
         until_first: bool,
     ) -> Result<usize, FabricError> {
+        if self.clock_gate.shut() {
+            // Nothing staged may be reused, nor any slot in doubt freed:
+            // a scan would look in vain.
+            return Ok(0);
+        }
         bump(&self.counters.scans);
         let mut freed = 0;
         let mut left = budget;
@@ -209,9 +214,14 @@ impl NodeData {
 
     /// Whether a slot stamped `expires_at` (0: not staged) may be reused
     /// at wall time `now`: strictly more than `max_clock_skew` after its
-    /// stamp, so that no node's clock can still read a time before it.
+    /// stamp, so that no node's clock can still read a time before it, on
+    /// this node's clock now and, when a watch checks that clock, on a
+    /// reading of it the watch vouched for (see `clock_gate.rs`): a clock
+    /// that stepped ahead would find every stamp expired at once. The one
+    /// reuse-time rule of scans, verdicts and the stagings queue.
     pub(super) fn expired(&self, expires_at: u64, now: u64) -> bool {
-        expires_at != 0 && now > expires_at.saturating_add(self.skew_us)
+        let reuse_at = expires_at.saturating_add(self.skew_us);
+        expires_at != 0 && now > reuse_at && self.clock_gate.admits(reuse_at)
     }
 
     fn read_expires_at(
@@ -253,24 +263,32 @@ impl NodeData {
         local.read(base, &mut bytes)?;
         let header = DteHeader::decode(&bytes);
         Ok(match doubt {
-            None if !header.state.is_migrated() => Verdict::Free,
-            None => Verdict::Pending(Pending::Copy { slot, header }),
+            None => {
+                debug_assert!(
+                    self.clock_gate
+                        .once_admitted(expires_at.saturating_add(self.skew_us)),
+                    "a staged slot reused without the clock watch's word"
+                );
+                if header.state.is_migrated() {
+                    Verdict::Pending(Pending::Copy { slot, header })
+                } else {
+                    Verdict::Free
+                }
+            }
             Some(d) => {
                 // The publishing CAS passed its deadline check before
                 // `created_at + op_timeout` and lands within the landing
-                // bound of it: after `expiry` it has landed or never will.
-                let settled = header
-                    .created_at
-                    .saturating_add(self.expiry_us)
-                    .saturating_add(self.skew_us);
-                if now <= settled {
-                    Verdict::Keep
-                } else {
+                // bound of it: after `expiry` it has landed or never will,
+                // judged by the rule of stamps (a clock that stepped ahead
+                // would free the slot while the CAS may still land).
+                if self.expired(header.created_at.saturating_add(self.expiry_us), now) {
                     Verdict::Pending(Pending::Doubt {
                         slot,
                         ite: d.ite,
                         value: d.value,
                     })
+                } else {
+                    Verdict::Keep
                 }
             }
         })
