@@ -626,11 +626,16 @@ mod tests {
     use crate::clock::WallClock;
     use crate::fabric::LocalFabric;
 
+    /// Node 0's tables of `config`, and the memory they live in.
+    fn tables(config: &Config) -> (NodeData, LocalFabric) {
+        let data = NodeData::new(config, 0).unwrap();
+        let fabric = LocalFabric::new(1, &crate::store_regions(config)).unwrap();
+        (data, fabric)
+    }
+
     #[test]
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
-        let config = small_config(1, 256, 1 << 16);
-        let data = NodeData::new(&config, 0).unwrap();
-        let fabric = LocalFabric::new(1, &crate::store_regions(&config)).unwrap();
+        let (data, fabric) = tables(&small_config(1, 256, 1 << 16));
         let clock = WallClock::default();
         let access = TableAccess {
             local: &fabric,
@@ -692,8 +697,7 @@ mod tests {
         let mut config = small_config(1, 256, 0);
         config.data_bytes_per_node = 4 * config.class_slot_bytes(0);
         config.tombstone_reserve = 2;
-        let data = NodeData::new(&config, 0).unwrap();
-        let fabric = LocalFabric::new(1, &crate::store_regions(&config)).unwrap();
+        let (data, fabric) = tables(&config);
         let clock = WallClock::default();
         let access = TableAccess {
             local: &fabric,
