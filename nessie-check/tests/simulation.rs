@@ -97,6 +97,32 @@ fn layout_f2_races() {
     );
 }
 
+/// Two PUTs of an absent key that choose different candidates, because a
+/// DELETE of another key vacated one between their forward passes (`M2a`):
+/// the reverse pass must keep all but one from committing.
+#[test]
+fn vacated_candidates() {
+    let t = run_all(&Scenario::vacated_candidates(), 2000);
+    assert!(
+        t.stats.put.retries.changed > 0,
+        "no PUT's reverse pass ever saw a change"
+    );
+}
+
+/// A DELETE of a present key while a PUT of another key migrates it between
+/// the DELETE's candidate reads (`M3a`): the confirming re-read of a DELETE
+/// that finds its key absent must catch the move.
+#[test]
+fn migrating_under_delete() {
+    let t = run_all(&Scenario::migrating_under_delete(), 2000);
+    let s = &t.stats;
+    assert!(s.total().migrations > 0);
+    assert!(
+        s.delete.retries.changed > 0,
+        "no DELETE's confirming re-read ever saw a change"
+    );
+}
+
 #[test]
 fn migrating_zombies() {
     let t = run_all(&Scenario::migrating_zombies(), 2000);

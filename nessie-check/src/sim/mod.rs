@@ -36,7 +36,7 @@ mod faults;
 mod scheduler;
 
 pub use clock::SimClock;
-pub use fabric::SimFabric;
+pub use fabric::{MemoryCheck, SimFabric};
 pub use faults::{Faults, Injected};
 pub use scheduler::{Scheduler, SchedulerReport};
 

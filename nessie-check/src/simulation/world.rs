@@ -17,8 +17,8 @@ pub(super) struct World {
     /// Setup writes, each from node `i % nodes`; `true`: it must succeed
     /// (a prescribed layout), `false`: a full index or table is fine.
     pub(super) setup: Vec<(Call, bool)>,
-    /// Per client, the operation it starts with, if prescribed.
-    pub(super) first: Vec<Option<Call>>,
+    /// Per client, the operations it starts with, if prescribed.
+    pub(super) first: Vec<Vec<Call>>,
 }
 
 /// A key of exactly `len` bytes (or the shortest that is unique), distinct
@@ -59,7 +59,12 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
             .unwrap_or_default()
     };
     let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
-    let mut first = vec![None; scenario.clients];
+    let mut first = vec![Vec::new(); scenario.clients];
+    let mut prescribe = |client: usize, calls: Vec<Call>| {
+        if let Some(f) = first.get_mut(client) {
+            *f = calls;
+        }
+    };
     match scenario.layout {
         Layout::A => {
             let (k1, k2, k4) = (
@@ -68,7 +73,7 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
                 find("k4-", &[1, 2], None),
             );
             let (k3, parker) = (find("k3-", &[], Some(2)), find("t-", &[], Some(1)));
-            first[0] = Some(Call::put(k2.clone(), b"v4".to_vec()));
+            prescribe(0, vec![Call::put(k2.clone(), b"v4".to_vec())]);
             World {
                 setup: vec![
                     put(&parker, "parked"),
@@ -85,14 +90,48 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
             let k1 = find("k1-", &[0, 1, 2], None);
             let (kx, ky) = (find("kx-", &[0, 3], None), find("ky-", &[1, 3], None));
             let f3 = find("f3-", &[], Some(3));
-            first[0] = Some(Call::put(kx.clone(), b"x".to_vec()));
-            if let Some(f) = first.get_mut(1) {
-                *f = Some(Call::put(ky.clone(), b"y".to_vec()));
-            }
+            prescribe(0, vec![Call::put(kx.clone(), b"x".to_vec())]);
+            prescribe(1, vec![Call::put(ky.clone(), b"y".to_vec())]);
             World {
                 setup: vec![put(&k1, "v1"), put(&f3, "v9")],
                 keys: vec![k1, kx, ky],
                 fillers: vec![f3],
+                first,
+            }
+        }
+        Layout::M2a => {
+            let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[0, 2], None));
+            prescribe(0, vec![Call::put(k1.clone(), b"v5".to_vec())]);
+            prescribe(
+                1,
+                vec![
+                    Call::delete(k2.clone()),
+                    Call::put(k1.clone(), b"v6".to_vec()),
+                    Call::get(k1.clone()),
+                ],
+            );
+            prescribe(2, vec![Call::delete(k1.clone())]);
+            World {
+                setup: vec![put(&k2, "v2")],
+                keys: vec![k1, k2],
+                fillers: Vec::new(),
+                first,
+            }
+        }
+        Layout::M3a => {
+            let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[1, 2], None));
+            let (parker, filler) = (find("t-", &[], Some(0)), find("f-", &[], Some(2)));
+            prescribe(0, vec![Call::delete(k1.clone())]);
+            prescribe(1, vec![Call::put(k2.clone(), b"v5".to_vec())]);
+            World {
+                setup: vec![
+                    put(&parker, "parked"),
+                    put(&k1, "v1"),
+                    put(&filler, "v9"),
+                    (Call::delete(parker.clone()), true),
+                ],
+                keys: vec![k1, k2],
+                fillers: vec![parker, filler],
                 first,
             }
         }
