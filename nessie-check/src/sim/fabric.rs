@@ -35,8 +35,9 @@ struct Inflight {
     torn: bool,
 }
 
-/// A fabric that yields to the scheduler before every verb and every piece
-/// of a torn verb, and injects transport errors. Given the tables'
+/// A fabric that yields to the scheduler before every verb, every piece of
+/// a torn verb and every [`Fabric::yield_point`], and injects transport
+/// errors. Given the tables'
 /// geometry, it also watches every stage WRITE: an `expires_at` written
 /// over a non-zero one stages an incarnation twice, which the recycling
 /// rules forbid (a second stage can land after the slot's reuse and stamp
@@ -311,5 +312,9 @@ impl Fabric for SimFabric {
 
     fn enforces_land_by(&self) -> bool {
         self.land_by
+    }
+
+    fn yield_point(&self) {
+        self.sched.point(PointInfo::pause());
     }
 }

@@ -62,6 +62,9 @@ pub enum Point {
     Cas,
     /// A back-off sleep.
     Sleep,
+    /// A point between two steps of a node's bookkeeping that issues no
+    /// verb (see [`nessie::fabric::Fabric::yield_point`]).
+    Pause,
 }
 
 /// The verb (or sleep) a thread is about to perform at a yield point.
@@ -81,6 +84,15 @@ impl PointInfo {
     fn sleep() -> PointInfo {
         PointInfo {
             kind: Point::Sleep,
+            addr: None,
+            expected: 0,
+            new: 0,
+        }
+    }
+
+    fn pause() -> PointInfo {
+        PointInfo {
+            kind: Point::Pause,
             addr: None,
             expected: 0,
             new: 0,

@@ -106,7 +106,9 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
                 1,
                 vec![
                     Call::delete(k2.clone()),
-                    Call::put(k1.clone(), b"v6".to_vec()),
+                    // Another length than v5: a write's forward pass, which
+                    // reads no values, can tell the two apart.
+                    Call::put(k1.clone(), b"v6.".to_vec()),
                     Call::get(k1.clone()),
                 ],
             );
