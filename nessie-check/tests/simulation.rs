@@ -123,6 +123,25 @@ fn migrating_under_delete() {
     );
 }
 
+/// The first seeds at which the randomized runs caught the mutants of
+/// `scripts/fix-reverts/` M1 (no reverse pass: a divergent duplicate), M2
+/// (DELETE-absent without its re-read) and M3 (a scan's verdict trusting
+/// the stamp read without the lock), replayed: the fixed protocol passes
+/// them. (The scripted forms are in `reverse_pass_schedules.rs` and
+/// `scan_window.rs`.)
+#[test]
+fn seeds_that_caught_the_mutants() {
+    for (scenario, seed) in [
+        (Scenario::vacated_candidates(), 5),
+        (Scenario::migrating_under_delete(), 42),
+        (Scenario::faulty(Scenario::recycling()), 96),
+    ] {
+        if let Err(e) = run(&scenario, seed) {
+            panic!("scenario {}: {e}", scenario.name);
+        }
+    }
+}
+
 #[test]
 fn migrating_zombies() {
     let t = run_all(&Scenario::migrating_zombies(), 2000);
