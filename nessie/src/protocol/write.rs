@@ -27,9 +27,7 @@ type Shape = (bool, usize);
 struct Plan {
     /// Candidate holding a committed entry of the key (the target).
     holder: Option<usize>,
-    /// Whether the holder is a committed tombstone.
-    holder_is_tombstone: bool,
-    /// The holder's shape.
+    /// The holder's shape (a committed tombstone, or a value's length).
     holder_shape: Shape,
     /// Further candidates holding committed entries of the key, with their
     /// shapes.
@@ -94,7 +92,6 @@ impl Ctx<'_> {
         let views = self.read_dtes(&reqs)?;
         let plan = Plan {
             holder: None,
-            holder_is_tombstone: false,
             holder_shape: (false, 0),
             duplicates: Vec::new(),
             empty: ites.iter().position(|i| i.is_empty()),
@@ -141,7 +138,6 @@ impl Ctx<'_> {
             let shape = (view.state().is_tombstone(), view.state().value_len());
             if plan.holder.is_none() {
                 plan.holder = Some(i);
-                plan.holder_is_tombstone = shape.0;
                 plan.holder_shape = shape;
             } else {
                 plan.duplicates.push((i, shape));
@@ -164,7 +160,7 @@ impl Ctx<'_> {
             Step::Done(p) => p,
             Step::Again(why) => return Ok(Step::Again(why)),
         };
-        let existed = plan.holder.is_some() && !plan.holder_is_tombstone;
+        let existed = plan.holder.is_some() && !plan.holder_shape.0;
         if kind == WriteKind::Delete && !existed {
             // Absent (or a committed tombstone): nothing to change, once a
             // reverse pass confirms no writer slipped in.
