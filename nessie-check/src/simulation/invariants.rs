@@ -2,51 +2,83 @@
 //! only in the audit after it.
 
 use nessie::data::Geometry;
-use nessie::fabric::Fabric;
+use nessie::fabric::{Fabric, RemoteAddr};
 use nessie::index::Candidate;
 use nessie::layout::dte::{self, DteHeader, DteStatus, DTE_HEADER_BYTES};
-use nessie::layout::{Ite, IteKind, SlotRef};
+use nessie::layout::{round_up_words, Ite, IteKind, SlotRef};
 use nessie::Config;
-use std::collections::HashMap;
 
-/// A committed entry an ITE links: where, and what it says.
+/// A committed entry an ITE links: where, its header and its key.
 struct Linked {
     node: usize,
     slot: u64,
     at: SlotRef,
-    tombstone: bool,
-    value: Vec<u8>,
+    addr: RemoteAddr,
+    header: DteHeader,
+    key: Vec<u8>,
 }
 
-/// The committed entry the ITE `ite` links, with its key: `None` for an
-/// empty ITE, a marker, an entry not committed, or a slot reused since
-/// (another generation).
+/// The committed entry the ITE `ite` links (header and key; values are read
+/// only for keys linked twice): `None` for an empty ITE, a marker, an entry
+/// not committed, or a slot reused since (another generation).
 fn committed(
     fabric: &dyn Fabric,
     geometry: &Geometry,
+    (node, slot): (usize, u64),
     ite: Ite,
-) -> Option<(Vec<u8>, SlotRef, DteHeader, Vec<u8>)> {
+) -> Option<Linked> {
     let IteKind::Occupied { dte: at, .. } = ite.kind() else {
         return None;
     };
     let addr = geometry.dte_addr(at)?;
     let mut head = [0u8; DTE_HEADER_BYTES];
     fabric.read(addr, &mut head).ok()?;
-    let h = DteHeader::decode(&head);
-    if h.state.generation() != at.generation || h.state.status() != DteStatus::Valid {
+    let header = DteHeader::decode(&head);
+    let s = header.state;
+    let end = dte::value_offset(s.key_len()) + s.value_len();
+    if s.generation() != at.generation
+        || s.status() != DteStatus::Valid
+        || s.key_len() == 0
+        || end > geometry.slot_bytes(at.class)
+    {
         return None;
     }
-    let (key_len, value_len) = (h.state.key_len(), h.state.value_len());
-    let end = dte::value_offset(key_len) + value_len;
-    // The whole slot: fabrics read whole words only.
-    let mut bytes = vec![0u8; geometry.slot_bytes(at.class)];
-    if key_len == 0 || end > bytes.len() {
+    // Whole words: fabrics read nothing else.
+    let mut key = vec![0u8; round_up_words(s.key_len())];
+    fabric
+        .read(addr.add(dte::KEY_OFFSET as u64), &mut key)
+        .ok()?;
+    key.truncate(s.key_len());
+    Some(Linked {
+        node,
+        slot,
+        at,
+        addr,
+        header,
+        key,
+    })
+}
+
+/// The value of a committed entry (`None` for a tombstone, or a failed
+/// read).
+fn value(fabric: &dyn Fabric, l: &Linked) -> Option<Vec<u8>> {
+    let s = l.header.state;
+    if s.is_tombstone() {
         return None;
     }
-    fabric.read(addr, &mut bytes).ok()?;
-    let key = bytes[dte::KEY_OFFSET..dte::KEY_OFFSET + key_len].to_vec();
-    let value = bytes[dte::value_offset(key_len)..end].to_vec();
-    Some((key, at, h, value))
+    let mut v = vec![0u8; round_up_words(s.value_len())];
+    let at = l.addr.add(dte::value_offset(s.key_len()) as u64);
+    fabric.read(at, &mut v).ok()?;
+    v.truncate(s.value_len());
+    Some(v)
+}
+
+fn show(l: &Linked, value: Option<&[u8]>) -> String {
+    let what = match value {
+        Some(v) => format!("value {:?}", String::from_utf8_lossy(v)),
+        None => "tombstone".to_string(),
+    };
+    format!("node {} slot {} -> {:?} {what}", l.node, l.slot, l.at)
 }
 
 /// The invariant GET and the cache rely on, and PUT's reverse pass keeps:
@@ -68,7 +100,7 @@ pub fn divergent_duplicates(
     config: &Config,
     geometry: &Geometry,
 ) -> Option<String> {
-    let mut by_key: HashMap<Vec<u8>, Linked> = HashMap::new();
+    let mut seen: Vec<Linked> = Vec::new();
     for node in 0..config.nodes {
         for slot in 0..config.index_slots_per_node as u64 {
             let mut w = [0u8; 8];
@@ -79,42 +111,21 @@ pub fn divergent_duplicates(
                 continue;
             }
             let ite = Ite(u64::from_le_bytes(w));
-            let Some((key, at, h, value)) = committed(fabric, geometry, ite) else {
+            let Some(here) = committed(fabric, geometry, (node, slot), ite) else {
                 continue;
             };
-            let here = Linked {
-                node,
-                slot,
-                at,
-                tombstone: h.state.is_tombstone(),
-                value,
+            let Some(first) = seen.iter().find(|l| l.key == here.key) else {
+                seen.push(here);
+                continue;
             };
-            match by_key.get(&key) {
-                Some(first) if first.tombstone != here.tombstone || first.value != here.value => {
-                    let show = |l: &Linked| {
-                        format!(
-                            "node {} slot {} -> {:?} {}",
-                            l.node,
-                            l.slot,
-                            l.at,
-                            if l.tombstone {
-                                "tombstone".to_string()
-                            } else {
-                                format!("value {:?}", String::from_utf8_lossy(&l.value))
-                            }
-                        )
-                    };
-                    return Some(format!(
-                        "DIVERGENT: two linked committed entries of key {:?} differ: {} and {}",
-                        String::from_utf8_lossy(&key),
-                        show(first),
-                        show(&here)
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    by_key.insert(key, here);
-                }
+            let (a, b) = (value(fabric, first), value(fabric, &here));
+            if a != b {
+                return Some(format!(
+                    "DIVERGENT: two linked committed entries of key {:?} differ: {} and {}",
+                    String::from_utf8_lossy(&here.key),
+                    show(first, a.as_deref()),
+                    show(&here, b.as_deref())
+                ));
             }
         }
     }
