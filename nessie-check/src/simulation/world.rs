@@ -117,12 +117,13 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
     }
 }
 
+/// Names a key `{prefix}{i}` whose candidates are exactly the given global
+/// slots, or whose first candidate is the given one (see [`world`]).
+type FindKey<'a> = dyn Fn(&str, &[u64], Option<u64>) -> Vec<u8> + 'a;
+
 /// The world of [`Layout::M2a`]; `find` names keys by their candidates (see
 /// [`world`]).
-fn m2a_world(
-    find: &dyn Fn(&str, &[u64], Option<u64>) -> Vec<u8>,
-    mut first: Vec<Vec<Call>>,
-) -> World {
+fn m2a_world(find: &FindKey<'_>, mut first: Vec<Vec<Call>>) -> World {
     let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
     let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[0, 2], None));
     prescribe(&mut first, 0, vec![Call::put(k1.clone(), b"v5".to_vec())]);
@@ -147,10 +148,7 @@ fn m2a_world(
 }
 
 /// The world of [`Layout::M3a`] (see [`m2a_world`]).
-fn m3a_world(
-    find: &dyn Fn(&str, &[u64], Option<u64>) -> Vec<u8>,
-    mut first: Vec<Vec<Call>>,
-) -> World {
+fn m3a_world(find: &FindKey<'_>, mut first: Vec<Vec<Call>>) -> World {
     let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
     let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[1, 2], None));
     let (parker, filler) = (find("t-", &[], Some(0)), find("f-", &[], Some(2)));
