@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # How many seeds the randomized simulation needs to find each review bug
-# once its fix is undone. For each name (F1 … F5, A1; default all), applies
+# once its fix is undone, and each hand-made mutant (M1 … M3) once applied.
+# For each name (F1 … F5, A1, M1 … M3, default all), applies
 # scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
 # simulation in release mode, and runs every randomized scenario from seed
 # 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per
 # bug and scenario, the first failing seed and the violation it reported.
 #
-# usage: scripts/seeds-to-failure.sh [F1 F2 … A1]
+# usage: scripts/seeds-to-failure.sh [F1 A1 M1 …]
 #   SEEDS=N        seeds per scenario at most (default 3000)
 #   SCENARIOS="…"  test names of nessie-check/tests/simulation.rs to run (default:
-#                  every randomized scenario with faults, and `combined`)
+#                  every randomized scenario with faults or a prescribed layout,
+#                  and `combined`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 seeds=${SEEDS:-3000}
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5 A1)
+[ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5 A1 M1 M2 M3)
 read -r -a scenarios <<<"${SCENARIOS:-combined_migration_and_recycling contended_with_faults \
 crowded_with_faults recycling_with_faults combined_with_faults migrating_zombies \
-layout_a_races layout_f2_races clock_step_ahead_with_the_watch}"
+layout_a_races layout_f2_races clock_step_ahead_with_the_watch vacated_candidates \
+migrating_under_delete}"
 work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)
 trap 'git -C "$root" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach "$work/tree" HEAD >/dev/null

@@ -14,6 +14,7 @@
 //! their caches.
 
 use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
+use crate::simulation::divergent_duplicates;
 use nessie::data::{dte_addr, Geometry, SlotUse};
 use nessie::fabric::RemoteAddr;
 use nessie::index::{Candidate, KeyHasher};
@@ -90,11 +91,18 @@ impl Script {
             .collect();
         let s2 = Arc::clone(&sched);
         let geometry = Geometry::new(&config);
+        let check_config = config.clone();
         let cluster = Arc::new(
             Cluster::builder(config.clone())
                 .clocks(clocks)
                 .wrap_fabric(move |f| {
-                    Arc::new(SimFabric::new(f, s2, land_by).watching_stages(geometry))
+                    Arc::new(
+                        SimFabric::new(f, s2, land_by)
+                            .watching_stages(geometry.clone())
+                            .checking_after_cas(Box::new(move |f| {
+                                divergent_duplicates(f, &check_config, &geometry)
+                            })),
+                    )
                 })
                 .recycler(false)
                 .build()

@@ -277,6 +277,12 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         }
     }
 
+    /// A point where a node's own bookkeeping (a scan of its data tables)
+    /// holds no lock between two steps: a fabric that schedules the threads
+    /// using it, as the deterministic simulator's does, may run others
+    /// here. It issues no verb; the default does nothing.
+    fn yield_point(&self) {}
+
     /// CAS: if the word at `addr` holds `expected`, stores `new`. Returns the
     /// old value either way.
     ///

@@ -7,7 +7,24 @@ use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
 use nessie::layout::dte::EXPIRES_AT_OFFSET;
 use nessie::layout::region;
 use nessie::layout::Ite;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// An invariant of memory, checked on the unwrapped fabric: `Some` describes
+/// how it is broken.
+pub type MemoryCheck = Box<dyn Fn(&dyn Fabric) -> Option<String> + Send + Sync>;
+
+/// A [`MemoryCheck`] and whether it failed already (one report per run).
+struct AfterCas {
+    check: MemoryCheck,
+    failed: AtomicBool,
+}
+
+impl std::fmt::Debug for AfterCas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfterCas").finish_non_exhaustive()
+    }
+}
 
 /// A READ in progress in pieces.
 #[derive(Debug)]
@@ -18,18 +35,21 @@ struct Inflight {
     torn: bool,
 }
 
-/// A fabric that yields to the scheduler before every verb and every piece
-/// of a torn verb, and injects transport errors. Given the tables'
-/// geometry, it also watches every stage WRITE: an `expires_at` written
-/// over a non-zero one stages an incarnation twice, which the recycling
-/// rules forbid (a second stage can land after the slot's reuse and stamp
-/// its next occupant: review F4).
+/// A fabric that yields to the scheduler before every verb, every piece of
+/// a torn verb and every [`Fabric::yield_point`], and injects transport
+/// errors. Given the tables' geometry, it also watches every stage WRITE:
+/// an `expires_at` written over a non-zero one stages an incarnation twice,
+/// which the recycling rules forbid (a second stage can land after the
+/// slot's reuse and stamp its next occupant: review F4). Given a
+/// [`MemoryCheck`], it runs it after every CAS that changed memory, so a
+/// broken invariant is reported at the step that broke it.
 #[derive(Debug)]
 pub struct SimFabric {
     inner: Arc<dyn Fabric>,
     sched: Arc<Scheduler>,
     land_by: bool,
     geometry: Option<Geometry>,
+    after_cas: Option<AfterCas>,
     inflight: Mutex<(u64, Vec<Inflight>)>,
 }
 
@@ -76,6 +96,7 @@ impl SimFabric {
             sched,
             land_by,
             geometry: None,
+            after_cas: None,
             inflight: Mutex::new((0, Vec::new())),
         }
     }
@@ -86,6 +107,33 @@ impl SimFabric {
     pub fn watching_stages(mut self, geometry: Geometry) -> SimFabric {
         self.geometry = Some(geometry);
         self
+    }
+
+    /// Runs `check` after every CAS that changed memory (every change of an
+    /// ITE or of a DTE's state); its first failure is a violation of the
+    /// run, named with the step it happened at.
+    #[must_use]
+    pub fn checking_after_cas(mut self, check: MemoryCheck) -> SimFabric {
+        self.after_cas = Some(AfterCas {
+            check,
+            failed: AtomicBool::new(false),
+        });
+        self
+    }
+
+    /// Runs the check of [`SimFabric::checking_after_cas`], if any.
+    fn check_after_cas(&self, addr: RemoteAddr) {
+        let Some(a) = &self.after_cas else { return };
+        if a.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(broken) = (a.check)(self.inner.as_ref()) {
+            a.failed.store(true, Ordering::Relaxed);
+            self.sched.violation(format!(
+                "{broken} (after the CAS at {addr}, step {})",
+                self.sched.steps()
+            ));
+        }
     }
 
     /// Tells the scheduler when a READ of the index returned a MIGRATE
@@ -165,6 +213,9 @@ impl SimFabric {
         let old = self.inner.cas(addr, expected, new)?;
         if old == expected {
             self.wrote(addr, 8);
+            if old != new {
+                self.check_after_cas(addr);
+            }
         }
         if fault == Some(Injected::After) {
             return Err(injected(addr.node));
@@ -260,5 +311,9 @@ impl Fabric for SimFabric {
 
     fn enforces_land_by(&self) -> bool {
         self.land_by
+    }
+
+    fn yield_point(&self) {
+        self.sched.point(PointInfo::pause());
     }
 }

@@ -146,7 +146,11 @@ impl Scheduler {
             s.hot[me] -= 1;
         }
         let critical_cas = client && is_critical(&info);
-        let critical = critical_cas || (client && hot && info.kind == Point::Read);
+        // A scan paused between its stamp reads and its verdicts is in the
+        // window where another thread reallocates a slot it read.
+        let critical = critical_cas
+            || (client && hot && info.kind == Point::Read)
+            || info.kind == Point::Pause;
         if Self::draw_crash(&mut s, me, &info, critical_cas) {
             s.counts.crashes += 1;
             drop(s);

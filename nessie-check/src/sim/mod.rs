@@ -38,7 +38,7 @@ mod faults;
 mod scheduler;
 
 pub use clock::SimClock;
-pub use fabric::SimFabric;
+pub use fabric::{MemoryCheck, SimFabric};
 pub use faults::{Faults, ForwardStep, Injected};
 pub use scheduler::{Scheduler, SchedulerReport};
 
@@ -64,6 +64,9 @@ pub enum Point {
     Cas,
     /// A back-off sleep.
     Sleep,
+    /// A point between two steps of a node's bookkeeping that issues no
+    /// verb (see [`nessie::fabric::Fabric::yield_point`]).
+    Pause,
 }
 
 /// The verb (or sleep) a thread is about to perform at a yield point.
@@ -83,6 +86,15 @@ impl PointInfo {
     fn sleep() -> PointInfo {
         PointInfo {
             kind: Point::Sleep,
+            addr: None,
+            expected: 0,
+            new: 0,
+        }
+    }
+
+    fn pause() -> PointInfo {
+        PointInfo {
+            kind: Point::Pause,
             addr: None,
             expected: 0,
             new: 0,

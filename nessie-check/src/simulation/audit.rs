@@ -1,7 +1,7 @@
 //! The audit after a run (see the module docs of the simulation).
 
 use super::scenario::KEY_MAX;
-use super::{Scenario, SimOutcome};
+use super::{divergent_duplicates, Scenario, SimOutcome};
 use crate::history::{Call, Recorder, Ret};
 use crate::scripted::reuse_every_free_slot;
 use crate::sim::Scheduler;
@@ -22,6 +22,13 @@ pub(super) fn audit(
     outcome: &mut SimOutcome,
 ) -> Result<(), String> {
     let config = cluster.config();
+    let geometry = nessie::data::Geometry::new(config);
+    let divergent = |when: &str| {
+        divergent_duplicates(cluster.fabric().as_ref(), config, &geometry).map_or(Ok(()), |d| {
+            Err(format!("{when}: {d}\nindex:\n{}", dump_index(cluster)))
+        })
+    };
+    divergent("after the run")?;
     // 1. Every owner is dead, every CAS landed, every staged slot expired;
     // 2. every slot that may be reused is reused. Resolving a copy's marker
     //    stages the copy's predecessor, which a later round reuses.
@@ -105,7 +112,7 @@ pub(super) fn audit(
             Err(e) => return Err(wedged(k, "GET after PUT", &e, &auditor)),
         }
     }
-    Ok(())
+    divergent("after the audit")
 }
 
 /// Runs the clock watch's checks until they vouch for the clocks as they

@@ -14,19 +14,26 @@
 //! 4. every key ever used is read, written and read again; a `Timeout` or
 //!    `Corrupt` there is a wedge;
 //! 5. the whole history, audit included, must be linearizable.
+//!
+//! One invariant is checked throughout, after every CAS that changes memory
+//! and again before and after the audit: no two linked committed entries of
+//! one key differ ([`divergent_duplicates`]).
 
 mod audit;
+mod invariants;
 mod outcome;
 mod scenario;
 mod world;
 
+pub use invariants::divergent_duplicates;
 pub use outcome::SimOutcome;
 pub use scenario::{Clocks, Layout, Scenario, Switches};
 
 use crate::history::{Call, Recorder};
 use crate::linearizability::check;
 use crate::sim::{
-    quiet_crashes, Crashed, Faults, Role, Scheduler, SchedulerReport, SimClock, SimFabric,
+    quiet_crashes, Crashed, Faults, MemoryCheck, Role, Scheduler, SchedulerReport, SimClock,
+    SimFabric,
 };
 use audit::audit;
 use nessie::data::Geometry;
@@ -77,11 +84,18 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     let wrap_sched = Arc::clone(&sched);
     let land_by = scenario.land_by;
     let geometry = Geometry::new(&config);
+    let (check_config, check_geometry) = (config.clone(), geometry.clone());
+    let duplicates: MemoryCheck =
+        Box::new(move |f| divergent_duplicates(f, &check_config, &check_geometry));
     let cluster = Arc::new(
         Cluster::builder(config.clone())
             .clocks(clocks.clone())
             .wrap_fabric(move |f| {
-                Arc::new(SimFabric::new(f, wrap_sched, land_by).watching_stages(geometry))
+                Arc::new(
+                    SimFabric::new(f, wrap_sched, land_by)
+                        .watching_stages(geometry)
+                        .checking_after_cas(duplicates),
+                )
             })
             .recycler(false)
             .clock_checks(scenario.watched())
@@ -241,24 +255,28 @@ impl ClientRun {
         })
     }
 
-    /// Client `id`'s operations, recorded: its prescribed first one, then
+    /// Client `id`'s operations, recorded: its prescribed first ones, then
     /// random ones by the scenario's mix.
     fn operations(
         &self,
         id: usize,
         client: &mut Client,
         rng: &mut StdRng,
-        mut first: Option<Call>,
+        first: Vec<Call>,
         keys: &[Vec<u8>],
         readable: &[Vec<u8>],
     ) {
         let scenario = &self.scenario;
+        let mut first = first.into_iter();
         for n in 0..scenario.ops_per_client {
             let k = keys[rng.gen_range(0..keys.len())].clone();
             let reader = id >= scenario.clients - scenario.readers.min(scenario.clients);
             let (puts, deletes) = if reader { (0, 0) } else { scenario.mix };
+            // The draws above happen for prescribed operations too, so a
+            // prescription does not shift the random ones after it.
+            let prescribed = first.next();
             let call = match rng.gen_range(0..100) {
-                _ if first.is_some() => first.take().unwrap_or_else(|| Call::get(k)),
+                _ if prescribed.is_some() => prescribed.unwrap_or_else(|| Call::get(k)),
                 p if p < puts => {
                     Call::put(k, value(rng, &scenario.value_len, &format!("c{id}v{n}")))
                 }

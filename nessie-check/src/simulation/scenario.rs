@@ -22,6 +22,21 @@ pub enum Layout {
     /// (s1, s3). Client 0 starts with PUT(kx), which MIGRATEs k1 from s0 to
     /// s1, and client 1 with PUT(ky), which moves that copy on to s2.
     F2,
+    /// `M2a` of the model check of the reverse passes, on two nodes of two
+    /// index slots: k1 with candidates (s0, s1) is absent, k2 with (s0, s2)
+    /// sits in s0. Client 0 starts with PUT(k1), client 1 with DELETE(k2),
+    /// PUT(k1), GET(k1), client 2 with DELETE(k1): the DELETE of k2 vacates
+    /// s0 between the forward passes of the two PUTs of k1, which then
+    /// choose different candidates, and only PUT's reverse pass keeps one of
+    /// them from committing beside the other.
+    M2a,
+    /// `M3a` of the same check: k1 with candidates (s0, s1) sits in s1, k2
+    /// with (s1, s2) is absent, a filler sits in s2. Client 0 starts with
+    /// DELETE(k1), client 1 with PUT(k2), which must MIGRATE k1 from s1 to
+    /// s0: a DELETE that reads s0 before the copy lands and s1 after the
+    /// source is cleared finds k1 absent, and only its confirming re-read
+    /// catches that.
+    M3a,
 }
 
 /// Which optimisation switches and checksum policy a run uses.
@@ -297,6 +312,54 @@ impl Scenario {
                 ..Faults::none()
             },
             ..Scenario::contended()
+        }
+    }
+
+    /// The race of [`Layout::M2a`]: writers of one absent key choosing
+    /// different candidates because another key's DELETE vacated one
+    /// between their forward passes; with priority scheduling, short stalls
+    /// and torn verbs, no crashes (every write's outcome stays known).
+    #[must_use]
+    pub fn vacated_candidates() -> Scenario {
+        let base = Scenario {
+            name: "vacated-candidates",
+            nodes: 2,
+            clients: 3,
+            ops_per_client: 4,
+            index_slots_per_node: 2,
+            keys: 2,
+            fillers: 0,
+            read_fillers: false,
+            mix: (40, 30),
+            layout: Layout::M2a,
+            ..Scenario::contended()
+        };
+        let f = Scenario::faulty(base.clone()).faults;
+        Scenario {
+            faults: Faults {
+                crash: 0.0,
+                max_crashes: 0,
+                critical_crash: 0.0,
+                transport: 0.0,
+                ..f
+            },
+            ..base
+        }
+    }
+
+    /// The race of [`Layout::M3a`]: a DELETE of a present key while a PUT
+    /// of another key migrates it between the DELETE's candidate reads,
+    /// under the faults of [`Scenario::vacated_candidates`].
+    #[must_use]
+    pub fn migrating_under_delete() -> Scenario {
+        Scenario {
+            name: "migrating-under-delete",
+            clients: 2,
+            ops_per_client: 3,
+            fillers: 2,
+            read_fillers: true,
+            layout: Layout::M3a,
+            ..Scenario::vacated_candidates()
         }
     }
 

@@ -17,8 +17,8 @@ pub(super) struct World {
     /// Setup writes, each from node `i % nodes`; `true`: it must succeed
     /// (a prescribed layout), `false`: a full index or table is fine.
     pub(super) setup: Vec<(Call, bool)>,
-    /// Per client, the operation it starts with, if prescribed.
-    pub(super) first: Vec<Option<Call>>,
+    /// Per client, the operations it starts with, if prescribed.
+    pub(super) first: Vec<Vec<Call>>,
 }
 
 /// A key of exactly `len` bytes (or the shortest that is unique), distinct
@@ -59,7 +59,7 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
             .unwrap_or_default()
     };
     let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
-    let mut first = vec![None; scenario.clients];
+    let mut first = vec![Vec::new(); scenario.clients];
     match scenario.layout {
         Layout::A => {
             let (k1, k2, k4) = (
@@ -68,7 +68,7 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
                 find("k4-", &[1, 2], None),
             );
             let (k3, parker) = (find("k3-", &[], Some(2)), find("t-", &[], Some(1)));
-            first[0] = Some(Call::put(k2.clone(), b"v4".to_vec()));
+            prescribe(&mut first, 0, vec![Call::put(k2.clone(), b"v4".to_vec())]);
             World {
                 setup: vec![
                     put(&parker, "parked"),
@@ -85,10 +85,8 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
             let k1 = find("k1-", &[0, 1, 2], None);
             let (kx, ky) = (find("kx-", &[0, 3], None), find("ky-", &[1, 3], None));
             let f3 = find("f3-", &[], Some(3));
-            first[0] = Some(Call::put(kx.clone(), b"x".to_vec()));
-            if let Some(f) = first.get_mut(1) {
-                *f = Some(Call::put(ky.clone(), b"y".to_vec()));
-            }
+            prescribe(&mut first, 0, vec![Call::put(kx.clone(), b"x".to_vec())]);
+            prescribe(&mut first, 1, vec![Call::put(ky.clone(), b"y".to_vec())]);
             World {
                 setup: vec![put(&k1, "v1"), put(&f3, "v9")],
                 keys: vec![k1, kx, ky],
@@ -96,6 +94,8 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
                 first,
             }
         }
+        Layout::M2a => m2a_world(&find, first),
+        Layout::M3a => m3a_world(&find, first),
         Layout::Random => {
             let mut rng = StdRng::seed_from_u64(seed ^ 0x6b65_7973);
             let keys = (0..scenario.keys)
@@ -114,6 +114,63 @@ pub(super) fn world(scenario: &Scenario, seed: u64) -> World {
                 first,
             }
         }
+    }
+}
+
+/// Names a key `{prefix}{i}` whose candidates are exactly the given global
+/// slots, or whose first candidate is the given one (see [`world`]).
+type FindKey<'a> = dyn Fn(&str, &[u64], Option<u64>) -> Vec<u8> + 'a;
+
+/// The world of [`Layout::M2a`]; `find` names keys by their candidates (see
+/// [`world`]).
+fn m2a_world(find: &FindKey<'_>, mut first: Vec<Vec<Call>>) -> World {
+    let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
+    let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[0, 2], None));
+    prescribe(&mut first, 0, vec![Call::put(k1.clone(), b"v5".to_vec())]);
+    prescribe(
+        &mut first,
+        1,
+        vec![
+            Call::delete(k2.clone()),
+            // Another length than v5: a write's forward pass, which
+            // reads no values, can tell the two apart.
+            Call::put(k1.clone(), b"v6.".to_vec()),
+            Call::get(k1.clone()),
+        ],
+    );
+    prescribe(&mut first, 2, vec![Call::delete(k1.clone())]);
+    World {
+        setup: vec![put(&k2, "v2")],
+        keys: vec![k1, k2],
+        fillers: Vec::new(),
+        first,
+    }
+}
+
+/// The world of [`Layout::M3a`] (see [`m2a_world`]).
+fn m3a_world(find: &FindKey<'_>, mut first: Vec<Vec<Call>>) -> World {
+    let put = |k: &Vec<u8>, v: &str| (Call::put(k.clone(), v.as_bytes().to_vec()), true);
+    let (k1, k2) = (find("k1-", &[0, 1], None), find("k2-", &[1, 2], None));
+    let (parker, filler) = (find("t-", &[], Some(0)), find("f-", &[], Some(2)));
+    prescribe(&mut first, 0, vec![Call::delete(k1.clone())]);
+    prescribe(&mut first, 1, vec![Call::put(k2.clone(), b"v5".to_vec())]);
+    World {
+        setup: vec![
+            put(&parker, "parked"),
+            put(&k1, "v1"),
+            put(&filler, "v9"),
+            (Call::delete(parker.clone()), true),
+        ],
+        keys: vec![k1, k2],
+        fillers: vec![parker, filler],
+        first,
+    }
+}
+
+/// Makes `calls` the first operations of `client`, if it exists.
+fn prescribe(first: &mut [Vec<Call>], client: usize, calls: Vec<Call>) {
+    if let Some(f) = first.get_mut(client) {
+        *f = calls;
     }
 }
 

@@ -174,6 +174,11 @@ impl NodeData {
         if maybe.is_empty() {
             return Ok((0, Vec::new(), looked));
         }
+        // Between the unlocked stamp reads and the verdicts another thread
+        // may free and reallocate a slot read here: a scheduling fabric
+        // runs others at this point, so that the verdict's re-read is
+        // tested (it issues no verb).
+        access.cluster.yield_point();
         let Some(mut table) = self.table(class) else {
             return Ok((0, Vec::new(), looked));
         };

@@ -19,14 +19,20 @@ pub(crate) enum WriteKind {
     Delete,
 }
 
+/// What a write's forward pass tells of a committed entry from its header
+/// (the pass reads no values): whether it is a tombstone, and its value's
+/// length.
+type Shape = (bool, usize);
+
 /// What the forward pass of a write found.
 struct Plan {
     /// Candidate holding a committed entry of the key (the target).
     holder: Option<usize>,
-    /// Whether the holder is a committed tombstone.
-    holder_is_tombstone: bool,
-    /// Further candidates holding committed entries of the key.
-    duplicates: Vec<usize>,
+    /// The holder's shape (a committed tombstone, or a value's length).
+    holder_shape: Shape,
+    /// Further candidates holding committed entries of the key, with their
+    /// shapes.
+    duplicates: Vec<(usize, Shape)>,
     /// First empty candidate.
     empty: Option<usize>,
 }
@@ -87,7 +93,7 @@ impl Ctx<'_> {
         let views = self.read_dtes(&reqs)?;
         let plan = Plan {
             holder: None,
-            holder_is_tombstone: false,
+            holder_shape: (false, 0),
             duplicates: Vec::new(),
             empty: ites.iter().position(|i| i.is_empty()),
         };
@@ -130,11 +136,12 @@ impl Ctx<'_> {
                 // A live owner is writing this key: let it finish.
                 return Ok(Step::Again(Retry::Busy));
             }
+            let shape = (view.state().is_tombstone(), view.state().value_len());
             if plan.holder.is_none() {
                 plan.holder = Some(i);
-                plan.holder_is_tombstone = view.state().is_tombstone();
+                plan.holder_shape = shape;
             } else {
-                plan.duplicates.push(i);
+                plan.duplicates.push((i, shape));
             }
         }
         Ok(Step::Done(plan))
@@ -154,7 +161,7 @@ impl Ctx<'_> {
             Step::Done(p) => p,
             Step::Again(why) => return Ok(Step::Again(why)),
         };
-        let existed = plan.holder.is_some() && !plan.holder_is_tombstone;
+        let existed = plan.holder.is_some() && !plan.holder_shape.0;
         if kind == WriteKind::Delete && !existed {
             // Absent (or a committed tombstone): nothing to change, once a
             // reverse pass confirms no writer slipped in.
@@ -205,13 +212,22 @@ impl Ctx<'_> {
         // this write later (one stager per incarnation).
         let mut expected = ites.clone();
         expected[target] = published;
-        for &d in &plan.duplicates {
+        for &(d, shape) in &plan.duplicates {
             expected[d] = ites[d].emptied();
             if self
                 .gate
                 .cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)?
                 == ites[d].0
             {
+                // Our link replaced the holder as the forward pass read it,
+                // and this clear the duplicate as read, both after those
+                // reads: at the link, both were linked and committed. Two
+                // versions of the key that differ must never be.
+                debug_assert!(
+                    shape == plan.holder_shape,
+                    "two linked committed entries of one key differ: {:?} and {shape:?}",
+                    plan.holder_shape
+                );
                 if let Some(old) = ites[d].target() {
                     self.stage(old);
                 }
