@@ -6,7 +6,7 @@
 //!
 //! * This module: the suite for [`Fabric`] backends, and
 //!   [`fabric_conformance_tests!`](crate::fabric_conformance_tests), which
-//!   instantiates it as one `#[test]` per check.
+//!   instantiates it as one test per check.
 //! * [`bootstrap`]: the suite for backends whose nodes meet through the
 //!   authenticated rendezvous (`tcp`, `verbs`).
 //! * `verbs` (with the feature `verbs` too): clusters of `VerbsFabric`s on
