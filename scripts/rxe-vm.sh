@@ -10,15 +10,15 @@
 # VM, /init loads the modules, creates the Soft-RoCE device
 # (`rdma link add rxe0 type rxe netdev lo`, a dummy interface if lo is
 # refused), runs
-#   (a) nessie-check/tests/verbs_fabric.rs: the fabric conformance suite, the
-#       bootstrap suite (other secret, replayed and tampered rendezvous
+#   (a) nessie-fabric/tests/verbs_fabric.rs: the fabric conformance suite,
+#       the bootstrap suite (other secret, replayed and tampered rendezvous
 #       messages, duplicate node id, other node count: typed errors), other
-#       cluster or region sizes refused, batching, verb counts vs shm and a
-#       latency report,
-#   (b) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
+#       cluster or region sizes refused, batching and a latency report,
+#   (b) nessie-check/tests/verbs_store.rs: the store's verb counts vs shm,
+#   (c) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
 #       verbs meeting through the authenticated rendezvous, their merged
 #       history checked for linearizability, and
-#   (c) the same file: a node process killed with SIGKILL; the survivors'
+#   (d) the same file: a node process killed with SIGKILL; the survivors'
 #       operations all return, typed errors for those needing its memory,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
@@ -29,7 +29,7 @@
 #   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 900)
 #   RXE_VM_ACCEL     tcg (default) or kvm
 #   RXE_VM_MEM       VM memory, MiB (default 2048)
-#   RXE_VM_OPS       operations per client thread in (b) (default 150)
+#   RXE_VM_OPS       operations per client thread in (c) (default 150)
 #   SKIP_APT=1       do not install packages
 #   SKIP_BUILD=1     reuse the test binaries built last time
 set -euo pipefail
@@ -90,11 +90,13 @@ log "kernel $KPKG"
 # --------------------------------------------------------------- test binaries
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -s "$W/binaries" ]; then
   log "cargo build (tests, --features verbs)"
-  (cd "$ROOT" && cargo test -p nessie-check --features verbs --no-run \
-      --test verbs_fabric --test verbs_linearizable_processes \
+  # The fabric's tests (nessie-fabric) and the store's (nessie-check).
+  (cd "$ROOT" && cargo test -p nessie-fabric -p nessie-check \
+      --features nessie-fabric/verbs,nessie-check/verbs --no-run \
+      --test verbs_fabric --test verbs_store --test verbs_linearizable_processes \
       --message-format=json) > "$W/build.json" || die "cargo build of the verbs tests"
   : > "$W/binaries"
-  for t in verbs_fabric verbs_linearizable_processes; do
+  for t in verbs_fabric verbs_store verbs_linearizable_processes; do
     exe=$(grep "\"name\":\"$t\"" "$W/build.json" | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
     [ -x "$exe" ] || die "no executable for test $t"
     echo "$t $exe" >> "$W/binaries"
@@ -225,6 +227,7 @@ run() {
   if [ $rc = 0 ]; then result "$name" "ok (${took} s)"; else result "$name" "FAIL (rc=$rc, ${took} s)"; fi
 }
 run verbs-fabric 420 /tests/verbs_fabric --include-ignored --test-threads=1 --show-output
+run verbs-store 180 /tests/verbs_store --include-ignored --test-threads=1 --show-output
 run verbs-linearizability 300 /tests/verbs_linearizable_processes --exact \
   three_processes_on_verbs_stay_linearizable --ignored --test-threads=1 --show-output
 run verbs-peer-death 300 /tests/verbs_linearizable_processes --exact \
@@ -272,7 +275,7 @@ echo "=== summary"
 tr -d '\r' < "$LOG" | grep '^RESULT ' || true
 FAIL=0
 grep -q 'RXE-VM-DONE' "$LOG" || { log "the VM did not finish (timeout ${VM_TIMEOUT} s or crash)"; FAIL=1; }
-for check in modules rxe-device verbs-fabric verbs-linearizability verbs-peer-death; do
+for check in modules rxe-device verbs-fabric verbs-store verbs-linearizability verbs-peer-death; do
   tr -d '\r' < "$LOG" | grep -q "^RESULT $check: ok" || { log "check $check did not pass"; FAIL=1; }
 done
 if tr -d '\r' < "$LOG" | grep '^RESULT ' | grep -q ': FAIL'; then FAIL=1; fi

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = nessie::fabric::tcp_serve_bytes_for_testing(data);
+    let _ = nessie_fabric::conformance::serve_tcp_bytes(data);
 });

@@ -7,8 +7,8 @@
 //!   [`proc_history`] for histories written by separate processes, and
 //!   [`proc_workload`] for the workload those processes run.
 //! * [`linearizability`]: [`check`] a history against a map of registers.
-//! * [`conformance`]: the suites every fabric backend ([`conformance::fabric`])
-//!   and every store ([`conformance::kv`]) must pass.
+//! * [`conformance`]: the suite every store ([`conformance::kv`]) must pass
+//!   (the fabric's suites are `nessie_fabric::conformance`).
 //! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
 //!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
 //!   counterexamples step by step.

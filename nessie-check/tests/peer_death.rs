@@ -27,7 +27,7 @@ fn tcp(cluster: &str, rendezvous: &str) -> Config {
 
 #[test]
 fn a_killed_peer_fails_only_what_needs_it() {
-    let rendezvous = nessie_check::conformance::bootstrap::free_address();
+    let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
     let survivors = peer_death::run("child_node", &rendezvous);
     let config = tcp("x", &rendezvous);
     for (node, s) in survivors.iter().enumerate() {

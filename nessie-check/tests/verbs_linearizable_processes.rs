@@ -13,12 +13,12 @@
 #![cfg(feature = "verbs")]
 
 use nessie::{Config, FabricConfig, Node};
-use nessie_check::conformance::bootstrap::free_address;
 use nessie_check::peer_death;
 use nessie_check::proc_history::read_logs;
 use nessie_check::proc_workload::{
     child_test, finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
 };
+use nessie_fabric::conformance::bootstrap::free_address;
 use std::time::{Duration, Instant};
 
 const NODES: usize = 3;

@@ -33,11 +33,17 @@
 //! the `tcp` backend judges late CASes by, and that stores build on. This crate knows
 //! nothing of any store: what the regions hold is the caller's business.
 //! All of the project's `unsafe` code lives here (region memory and verbs).
+//!
+//! With the cargo feature `conformance` (for tests only; the crate's own
+//! tests switch it on), `conformance` holds the suites every backend must
+//! pass and the entry points tests and fuzzing need into private parts.
 
 #![deny(missing_docs)]
 
 mod admission;
 pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod endpoint;
 mod error;
 mod local;
@@ -63,8 +69,6 @@ pub use rendezvous::{
     RendezvousOutcome,
 };
 pub use shm::{ShmFabric, ShmOptions};
-#[doc(hidden)]
-pub use tcp::serve_bytes_for_testing as tcp_serve_bytes_for_testing;
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 #[cfg(feature = "verbs")]
 pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};

@@ -39,8 +39,8 @@ pub(crate) mod handshake;
 mod peer;
 mod service;
 
-#[doc(hidden)]
-pub use service::serve_bytes_for_testing;
+#[cfg(feature = "conformance")]
+pub(crate) use service::serve_bytes_for_testing;
 
 use super::memory::{HeapRegions, MemoryMap};
 use super::{

@@ -14,7 +14,7 @@
 //! make a worker panic or allocate more than the frame limit.
 
 use super::super::memory::{HeapRegions, MemoryMap};
-use super::super::{FabricError, RegionId, RegionSpec, RemoteAddr};
+use super::super::{FabricError, RegionId, RemoteAddr};
 use super::handshake::{self, Identity};
 use super::TcpStats;
 use crate::admission::{Admission, Deadline};
@@ -364,9 +364,11 @@ fn serve_frame<S: Read + Write>(
 
 /// Serves frames from an in-memory byte stream until it ends or a frame is
 /// refused; returns how many frames were answered and the responses. The
-/// entry point of the decoder property tests and of the fuzz target.
-#[doc(hidden)]
-pub fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
+/// entry point of the decoder property tests and of the fuzz target
+/// (through [`crate::conformance::serve_tcp_bytes`]); compiled only with
+/// the feature `conformance`.
+#[cfg(feature = "conformance")]
+pub(crate) fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
     struct Duplex<'a> {
         input: &'a [u8],
         output: Vec<u8>,
@@ -398,7 +400,9 @@ pub fn serve_bytes_for_testing(input: &[u8]) -> (usize, Vec<u8>) {
 }
 
 /// A one-node service configuration with two small regions, for tests.
+#[cfg(feature = "conformance")]
 fn testing_setup() -> ServiceSetup {
+    use crate::RegionSpec;
     let regions = vec![
         RegionSpec {
             id: RegionId(0),

@@ -2,8 +2,7 @@
 //! with one deliberate fault.
 
 use super::*;
-use nessie::fabric::FabricError;
-use nessie::fabric::LocalFabric;
+use crate::{FabricError, LocalFabric};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 

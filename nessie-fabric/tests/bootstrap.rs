@@ -3,7 +3,7 @@
 //! and tampered messages, a duplicate node id and another node count, each
 //! with a typed error, and still open for the honest nodes.
 
-use nessie::fabric::{Fabric, FabricError, RendezvousOptions, TcpFabric, TcpOptions};
+use nessie_fabric::{Fabric, FabricError, RendezvousOptions, TcpFabric, TcpOptions};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,4 +35,4 @@ fn cluster() -> u64 {
         | NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-nessie_check::bootstrap_tests!(open_tcp, cluster,);
+nessie_fabric::bootstrap_tests!(open_tcp, cluster,);

@@ -10,8 +10,8 @@
 //! records both directions of one connection and can flip a byte of
 //! either.
 
-use nessie::fabric::wire::rendezvous::{HELLO_BYTES, SEALED_HEADER_BYTES};
-use nessie::fabric::{
+use crate::wire::rendezvous::{HELLO_BYTES, SEALED_HEADER_BYTES};
+use crate::{
     Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr,
     RendezvousFailure, RendezvousOptions,
 };

@@ -1,7 +1,7 @@
 //! Verbs from many threads and views at once.
 
 use super::{cluster, read_u64, Factory, LARGE, LARGE_LEN, SMALL};
-use nessie::fabric::RemoteAddr;
+use crate::RemoteAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `threads` threads, spread over the views, each CAS-increment a word of

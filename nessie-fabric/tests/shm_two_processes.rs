@@ -35,13 +35,11 @@
 //! `2 × INCREMENTS`, that each child verified blocks and found none torn,
 //! and that the children removed their region files.
 
-use nessie::fabric::Membership;
-use nessie::fabric::{Fabric, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions};
-use nessie::layout::{region, FORMAT_VERSION};
-use nessie_check::proc_workload::child_test;
+use nessie_fabric::conformance::{FORMAT_VERSION, LARGE, SMALL};
+use nessie_fabric::{Fabric, Membership, RegionId, RegionSpec, RemoteAddr, ShmFabric, ShmOptions};
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use twox_hash::XxHash3_64;
@@ -55,8 +53,8 @@ const MIN_BLOCKS: u64 = 1000;
 /// Header of a block: sequence number, checksum.
 const HEADER: usize = 16;
 
-const INDEX: RegionId = region::INDEX;
-const DATA: RegionId = region::data(0);
+const INDEX: RegionId = SMALL;
+const DATA: RegionId = LARGE;
 /// Index-region words: the shared counter (node 0 only), the mailbox's
 /// `published` and `writing` words, and node 1's "done" flag (node 0 only).
 const COUNTER: u64 = 0;
@@ -262,6 +260,20 @@ fn child_node() {
         reads.verified, reads.torn, reads.retried, reads.caught
     );
     assert_eq!(reads.torn, 0, "published blocks were torn");
+}
+
+/// This test binary, set to run only its ignored test `name`, with output
+/// shown.
+fn child_test(name: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args([
+        "--exact",
+        name,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    cmd
 }
 
 /// A child process and the thread collecting its output.

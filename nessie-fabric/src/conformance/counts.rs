@@ -1,7 +1,7 @@
 //! What an [`Endpoint`] counts.
 
 use super::{cluster, Factory, LARGE, SMALL};
-use nessie::fabric::{Endpoint, RemoteAddr, Verb, VerbCounts};
+use crate::{Endpoint, RemoteAddr, Verb, VerbCounts};
 
 /// An [`Endpoint`] counts every verb by kind, bytes by direction, one round
 /// trip per single verb or non-empty batch, and whether each verb targeted

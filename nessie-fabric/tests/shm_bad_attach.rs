@@ -6,10 +6,9 @@
 //! `RegionHeader`, mode 0600, the size a real region file has unless the
 //! test is about size) and opens node 0 of a two-node cluster against it.
 
-use nessie::fabric::wire::region::{RegionHeader, REGION_HEADER_BYTES, REGION_MAGIC};
-use nessie::fabric::{FabricError, Membership, RegionSpec, ShmFabric, ShmOptions};
-use nessie::layout::region;
-use nessie::layout::FORMAT_VERSION;
+use nessie_fabric::conformance::{FORMAT_VERSION, LARGE as DATA, SMALL as INDEX};
+use nessie_fabric::wire::region::{RegionHeader, REGION_HEADER_BYTES, REGION_MAGIC};
+use nessie_fabric::{FabricError, Membership, RegionSpec, ShmFabric, ShmOptions};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -32,7 +31,7 @@ fn good_header() -> RegionHeader {
     RegionHeader {
         magic: REGION_MAGIC,
         format_version: FORMAT_VERSION,
-        region: region::INDEX,
+        region: INDEX,
         node: PEER as u16,
         cluster_id: CLUSTER,
         len: LEN,
@@ -42,7 +41,7 @@ fn good_header() -> RegionHeader {
 
 /// Writes node 1's index region file with `header`, `file_len` bytes long.
 fn craft(dir: &Path, header: &RegionHeader, file_len: u64) -> PathBuf {
-    let path = ShmFabric::region_path(dir, PEER, region::INDEX);
+    let path = ShmFabric::region_path(dir, PEER, INDEX);
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -79,13 +78,13 @@ fn open_node0(dir: &Path, attach_timeout: Duration) -> FabricError {
             node: 0,
             nodes: 2,
             regions: vec![RegionSpec {
-                id: region::INDEX,
+                id: INDEX,
                 len: LEN,
             }],
         },
         attach_timeout,
     });
-    let own = ShmFabric::region_path(dir, 0, region::INDEX);
+    let own = ShmFabric::region_path(dir, 0, INDEX);
     match result {
         Ok(_) => panic!("attached to a bad peer file"),
         Err(e) => {
@@ -116,7 +115,7 @@ fn a_well_formed_peer_file_attaches() {
             node: 0,
             nodes: 2,
             regions: vec![RegionSpec {
-                id: region::INDEX,
+                id: INDEX,
                 len: LEN,
             }],
         },
@@ -142,7 +141,7 @@ fn wrong_magic_is_refused() {
 #[test]
 fn a_zeroed_file_has_the_wrong_magic() {
     let dir = scratch();
-    let path = ShmFabric::region_path(dir.path(), PEER, region::INDEX);
+    let path = ShmFabric::region_path(dir.path(), PEER, INDEX);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -224,7 +223,7 @@ fn wrong_node_in_the_header_is_refused() {
     let (e, path) = open_against(&header, proper_len());
     assert!(
         matches!(&e, FabricError::WrongRegion { path: p, found_node: 0, found_region, node: PEER, region }
-            if *p == path && *found_region == region::INDEX && *region == region::INDEX),
+            if *p == path && *found_region == INDEX && *region == INDEX),
         "{e:?}"
     );
 }
@@ -232,13 +231,13 @@ fn wrong_node_in_the_header_is_refused() {
 #[test]
 fn wrong_region_in_the_header_is_refused() {
     let header = RegionHeader {
-        region: region::data(0),
+        region: DATA,
         ..good_header()
     };
     let (e, path) = open_against(&header, proper_len());
     assert!(
         matches!(&e, FabricError::WrongRegion { path: p, found_node: PEER, found_region, node: PEER, region }
-            if *p == path && *found_region == region::data(0) && *region == region::INDEX),
+            if *p == path && *found_region == DATA && *region == INDEX),
         "{e:?}"
     );
 }
@@ -248,7 +247,7 @@ fn a_missing_peer_is_reported_after_the_deadline() {
     let dir = scratch();
     let timeout = Duration::from_millis(100);
     let e = open_node0(dir.path(), timeout);
-    let expected_path = ShmFabric::region_path(dir.path(), PEER, region::INDEX);
+    let expected_path = ShmFabric::region_path(dir.path(), PEER, INDEX);
     assert!(
         matches!(&e, FabricError::Missing { path, waited } if *path == expected_path && *waited == timeout),
         "{e:?}"

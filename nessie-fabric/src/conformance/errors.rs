@@ -1,8 +1,7 @@
 //! Verbs that must fail, and how.
 
-use super::{cluster, read_vec, Factory, SMALL, SMALL_LEN};
-use nessie::fabric::{Fabric, FabricError, RemoteAddr, Verb};
-use nessie::layout::region;
+use super::{cluster, read_vec, Factory, SMALL, SMALL_LEN, UNREGISTERED};
+use crate::{Fabric, FabricError, RemoteAddr, Verb};
 
 fn expect_err(what: &str, result: Result<(), FabricError>, ok: impl Fn(&FabricError) -> bool) {
     match result {
@@ -164,7 +163,7 @@ fn check_unknown_targets(f: &dyn Fabric, node: usize, nodes: usize) {
             )
         },
     );
-    let missing = region::data(9);
+    let missing = UNREGISTERED;
     let unknown_region = |e: &FabricError| matches!(e, FabricError::UnknownRegion { node: n, region } if *n == node && *region == missing);
     let unregistered = RemoteAddr::new(node, missing, 0);
     expect_every_verb_err(f, "an unknown region", unregistered, unknown_region);

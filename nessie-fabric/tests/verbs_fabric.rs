@@ -1,4 +1,5 @@
-//! The fabric conformance suite and the store on the `verbs` backend.
+//! The fabric conformance suite and the bootstrap suite on the `verbs`
+//! backend.
 //!
 //! These tests need an RDMA device, so they are `#[ignore]`d: run them with
 //! `--ignored` and the device's name in `NESSIE_VERBS_DEVICE` (optionally a
@@ -6,126 +7,26 @@
 //! of `scripts/rxe-vm.sh`. Each cluster is three `VerbsFabric`s opened in
 //! this process, every one with its own device context and queue pairs,
 //! meeting through the authenticated rendezvous on 127.0.0.1, so every
-//! verb (even node 0's to node 1) goes through the NIC. The bootstrap suite
-//! (other secret, replayed and tampered messages, duplicate id, other node
-//! count) runs here too. `a_missing_device_is_a_typed_error` needs no
-//! hardware and always runs.
+//! verb (even node 0's to node 1) goes through the NIC
+//! (`nessie_fabric::conformance::verbs`). The bootstrap suite (other
+//! secret, replayed and tampered messages, duplicate id, other node count)
+//! runs here too. `a_missing_device_is_a_typed_error` needs no hardware and
+//! always runs. The store's half (its verbs against `shm`'s) is
+//! `nessie-check/tests/verbs_store.rs`.
 
 #![cfg(feature = "verbs")]
 
-use nessie::fabric::Membership;
-use nessie::fabric::{
-    Fabric, FabricError, HandshakeFailure, RcTimeouts, RegionSpec, RemoteAddr, RendezvousFailure,
-    RendezvousOptions, ShmFabric, ShmOptions, Verb, VerbCounts, VerbsFabric, VerbsOptions,
-    DEFAULT_LANES,
+use nessie_fabric::conformance::bootstrap::reason;
+use nessie_fabric::conformance::verbs::{
+    device, gid_index, next_cluster, open_all, open_cluster, options, rendezvous_listener, SECRET,
 };
-use nessie::layout::{region, FORMAT_VERSION};
-use nessie::{store_regions, Config, Node, Stats};
-use nessie_check::conformance::bootstrap::reason;
-use nessie_check::conformance::{self, ClusterSpec, Factory};
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicU64, Ordering};
+use nessie_fabric::conformance::{self, ClusterSpec, Factory, FORMAT_VERSION, LARGE, SMALL};
+use nessie_fabric::{
+    Fabric, FabricError, HandshakeFailure, Membership, RcTimeouts, RegionSpec, RemoteAddr,
+    RendezvousFailure, RendezvousOptions, Verb, VerbsFabric, VerbsOptions,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const DEVICE_ENV: &str = "NESSIE_VERBS_DEVICE";
-const GID_ENV: &str = "NESSIE_VERBS_GID";
-
-fn device() -> String {
-    std::env::var(DEVICE_ENV).unwrap_or_else(|_| {
-        panic!("set {DEVICE_ENV} to an RDMA device (e.g. rxe0) to run the verbs tests")
-    })
-}
-
-fn gid_index() -> Option<u32> {
-    std::env::var(GID_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// A fresh cluster id per cluster, so no two clusters of a run can talk.
-fn next_cluster() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    0x7665_7262_0000_0000
-        | u64::from(std::process::id()) << 16
-        | NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-const SECRET: &str = "verbs-fabric-test-secret-0123456789";
-
-/// Node `node`'s options in a cluster of `nodes` meeting at `address`.
-fn options(
-    node: usize,
-    nodes: usize,
-    address: &str,
-    cluster_id: u64,
-    regions: &[RegionSpec],
-) -> VerbsOptions {
-    VerbsOptions {
-        device: Some(device()),
-        gid_index: gid_index(),
-        rendezvous: RendezvousOptions {
-            membership: Membership {
-                cluster_id,
-                format_version: FORMAT_VERSION,
-                node,
-                nodes,
-                regions: regions.to_vec(),
-            },
-            secret: SECRET.into(),
-            address: address.into(),
-            serve: node == 0,
-            timeout: Duration::from_secs(60),
-        },
-        lanes: DEFAULT_LANES,
-        retransmission: RcTimeouts::default(),
-    }
-}
-
-/// Opens one fabric per option set concurrently (each waits for the
-/// others through the rendezvous), node 0 serving on `listener`.
-fn open_all(
-    all: Vec<VerbsOptions>,
-    listener: TcpListener,
-) -> Vec<Result<VerbsFabric, FabricError>> {
-    let mut listener = Some(listener);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = all
-            .into_iter()
-            .map(|o| {
-                let serving = listener.take().filter(|_| o.rendezvous.serve);
-                s.spawn(move || match serving {
-                    Some(l) => VerbsFabric::open_serving(&o, l),
-                    None => VerbsFabric::open(&o),
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("opening thread"))
-            .collect()
-    })
-}
-
-/// A listener for the serving node on 127.0.0.1 and its address.
-fn rendezvous_listener() -> (TcpListener, String) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind the rendezvous");
-    let addr = l.local_addr().expect("bound address").to_string();
-    (l, addr)
-}
-
-fn open_cluster(spec: &ClusterSpec) -> Vec<VerbsFabric> {
-    let (listener, addr) = rendezvous_listener();
-    let id = next_cluster();
-    let all: Vec<_> = (0..spec.nodes)
-        .map(|n| options(n, spec.nodes, &addr, id, &spec.regions))
-        .collect();
-    open_all(all, listener)
-        .into_iter()
-        .enumerate()
-        .map(|(n, f)| f.unwrap_or_else(|e| panic!("node {n}: {e}")))
-        .collect()
-}
 
 fn verbs(check: impl FnOnce(Factory<'_>)) {
     let make = |spec: &ClusterSpec| {
@@ -138,7 +39,7 @@ fn verbs(check: impl FnOnce(Factory<'_>)) {
 }
 
 // More threads than lanes: some threads share queue pairs.
-nessie_check::fabric_conformance_tests!(
+nessie_fabric::fabric_conformance_tests!(
     verbs,
     threads: 6,
     per_thread: 300,
@@ -196,7 +97,7 @@ fn open_verbs(rendezvous: RendezvousOptions) -> Result<Arc<dyn Fabric>, FabricEr
 
 // Another secret, replayed and tampered messages, a duplicate node id and
 // another node count: typed errors, and the honest nodes still open.
-nessie_check::bootstrap_tests!(
+nessie_fabric::bootstrap_tests!(
     open_verbs,
     next_cluster,
     #[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
@@ -264,7 +165,7 @@ fn large_batches_are_split_and_large_verbs_staged() {
     let spec = ClusterSpec {
         nodes: 2,
         regions: vec![RegionSpec {
-            id: region::data(0),
+            id: LARGE,
             len: 8 << 20,
         }],
     };
@@ -272,14 +173,14 @@ fn large_batches_are_split_and_large_verbs_staged() {
     // A 6 MiB WRITE and READ: split into 1 MiB work requests, staged in two
     // chunks.
     let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i % 251) as u8).collect();
-    let at = RemoteAddr::new(1, region::data(0), 8);
+    let at = RemoteAddr::new(1, LARGE, 8);
     views[0].write(at, &big).expect("big WRITE");
     let mut back = vec![0u8; big.len()];
     views[0].read(at, &mut back).expect("big READ");
     assert!(back == big, "big READ returns the big WRITE");
     // A split READ and a CAS in one batch: the CAS result comes back too.
     let mut part = vec![0u8; 2 << 20];
-    let word = RemoteAddr::new(0, region::data(0), 0);
+    let word = RemoteAddr::new(0, LARGE, 0);
     let mut mixed = [
         Verb::Read {
             addr: at,
@@ -301,13 +202,13 @@ fn large_batches_are_split_and_large_verbs_staged() {
     let mut batch: Vec<Verb<'_>> = Vec::new();
     for (i, buf) in bufs.iter_mut().enumerate() {
         batch.push(Verb::Read {
-            addr: RemoteAddr::new(i % 2, region::data(0), 8 * (1 + i as u64)),
+            addr: RemoteAddr::new(i % 2, LARGE, 8 * (1 + i as u64)),
             buf,
         });
     }
     for i in 0..100u64 {
         batch.push(Verb::Cas {
-            addr: RemoteAddr::new((i % 2) as usize, region::data(0), (8 << 20) - 8 * (1 + i)),
+            addr: RemoteAddr::new((i % 2) as usize, LARGE, (8 << 20) - 8 * (1 + i)),
             expected: 0,
             new: i + 1,
             old: 99,
@@ -330,145 +231,12 @@ fn large_batches_are_split_and_large_verbs_staged() {
         let mut w = [0u8; 8];
         views[0]
             .read(
-                RemoteAddr::new((i % 2) as usize, region::data(0), (8 << 20) - 8 * (1 + i)),
+                RemoteAddr::new((i % 2) as usize, LARGE, (8 << 20) - 8 * (1 + i)),
                 &mut w,
             )
             .unwrap();
         assert_eq!(u64::from_le_bytes(w), i + 1);
     }
-}
-
-fn store_config(cluster: &str) -> Config {
-    Config {
-        cluster: cluster.into(),
-        nodes: 3,
-        index_slots_per_node: 1024,
-        data_bytes_per_node: 8 << 20,
-        value_size_max: 16 << 10,
-        ..Config::default()
-    }
-}
-
-/// What [`scripted_ops`] measured: each client's statistics, and the verbs
-/// of one PUT of a new key (node 0) and one GET of it (node 1, remote).
-struct Measured {
-    a: Stats,
-    b: Stats,
-    one_put: VerbCounts,
-    one_get: VerbCounts,
-}
-
-/// Runs the same operations on a three-node cluster: node 0 writes and
-/// reads, node 1 reads.
-fn scripted_ops(nodes: &[Node]) -> Measured {
-    let mut a = nodes[0].client().unwrap();
-    let mut b = nodes[1].client().unwrap();
-    let before = a.stats().put.verbs;
-    a.put(b"verbs-count-first", &[7u8; 1000]).unwrap();
-    let one_put = a.stats().put.verbs - before;
-    let before = b.stats().get.verbs;
-    assert_eq!(b.get(b"verbs-count-first").unwrap(), Some(vec![7u8; 1000]));
-    let one_get = b.stats().get.verbs - before;
-    for i in 0..8 {
-        let key = format!("verbs-count-{i}");
-        a.put(key.as_bytes(), &vec![i as u8; 100 + 1000 * i])
-            .unwrap();
-        assert_eq!(
-            a.get(key.as_bytes()).unwrap().map(|v| v.len()),
-            Some(100 + 1000 * i)
-        );
-        assert!(b.get(key.as_bytes()).unwrap().is_some());
-        a.put(key.as_bytes(), b"second").unwrap();
-        assert_eq!(
-            b.get(key.as_bytes()).unwrap().as_deref(),
-            Some(&b"second"[..])
-        );
-    }
-    assert!(a.delete(b"verbs-count-3").unwrap());
-    assert_eq!(b.get(b"verbs-count-3").unwrap(), None);
-    Measured {
-        a: a.stats(),
-        b: b.stats(),
-        one_put,
-        one_get,
-    }
-}
-
-fn show(c: &VerbCounts) -> String {
-    format!(
-        "{} READ, {} WRITE, {} CAS, {} B, {} round trips ({} local, {} remote verbs)",
-        c.reads,
-        c.writes,
-        c.cas,
-        c.bytes(),
-        c.round_trips,
-        c.local,
-        c.remote
-    )
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
-fn store_on_verbs_issues_the_same_verbs_as_on_shm() {
-    let config = store_config("verbs-counts");
-    let regions = store_regions(&config);
-    let spec = ClusterSpec {
-        nodes: 3,
-        regions: regions.clone(),
-    };
-    let verbs_nodes: Vec<Node> = open_cluster(&spec)
-        .into_iter()
-        .enumerate()
-        .map(|(n, f)| Node::with_fabric(config.clone(), n, Arc::new(f)).unwrap())
-        .collect();
-    let on_verbs = scripted_ops(&verbs_nodes);
-    drop(verbs_nodes);
-
-    let dir = tempfile::tempdir().unwrap();
-    let shm: Vec<ShmFabric> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..3)
-            .map(|node| {
-                let o = ShmOptions {
-                    dir: dir.path().to_path_buf(),
-                    membership: Membership {
-                        cluster_id: config.cluster_id(),
-                        format_version: FORMAT_VERSION,
-                        node,
-                        nodes: 3,
-                        regions: regions.clone(),
-                    },
-                    attach_timeout: Duration::from_secs(10),
-                };
-                s.spawn(move || ShmFabric::open(&o).unwrap())
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let shm_nodes: Vec<Node> = shm
-        .into_iter()
-        .enumerate()
-        .map(|(n, f)| Node::with_fabric(config.clone(), n, Arc::new(f)).unwrap())
-        .collect();
-    let on_shm = scripted_ops(&shm_nodes);
-
-    assert_eq!(on_verbs.one_put, on_shm.one_put, "one PUT");
-    assert_eq!(on_verbs.one_get, on_shm.one_get, "one GET");
-    for (who, v, s) in [
-        ("node 0", on_verbs.a, on_shm.a),
-        ("node 1", on_verbs.b, on_shm.b),
-    ] {
-        assert_eq!(v.get.verbs, s.get.verbs, "{who}: GET verbs");
-        assert_eq!(v.put.verbs, s.put.verbs, "{who}: PUT verbs");
-        assert_eq!(v.delete.verbs, s.delete.verbs, "{who}: DELETE verbs");
-    }
-    println!(
-        "VERB-COUNTS one PUT of a new 1000 B value from node 0, on verbs and on shm: {}",
-        show(&on_verbs.one_put)
-    );
-    println!(
-        "VERB-COUNTS one GET of it from node 1, on verbs and on shm: {}",
-        show(&on_verbs.one_get)
-    );
 }
 
 fn median_us(mut samples: Vec<Duration>) -> f64 {
@@ -498,11 +266,11 @@ fn latency_report() {
         nodes: 2,
         regions: vec![
             RegionSpec {
-                id: region::INDEX,
+                id: SMALL,
                 len: 64 << 10,
             },
             RegionSpec {
-                id: region::data(0),
+                id: LARGE,
                 len: 1 << 20,
             },
         ],
@@ -510,8 +278,8 @@ fn latency_report() {
     let views = open_cluster(&spec);
     let f = &views[0];
     for (target, label) in [(1, "remote"), (0, "loopback")] {
-        let word = RemoteAddr::new(target, region::INDEX, 4096);
-        let block = RemoteAddr::new(target, region::data(0), 64 << 10);
+        let word = RemoteAddr::new(target, SMALL, 4096);
+        let block = RemoteAddr::new(target, LARGE, 64 << 10);
         let mut b8 = [0u8; 8];
         let mut b16k = vec![0u8; 16 << 10];
         let data = vec![0x5au8; 16 << 10];

@@ -1,4 +1,20 @@
-//! A conformance suite for [`Fabric`] backends.
+//! The conformance suites every backend must pass, and what tests need of
+//! the crate's private parts. Compiled only with the cargo feature
+//! `conformance`, which the crate's own tests switch on (a dev-dependency
+//! of the crate on itself); other crates' tests and the fuzz target enable
+//! it the same way. It is no part of the library's API.
+//!
+//! * This module: the suite for [`Fabric`] backends, and
+//!   [`fabric_conformance_tests!`](crate::fabric_conformance_tests), which
+//!   instantiates it as one test per check.
+//! * [`bootstrap`]: the suite for backends whose nodes meet through the
+//!   authenticated rendezvous (`tcp`, `verbs`).
+//! * `verbs` (with the feature `verbs` too): clusters of `VerbsFabric`s on
+//!   the RDMA device the tests are given.
+//! * [`serve_tcp_bytes`]: the `tcp` backend's frame decoder on an in-memory
+//!   byte stream (the decoder's property tests and fuzz target).
+//!
+//! ## The fabric suite
 //!
 //! Every check takes a [`Factory`]: a function that builds a fresh cluster
 //! of the requested shape and returns one view of it per node (for an
@@ -22,13 +38,13 @@
 //!   coordinates, and change nothing;
 //! * concurrent CAS increments from several threads (and views) lose none;
 //! * concurrent WRITEs and READs never tear an 8-byte word;
-//! * an [`Endpoint`](nessie::fabric::Endpoint) counts verbs, bytes, round trips and local/remote
-//!   targets exactly.
+//! * an [`Endpoint`](crate::Endpoint) counts verbs, bytes, round trips and
+//!   local/remote targets exactly.
 
-use nessie::fabric::{Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, Verb};
-use nessie::layout::region;
+use crate::{Fabric, FabricError, RegionId, RegionSpec, RemoteAddr, Verb};
 use std::sync::Arc;
 
+pub mod bootstrap;
 mod concurrency;
 mod counts;
 mod errors;
@@ -36,6 +52,9 @@ mod errors;
 pub use concurrency::{check_concurrent_cas, check_word_atomicity};
 pub use counts::check_endpoint_counts;
 pub use errors::check_errors;
+
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 /// The shape of a cluster a check asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,10 +69,17 @@ pub struct ClusterSpec {
 /// with earlier clusters) and returns one view per node, in node order.
 pub type Factory<'a> = &'a dyn Fn(&ClusterSpec) -> Vec<Arc<dyn Fabric>>;
 
+/// The format version the memberships of the suites' clusters carry: the
+/// fabric's own layouts' ([`crate::wire::VERSION`]); a store folds in its
+/// own.
+pub const FORMAT_VERSION: u32 = crate::wire::VERSION;
+
 /// The index-like region of the suite's clusters.
-pub const SMALL: RegionId = region::INDEX;
+pub const SMALL: RegionId = RegionId(0);
 /// The data-like region of the suite's clusters.
-pub const LARGE: RegionId = region::data(0);
+pub const LARGE: RegionId = RegionId(1);
+/// A region no cluster of the suite registers.
+pub const UNREGISTERED: RegionId = RegionId(10);
 /// Bytes of [`SMALL`].
 pub const SMALL_LEN: u64 = 4096;
 /// Bytes of [`LARGE`].
@@ -127,7 +153,7 @@ pub fn check_shape(make: Factory<'_>) {
                 );
             }
             assert_eq!(
-                view.region_len(node, region::data(9)),
+                view.region_len(node, UNREGISTERED),
                 None,
                 "view {v}: unregistered region"
             );
@@ -415,6 +441,15 @@ pub fn run_all(make: Factory<'_>) {
     check_concurrent_cas(make, 4, 2_000);
     check_word_atomicity(make, 2_000);
     check_endpoint_counts(make);
+}
+
+/// Serves `tcp` request frames from an in-memory byte stream until it ends
+/// or a frame is refused, as a one-node service with two small regions
+/// would; returns how many frames were answered and the response bytes.
+/// What the frame decoder's property tests and fuzz target feed.
+#[must_use]
+pub fn serve_tcp_bytes(input: &[u8]) -> (usize, Vec<u8>) {
+    crate::tcp::serve_bytes_for_testing(input)
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 //! that sees it (other secret, replayed and tampered messages, duplicate
 //! node id, other node count, missing nodes, no server).
 
-use nessie::fabric::{
+use nessie_fabric::conformance::bootstrap::{Tap, Tape};
+use nessie_fabric::{
     rendezvous, rendezvous_connected, rendezvous_with, serve_rendezvous, Fabric, FabricError,
     HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, RendezvousFailure,
     RendezvousOptions, RendezvousOutcome, TcpFabric, TcpOptions,
 };
-use nessie_check::conformance::bootstrap::{Tap, Tape};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
@@ -17,9 +17,7 @@ use std::time::Duration;
 
 const SECRET: &str = "rendezvous-test-secret";
 const REGION: RegionId = RegionId(0);
-use nessie::fabric::wire::rendezvous::{
-    HELLO_BYTES as HELLO, SEALED_HEADER_BYTES as SEALED_HEADER,
-};
+use nessie_fabric::wire::rendezvous::{HELLO_BYTES as HELLO, SEALED_HEADER_BYTES as SEALED_HEADER};
 
 fn membership(node: usize, nodes: usize) -> Membership {
     Membership {

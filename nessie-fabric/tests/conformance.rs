@@ -4,11 +4,10 @@
 //! own node, in a fresh directory) and `tcp` (one `TcpFabric` per node,
 //! each serving on its own 127.0.0.1 port).
 
-use nessie::fabric::{
+use nessie_fabric::conformance::{ClusterSpec, Factory, FORMAT_VERSION};
+use nessie_fabric::{
     Fabric, FabricError, LocalFabric, Membership, ShmFabric, ShmOptions, TcpFabric, TcpOptions,
 };
-use nessie::layout::FORMAT_VERSION;
-use nessie_check::conformance::{ClusterSpec, Factory};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,15 +138,15 @@ fn tcp(check: impl FnOnce(Factory<'_>)) {
 
 mod local {
     use super::local;
-    nessie_check::fabric_conformance_tests!(local, threads: 4, per_thread: 5_000, rounds: 5_000);
+    nessie_fabric::fabric_conformance_tests!(local, threads: 4, per_thread: 5_000, rounds: 5_000);
 }
 
 mod shm {
     use super::shm;
-    nessie_check::fabric_conformance_tests!(shm, threads: 4, per_thread: 5_000, rounds: 5_000);
+    nessie_fabric::fabric_conformance_tests!(shm, threads: 4, per_thread: 5_000, rounds: 5_000);
 }
 
 mod tcp {
     use super::tcp;
-    nessie_check::fabric_conformance_tests!(tcp, threads: 4, per_thread: 5_000, rounds: 5_000);
+    nessie_fabric::fabric_conformance_tests!(tcp, threads: 4, per_thread: 5_000, rounds: 5_000);
 }

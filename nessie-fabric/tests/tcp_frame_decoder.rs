@@ -3,8 +3,8 @@
 //! answer it gives is a well-formed response frame. CI runs 100,000 cases
 //! (`PROPTEST_CASES` overrides).
 
-use nessie::fabric::tcp_serve_bytes_for_testing as serve;
-use nessie::fabric::wire::frame::{
+use nessie_fabric::conformance::serve_tcp_bytes as serve;
+use nessie_fabric::wire::frame::{
     FrameHeader, VerbHeader, OP_CAS, OP_READ, OP_WRITE, REQUEST_MAGIC, RESPONSE_MAGIC,
 };
 use proptest::prelude::*;
