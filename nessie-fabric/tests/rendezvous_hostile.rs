@@ -3,15 +3,16 @@
 //! registering, and a node whose connection is reset or closed before the
 //! server's hello tries again.
 
+use nessie_fabric::conformance::hostile::dribblers;
 use nessie_fabric::wire::rendezvous::{RvHello, HELLO_BYTES, KIND_CLIENT_HELLO};
 use nessie_fabric::{
     rendezvous, serve_rendezvous, FabricError, Membership, RegionId, RegionSpec, RendezvousOptions,
     RendezvousOutcome,
 };
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{Shutdown, TcpListener};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SECRET: &str = "rendezvous-hostile-test-secret";
 
@@ -53,45 +54,6 @@ fn serve(
     std::thread::spawn(move || serve_rendezvous(&opts, listener, |_| blob(0)))
 }
 
-/// Opens `count` connections to `addr` (all connected before it returns),
-/// then dribbles a client hello over each, one byte every 150 ms, until
-/// every connection is closed by the server or `dribble_for` has passed.
-/// The thread returns how many connections were still open at the end.
-fn dribblers(addr: &str, count: usize, dribble_for: Duration) -> JoinHandle<usize> {
-    let mut open: Vec<TcpStream> = (0..count)
-        .map(|_| {
-            let s = TcpStream::connect(addr).unwrap();
-            s.set_nonblocking(true).unwrap();
-            s
-        })
-        .collect();
-    let hello = RvHello {
-        kind: KIND_CLIENT_HELLO,
-        nonce: [3; 32],
-    }
-    .encode();
-    std::thread::spawn(move || {
-        let until = Instant::now() + dribble_for;
-        let mut at = 0;
-        while !open.is_empty() && Instant::now() < until {
-            // The hello, then zeros: a sealed header still to come.
-            let byte = [hello.get(at).copied().unwrap_or(0)];
-            at += 1;
-            open.retain_mut(|s| {
-                let mut b = [0u8; 64];
-                let gone = match s.read(&mut b) {
-                    Ok(0) => true,
-                    Ok(_) => false,
-                    Err(e) => e.kind() != ErrorKind::WouldBlock,
-                };
-                !gone && s.write(&byte).is_ok()
-            });
-            std::thread::sleep(Duration::from_millis(150));
-        }
-        open.len()
-    })
-}
-
 /// More strangers than the server runs handlers for (2·nodes + 16 = 20),
 /// each dribbling a hello a byte at a time, connected before the honest
 /// node: the honest node still registers, the rendezvous completes, and
@@ -102,7 +64,18 @@ fn dribbling_strangers_do_not_lock_an_honest_node_out() {
     let addr = listener.local_addr().unwrap().to_string();
     let timeout = Duration::from_secs(5);
     let srv = serve(listener, 2, timeout);
-    let strangers = dribblers(&addr, 24, Duration::from_secs(10));
+    let hello = RvHello {
+        kind: KIND_CLIENT_HELLO,
+        nonce: [3; 32],
+    }
+    .encode();
+    // The hello, then zeros: a sealed header still to come.
+    let strangers = dribblers(
+        &addr,
+        24,
+        move |at| hello.get(at).copied().unwrap_or(0),
+        Duration::from_secs(10),
+    );
     let got = rendezvous(&options(1, 2, &addr, timeout), &blob(1))
         .unwrap_or_else(|e| panic!("the honest node was locked out: {e}"));
     assert_eq!(got, vec![blob(0), blob(1)]);

@@ -3,15 +3,14 @@
 //! handshake failures, unreachable peers, reconnection, and strangers that
 //! hold connections open without ever authenticating.
 
+use nessie_fabric::conformance::hostile::dribblers;
 use nessie_fabric::wire::frame::Hello;
 use nessie_fabric::{
     Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric,
     TcpOptions, Verb,
 };
-use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const SMALL: RegionId = RegionId(0);
@@ -520,39 +519,6 @@ fn late_cas_is_refused_by_its_target_and_not_executed() {
     assert_eq!(nodes[0].cas_by(word, 7, 8, 0).unwrap(), 7);
 }
 
-/// Opens `count` connections to `addr` (all connected before it returns),
-/// then dribbles `bytes` over each, one byte every 150 ms, until every
-/// connection is closed by the other side or `dribble_for` has passed.
-/// The thread returns how many connections were still open at the end.
-fn dribblers(addr: &str, count: usize, bytes: Vec<u8>, dribble_for: Duration) -> JoinHandle<usize> {
-    let mut open: Vec<TcpStream> = (0..count)
-        .map(|_| {
-            let s = TcpStream::connect(addr).unwrap();
-            s.set_nonblocking(true).unwrap();
-            s
-        })
-        .collect();
-    std::thread::spawn(move || {
-        let until = Instant::now() + dribble_for;
-        let mut at = 0;
-        while !open.is_empty() && Instant::now() < until {
-            let byte = [bytes[at % bytes.len()]];
-            at += 1;
-            open.retain_mut(|s| {
-                let mut b = [0u8; 64];
-                let gone = match s.read(&mut b) {
-                    Ok(0) => true,
-                    Ok(_) => false,
-                    Err(e) => e.kind() != ErrorKind::WouldBlock,
-                };
-                !gone && s.write(&byte).is_ok()
-            });
-            std::thread::sleep(Duration::from_millis(150));
-        }
-        open.len()
-    })
-}
-
 /// More strangers than a node holds connections of any kind, each
 /// dribbling a plausible hello a byte at a time and never proving the
 /// secret, neither keep an honest peer out nor outlive the handshake
@@ -584,7 +550,12 @@ fn dribbling_strangers_neither_lock_out_a_peer_nor_outlive_the_deadline() {
         regions: regions().iter().map(|r| (r.id.0, r.len)).collect(),
     }
     .encode();
-    let strangers = dribblers(&addrs[0], 40, hello, Duration::from_secs(8));
+    let strangers = dribblers(
+        &addrs[0],
+        40,
+        move |at| hello[at % hello.len()],
+        Duration::from_secs(8),
+    );
     let node1 = TcpFabric::with_listener(&opts[1], l1)
         .unwrap_or_else(|e| panic!("node 1 was locked out: {e}"));
     let node0 = node0.join().unwrap().unwrap();

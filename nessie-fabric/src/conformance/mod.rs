@@ -13,6 +13,8 @@
 //!   the RDMA device the tests are given.
 //! * [`serve_tcp_bytes`]: the `tcp` backend's frame decoder on an in-memory
 //!   byte stream (the decoder's property tests and fuzz target).
+//! * [`hostile`]: slow, unauthenticated connections, for the tests that a
+//!   server cannot be held hostage.
 //!
 //! ## The fabric suite
 //!
@@ -48,6 +50,7 @@ pub mod bootstrap;
 mod concurrency;
 mod counts;
 mod errors;
+pub mod hostile;
 
 pub use concurrency::{check_concurrent_cas, check_word_atomicity};
 pub use counts::check_endpoint_counts;
