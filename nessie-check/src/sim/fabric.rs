@@ -35,12 +35,13 @@ struct Inflight {
     torn: bool,
 }
 
-/// A fabric that yields to the scheduler before every verb, every piece of
-/// a torn verb and every [`Fabric::yield_point`], and injects transport
-/// errors. Given the tables' geometry, it also watches every stage WRITE:
-/// an `expires_at` written over a non-zero one stages an incarnation twice,
-/// which the recycling rules forbid (a second stage can land after the
-/// slot's reuse and stamp its next occupant: review F4). Given a
+/// A fabric that yields to the scheduler before every verb, every piece of a
+/// torn verb and every [`Fabric::yield_point`], and injects transport errors.
+/// Given the tables' geometry, it also watches every stage WRITE: an
+/// `expires_at` written over a non-zero one stages an incarnation twice, which
+/// the recycling rules forbid (a second stage can land after the slot's reuse
+/// and stamp its next occupant,
+/// docs/design.md#f4-rule-i-one-stager-per-incarnation). Given a
 /// [`MemoryCheck`], it runs it after every CAS that changed memory, so a
 /// broken invariant is reported at the step that broke it.
 #[derive(Debug)]

@@ -11,16 +11,19 @@ use std::time::Duration;
 pub enum Layout {
     /// Keys with random names (and so random candidate slots).
     Random,
-    /// Layout A of the model checks and the review, on two nodes of two
-    /// index slots: k1 with candidates (s1, s0) sits in s0, k3 in s2; k2 has
-    /// (s0, s2) and k4 (s1, s2). Client 0 starts with PUT(k2), which must
-    /// MIGRATE k1 from s0 to s1; everything after is random. The ground of
-    /// review F3–F5: zombie migrators and their helpers meet on three slots.
+    /// Layout A of the model checks and the review, on two nodes of two index
+    /// slots: k1 with candidates (s1, s0) sits in s0, k3 in s2; k2 has (s0,
+    /// s2) and k4 (s1, s2). Client 0 starts with PUT(k2), which must MIGRATE
+    /// k1 from s0 to s1; everything after is random. The ground of
+    /// docs/design.md#rules, F3–F5: zombie migrators and their helpers meet on
+    /// three slots.
     A,
-    /// The layout of review F2, on two nodes of two index slots: k1 with
-    /// candidates (s0, s1, s2) sits in s0, f3 in s3; kx has (s0, s3) and ky
-    /// (s1, s3). Client 0 starts with PUT(kx), which MIGRATEs k1 from s0 to
-    /// s1, and client 1 with PUT(ky), which moves that copy on to s2.
+    /// The layout of F2
+    /// (docs/design.md#f2-rule-iii-the-recycler-clears-a-committed-copys-marker),
+    /// on two nodes of two index slots: k1 with candidates (s0, s1, s2) sits
+    /// in s0, f3 in s3; kx has (s0, s3) and ky (s1, s3). Client 0 starts with
+    /// PUT(kx), which MIGRATEs k1 from s0 to s1, and client 1 with PUT(ky),
+    /// which moves that copy on to s2.
     F2,
     /// `M2a` of the model check of the reverse passes, on two nodes of two
     /// index slots: k1 with candidates (s0, s1) is absent, k2 with (s0, s2)
@@ -199,7 +202,7 @@ impl Scenario {
     /// Zombie migrations: an index so full that nearly every PUT migrates,
     /// readers of the migrated entries, many stalls (half of them in the
     /// window where a late CAS races its helpers) and crashes, and the
-    /// background recycler: the ground of review F2–F5.
+    /// background recycler: the ground of F2–F5 (docs/design.md#rules).
     #[must_use]
     pub fn migrating_zombies() -> Scenario {
         let base = Scenario {
@@ -257,9 +260,9 @@ impl Scenario {
         }
     }
 
-    /// The layout of review F2 ([`Layout::F2`]) under the same faults:
-    /// every run migrates k1 twice, and a crash or a passed deadline between
-    /// a copy's commit and its marker's clear leaves a marker behind.
+    /// The layout of F2 ([`Layout::F2`], docs/design.md#rules) under the same
+    /// faults: every run migrates k1 twice, and a crash or a passed deadline
+    /// between a copy's commit and its marker's clear leaves a marker behind.
     #[must_use]
     pub fn layout_f2_races() -> Scenario {
         Scenario {

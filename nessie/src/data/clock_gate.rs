@@ -1,5 +1,5 @@
 //! The clock gate on reuse: a node reuses a staged slot only on the word
-//! of its clock watch (DESIGN §4.4).
+//! of its clock watch (docs/design.md#the-clock-gate-on-reuse).
 //!
 //! A staged slot's reuse time `expires_at + max_clock_skew` is judged on
 //! the node's own wall clock. Should that clock step forward beyond the

@@ -6,7 +6,7 @@
 //! Clients write new DTEs only into their own node's tables, so allocation is
 //! node-local state ([`NodeData`]), shared by the node's clients.
 //!
-//! # When a slot may be reused (DESIGN §4.4)
+//! # When a slot may be reused (docs/design.md#reuse-of-a-slot)
 //!
 //! * A slot that was never published (its owner's ITE CAS failed or was
 //!   refused) is free again at once, **with the same generation**: its

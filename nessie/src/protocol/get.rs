@@ -65,7 +65,7 @@ impl Ctx<'_> {
         let opts = self.env.config.optimizations;
         // A cache entry is fresh if at most `expiry` passed between the
         // index read that last confirmed it and the end of this pass's index
-        // read: the clock is read after the ITEs (review F6), once.
+        // read: the clock is read after the ITEs (docs/design.md#cache), once.
         let mut read_ended = None;
         let mut reqs = PerCandidate::<DteRead>::new();
         let mut slots = PerCandidate::<usize>::new();
