@@ -42,9 +42,12 @@
 //! * [`bootstrap`] — a process's place in its job (node id, node count,
 //!   hosts, rendezvous address) from Slurm, MPI or torchrun variables or
 //!   explicit settings, and the cluster secret from outside the command line.
-//! * [`runtime`] — how a process starts the nodes it hosts, for every store
-//!   of the project: configuration checks, fabric, clocks, data tables and
-//!   the background recycler.
+//! * [`runtime`] — the node runtime: how a process starts the nodes it
+//!   hosts, for every store of the project (configuration checks, fabric,
+//!   clocks, data tables and the background recycler), the state they share,
+//!   the clock watch and the periodic threads, and [`Cluster`] and [`Node`]
+//!   on top of them. Everything else at the crate root is the store's base:
+//!   configuration, errors, statistics, clocks and the client.
 //! * [`index`] — where a key may live: `H` candidate slots over all nodes'
 //!   index tables, and filter bits.
 //! * [`data`] — size classes, per-node slot allocation, expiry-gated reuse and
@@ -77,24 +80,18 @@ pub mod bootstrap;
 pub mod cache;
 mod client;
 pub mod clock;
-mod cluster;
 mod config;
 pub mod data;
 mod error;
 pub mod index;
 mod kv;
 pub mod layout;
-mod node;
-mod periodic;
 mod protocol;
 pub mod runtime;
 mod stats;
-mod store;
-mod watch;
 
 pub use client::Client;
 pub use clock::{Clock, WallClock};
-pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{
     ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_DURATION, MAX_VALUE_SIZE,
     MIN_CLASS_BYTES,
@@ -103,9 +100,10 @@ pub use error::Error;
 pub use kv::KvClient;
 /// One-sided verbs on other nodes' memory: the `nessie-fabric` crate.
 pub use nessie_fabric as fabric;
-pub use node::Node;
+pub use runtime::cluster::{Cluster, ClusterBuilder};
+pub use runtime::node::Node;
+pub use runtime::store::store_regions;
 pub use stats::{OpKind, OpStats, RetryCause, RetryCounts, Stats};
-pub use store::store_regions;
 
 /// Whether this build has the `verbs` fabric backend (cargo feature
 /// `verbs`). Without it a node refuses `fabric = verbs` when it opens the

@@ -4,7 +4,7 @@
 use super::{NodeData, TableAccess};
 use crate::clock::Clock;
 use crate::fabric::Fabric;
-use crate::periodic::Periodic;
+use crate::runtime::periodic::Periodic;
 use std::sync::Arc;
 use std::time::Duration;
 

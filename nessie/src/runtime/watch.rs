@@ -9,8 +9,8 @@ use crate::clock::{
 };
 use crate::fabric::{Fabric, NodeId, RemoteAddr};
 use crate::layout::region;
-use crate::periodic::Periodic;
-use crate::store::Shared;
+use crate::runtime::periodic::Periodic;
+use crate::runtime::store::Shared;
 use std::sync::Arc;
 
 /// A running clock watch; stops and joins its thread when dropped.

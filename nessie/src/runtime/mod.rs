@@ -19,7 +19,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) mod cluster;
 mod memory;
+pub(crate) mod node;
+pub(crate) mod periodic;
+pub(crate) mod store;
+pub(crate) mod watch;
 
 /// Wraps a fabric, e.g. to interpose a scheduler on every verb.
 pub type FabricWrapper = Box<dyn FnOnce(Arc<dyn Fabric>) -> Arc<dyn Fabric>>;

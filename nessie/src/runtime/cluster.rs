@@ -6,9 +6,9 @@ use crate::client::Client;
 use crate::clock::Clock;
 use crate::data::{NodeData, TableAccess};
 use crate::fabric::{Fabric, NodeId};
+use crate::runtime::store::{store_regions, Shared};
+use crate::runtime::watch::ClockWatch;
 use crate::runtime::{Hosting, LocalStart};
-use crate::store::{store_regions, Shared};
-use crate::watch::ClockWatch;
 use crate::{Config, Error};
 use std::fmt;
 use std::sync::Arc;
@@ -95,7 +95,7 @@ impl Cluster {
     /// without the fabric wrapper, as by the watch.
     pub fn check_clocks(&self) {
         for node in 0..self.shared.config().nodes {
-            crate::watch::check(&self.shared, self.shared.scan_fabric().as_ref(), node);
+            crate::runtime::watch::check(&self.shared, self.shared.scan_fabric().as_ref(), node);
         }
     }
 }
@@ -183,7 +183,7 @@ impl ClusterBuilder {
             )?)
         } else {
             if self.clock_checks {
-                crate::watch::arm(&shared, hosting.hosted());
+                crate::runtime::watch::arm(&shared, hosting.hosted());
             }
             None
         };

@@ -3,9 +3,9 @@
 use crate::bootstrap::Launch;
 use crate::client::Client;
 use crate::fabric::{Fabric, NodeId, TcpStats};
+use crate::runtime::store::{store_regions, Shared};
+use crate::runtime::watch::ClockWatch;
 use crate::runtime::Hosting;
-use crate::store::{store_regions, Shared};
-use crate::watch::ClockWatch;
 use crate::{Config, Error};
 use std::sync::Arc;
 
