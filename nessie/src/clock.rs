@@ -40,13 +40,7 @@ pub fn reuse_lag(max_skew: Duration) -> Duration {
     detection_lag(max_skew) + heartbeat_period(max_skew)
 }
 
-/// Offset of the clock heartbeat word in a node's metadata region.
-pub const HEARTBEAT_OFFSET: u64 = 0;
-/// Offset of the skew alarm words (one per node) in the metadata region.
-pub const ALARMS_OFFSET: u64 = 8;
-/// Bytes of a node's metadata region: the heartbeat and one alarm word per
-/// node the index can address.
-pub const META_BYTES: u64 = 8 * (1 + crate::layout::ite::MAX_NODES as u64);
+pub use crate::layout::meta::{ALARMS_OFFSET, HEARTBEAT_OFFSET, META_BYTES};
 
 /// Detects clock skew beyond `max_clock_skew` between nodes, with one-sided
 /// verbs only.

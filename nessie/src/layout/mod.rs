@@ -1,6 +1,6 @@
 //! Every byte layout the store keeps in remote memory: index table entries
-//! (ITEs) and data table entries (DTEs), and the ids of the regions that
-//! hold them. The fabric's own layouts (region file headers, wire frames)
+//! (ITEs), data table entries (DTEs), the META region's clock words, and the
+//! ids of the regions that hold them. The fabric's own layouts (region file headers, wire frames)
 //! are in [`crate::fabric::wire`]; the baselines' ring frames live with
 //! the baselines, in `nessie-sd`.
 //!
@@ -11,6 +11,7 @@
 
 pub mod dte;
 pub mod ite;
+pub mod meta;
 pub mod region;
 
 pub use dte::{DteHeader, DteState, DteStatus, DTE_HEADER_BYTES};
