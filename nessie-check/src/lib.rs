@@ -3,32 +3,25 @@
 //! suites every fabric backend and every store must pass.
 //!
 //! * [`history`]: [`History`] of operations with known or unknown outcomes,
-//!   and the thread-safe [`Recorder`] clients use to collect one;
-//!   [`proc_history`] for histories written by separate processes, and
-//!   [`proc_workload`] for the workload those processes run.
+//!   and the thread-safe [`Recorder`] clients use to collect one.
 //! * [`linearizability`]: [`check`] a history against a map of registers.
 //! * [`conformance`]: the suite every store ([`conformance::kv`]) must pass
 //!   (the fabric's suites are `nessie_fabric::conformance`).
 //! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
 //!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
 //!   counterexamples step by step.
-//! * [`stress`]: real-thread stress runs of any [`nessie::KvClient`].
-//! * [`peer_death`]: a peer killed on a fabric between processes; the
-//!   survivors' operations return, typed errors for what needs it.
-//! * [`chaos`]: multi-process runs with kills, stalls, full tables and a
-//!   crowded index.
+//! * [`process`]: real threads and processes — stress runs of any
+//!   [`nessie::KvClient`], histories written by separate processes and the
+//!   workload they run, a peer killed on a fabric between processes, and
+//!   chaos runs with kills, stalls, full tables and a crowded index.
 
-pub mod chaos;
 pub mod conformance;
 pub mod history;
 pub mod linearizability;
-pub mod peer_death;
-pub mod proc_history;
-pub mod proc_workload;
+pub mod process;
 pub mod scripted;
 pub mod sim;
 pub mod simulation;
-pub mod stress;
 
 pub use history::{Call, ClientId, History, Operation, Outcome, Pending, Recorder, Ret};
 pub use linearizability::{check, CheckError, NumberedOp, Violation};

@@ -2,8 +2,8 @@
 //! 20 faults (kills, stalls longer than expiry, full data tables, a crowded
 //! index), zero violations.
 
-use nessie_check::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
-use nessie_check::proc_workload::child_test;
+use nessie_check::process::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
+use nessie_check::process::workload::child_test;
 
 #[test]
 fn chaos_quick_has_no_violations() {

@@ -5,12 +5,12 @@
 
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::history::Call;
-use nessie_check::proc_history::{read_logs, stop_mid_operation, ProcLog};
-use nessie_check::proc_workload::{
+use nessie_check::process::history::{read_logs, stop_mid_operation, ProcLog};
+use nessie_check::process::stress::stress_key;
+use nessie_check::process::workload::{
     child_test, client_id, logged_call, mark_started, run_node_workers, spawned_node,
     wait_until_started, ChildGuard, NodeWork,
 };
-use nessie_check::stress::stress_key;
 use nix::unistd::Pid;
 use std::path::Path;
 use std::process::Child;

@@ -3,7 +3,7 @@
 //! baselines, with the same test code.
 
 use nessie::{Config, KvClient, Optimizations};
-use nessie_check::stress::{stress, StressPlan};
+use nessie_check::process::stress::{stress, StressPlan};
 
 fn plan(seed: u64) -> StressPlan {
     StressPlan {

@@ -8,8 +8,10 @@
 //! and passes (fails under `NESSIE_REQUIRE_TOOLS=1`).
 
 use nessie::{Config, FabricConfig, Node};
-use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{child_test_args, finish_together, run_node_workers, NodeWork};
+use nessie_check::process::history::read_logs;
+use nessie_check::process::workload::{
+    child_test_args, finish_together, run_node_workers, NodeWork,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

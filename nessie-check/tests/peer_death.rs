@@ -4,7 +4,7 @@
 //! `op_timeout`, the others with success.
 
 use nessie::{Config, FabricConfig};
-use nessie_check::peer_death;
+use nessie_check::process::peer_death;
 use std::time::Duration;
 
 fn tcp(cluster: &str, rendezvous: &str) -> Config {

@@ -13,9 +13,9 @@
 #![cfg(feature = "verbs")]
 
 use nessie::{Config, FabricConfig, Node};
-use nessie_check::peer_death;
-use nessie_check::proc_history::read_logs;
-use nessie_check::proc_workload::{
+use nessie_check::process::history::read_logs;
+use nessie_check::process::peer_death;
+use nessie_check::process::workload::{
     child_test, finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
 };
 use nessie_fabric::conformance::bootstrap::free_address;

@@ -1,12 +1,12 @@
 //! `chaos`: a multi-process cluster under a mixed workload while faults are
 //! injected (SIGKILL, SIGSTOP longer than expiry, full data tables, a
 //! crowded index), then the linearizability and wedge verdicts. The engine
-//! is `nessie_check::chaos`, shared with the bounded run of the test suite.
+//! is `nessie_check::process::chaos`, shared with the bounded run of the test suite.
 
 use super::OutputArgs;
 use crate::{HarnessError, Result};
 use clap::Args;
-use nessie_check::chaos::{run as run_chaos, ChaosPlan};
+use nessie_check::process::chaos::{run as run_chaos, ChaosPlan};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -101,6 +101,6 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
 
 /// The body of a chaos node process.
 pub fn node_main() -> i32 {
-    nessie_check::chaos::child_main();
+    nessie_check::process::chaos::child_main();
     0
 }

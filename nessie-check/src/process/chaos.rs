@@ -30,8 +30,8 @@
 //! `op_timeout + 2·max_clock_skew` (no wedge).
 
 use crate::history::Call;
-use crate::proc_history::{read_logs, stop_mid_operation, ProcLog};
-use crate::proc_workload::{logged_call, mark_started, wait_until_started};
+use crate::process::history::{read_logs, stop_mid_operation, ProcLog};
+use crate::process::workload::{logged_call, mark_started, wait_until_started};
 use nessie::{Config, Error, FabricConfig, KvClient, Node};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

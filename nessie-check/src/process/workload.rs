@@ -4,8 +4,8 @@
 //! call with [`ProcLog`], so the parent can merge and check the histories.
 
 use crate::history::Call;
-use crate::proc_history::ProcLog;
-use crate::stress::{stress_key, unique_value};
+use crate::process::history::ProcLog;
+use crate::process::stress::{stress_key, unique_value};
 use nessie::{Error, KvClient, Node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -8,7 +8,7 @@
 //! A test supplies the configuration ([`Fabric`]) and names the child test
 //! that runs [`child`]; [`run`] is the parent.
 
-use crate::proc_workload::{
+use crate::process::workload::{
     child_test, finish_together, mark_started, spawned_node, wait_until_started, ChildGuard,
 };
 use nessie::{Config, KvClient, Node};

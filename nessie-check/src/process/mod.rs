@@ -1,0 +1,15 @@
+//! Real threads and processes: the apparatus that runs the store as users
+//! run it (node processes, a killed peer, chaos) and checks what they did.
+//!
+//! * [`chaos`]: node processes killed, stalled and restarted at random while
+//!   clients work, with the history checked for linearizability.
+//! * [`peer_death`]: a peer killed mid-run; what the survivors can still do.
+//! * [`history`]: histories recorded by node processes, merged and checked.
+//! * [`workload`]: the workload a node process runs for those checks.
+//! * [`stress`]: threads of one process hammering a small cluster.
+
+pub mod chaos;
+pub mod history;
+pub mod peer_death;
+pub mod stress;
+pub mod workload;
