@@ -7,9 +7,10 @@
 //! * [`linearizability`]: [`check`] a history against a map of registers.
 //! * [`conformance`]: the suite every store ([`conformance::kv`]) must pass
 //!   (the fabric's suites are `nessie_fabric::conformance`).
-//! * [`sim`]: the deterministic simulator's scheduler, clock and fabric;
-//!   [`simulation`] runs seeded scenarios; [`scripted`] replays model-checker
-//!   counterexamples step by step.
+//! * [`sim`]: the deterministic simulator — its scheduler, clocks and fabric,
+//!   the seeded scenarios it runs, their audit and invariants; [`scripted`]
+//!   replays model-checker counterexamples step by step on the same
+//!   machinery.
 //! * [`process`]: real threads and processes — stress runs of any
 //!   [`nessie::KvClient`], histories written by separate processes and the
 //!   workload they run, a peer killed on a fabric between processes, and
@@ -21,7 +22,6 @@ pub mod linearizability;
 pub mod process;
 pub mod scripted;
 pub mod sim;
-pub mod simulation;
 
 pub use history::{Call, ClientId, History, Operation, Outcome, Pending, Recorder, Ret};
 pub use linearizability::{check, CheckError, NumberedOp, Violation};

@@ -13,8 +13,8 @@
 //! so the clients' reads of preloaded entries are remote and go through
 //! their caches.
 
+use crate::sim::divergent_duplicates;
 use crate::sim::{quiet_crashes, Crashed, Point, PointInfo, Scheduler, SimClock, SimFabric};
-use crate::simulation::divergent_duplicates;
 use nessie::data::{dte_addr, Geometry, SlotUse};
 use nessie::fabric::RemoteAddr;
 use nessie::index::{Candidate, KeyHasher};

@@ -8,7 +8,7 @@
 //! and zombie point enumerated; `NESSIE_SIM_SEED=S` replays seed S of every
 //! test. Each test prints what its runs exercised.
 
-use nessie_check::simulation::{enumerate_faults, run, seeds, seeds_from, Scenario, SimOutcome};
+use nessie_check::sim::{enumerate_faults, run, seeds, seeds_from, Scenario, SimOutcome};
 
 /// The running test's name (the test harness names each test's thread
 /// after it), for the replay command a failure prints.

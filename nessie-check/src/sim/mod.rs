@@ -31,15 +31,31 @@
 //!   back later ([`ForwardStep`]), for runs that model the clock watch.
 //! * scripted **crash** and **stall** at a given yield point of a given
 //!   client, for exhaustive enumeration of short schedules.
+//!
+//! The machinery (this module, `scheduler.rs`, `fabric.rs`, `clock.rs`,
+//! `faults.rs`) runs the scenarios (`scenario.rs`, built by `world.rs`):
+//! [`run`] takes a scenario and a seed to a verdict, through the audit
+//! (`audit.rs`) and the invariants checked during the run
+//! (`invariants.rs`); see `run.rs` for the steps of a run.
 
+mod audit;
 mod clock;
 mod fabric;
 mod faults;
+mod invariants;
+mod outcome;
+mod run;
+mod scenario;
 mod scheduler;
+mod world;
 
 pub use clock::SimClock;
 pub use fabric::{MemoryCheck, SimFabric};
 pub use faults::{Faults, ForwardStep, Injected};
+pub use invariants::divergent_duplicates;
+pub use outcome::SimOutcome;
+pub use run::{enumerate_faults, run, run_with, seeds, seeds_from};
+pub use scenario::{Clocks, Layout, Scenario, Switches};
 pub use scheduler::{Scheduler, SchedulerReport};
 
 use nessie::fabric::RemoteAddr;

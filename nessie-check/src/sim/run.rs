@@ -19,23 +19,14 @@
 //! and again before and after the audit: no two linked committed entries of
 //! one key differ ([`divergent_duplicates`]).
 
-mod audit;
-mod invariants;
-mod outcome;
-mod scenario;
-mod world;
-
-pub use invariants::divergent_duplicates;
-pub use outcome::SimOutcome;
-pub use scenario::{Clocks, Layout, Scenario, Switches};
-
+use super::audit::audit;
+use super::world::{value, world, World};
+use super::{
+    divergent_duplicates, quiet_crashes, Crashed, Faults, MemoryCheck, Role, Scenario, Scheduler,
+    SchedulerReport, SimClock, SimFabric, SimOutcome,
+};
 use crate::history::{Call, Recorder};
 use crate::linearizability::check;
-use crate::sim::{
-    quiet_crashes, Crashed, Faults, MemoryCheck, Role, Scheduler, SchedulerReport, SimClock,
-    SimFabric,
-};
-use audit::audit;
 use nessie::data::Geometry;
 use nessie::{Client, Clock, Cluster, Error, Stats};
 use rand::rngs::StdRng;
@@ -44,7 +35,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use world::{value, world, World};
 
 /// How an operation's error enters the history: `Ok(true)` no effect,
 /// `Ok(false)` unknown outcome, `Err` a violation.
