@@ -22,9 +22,8 @@ export NESSIE_SIM_SEEDS=${NESSIE_SIM_SEEDS:-100}
 export NESSIE_SIM_SHORT_SEEDS=${NESSIE_SIM_SHORT_SEEDS:-3}
 mode=${1:-all}
 [ $# -gt 0 ] && shift
-tests=(--lib --test simulation --test model_counterexamples --test recycling_schedules
-  --test review_schedules --test store_basics --test verb_counts --test background_recycler
-  --test migrate_chains --test time_boundaries --test write_races --test refused_link)
+tests=(--lib --test simulation --test replays --test store_basics --test verb_counts
+  --test background_recycler --test refused_link)
 core_files=(-f nessie/src/protocol/help.rs -f nessie/src/protocol/migrate.rs
   -f nessie/src/data/reclaim.rs -f nessie/src/data/recycler.rs)
 all_files=(-f 'nessie/src/protocol/**' -f 'nessie/src/data/**' -f 'nessie/src/cache/**')
