@@ -39,6 +39,18 @@ pub fn client_id(node: usize, threads: usize, thread: usize) -> u64 {
     (node * threads + thread) as u64
 }
 
+/// The full name of test `name` of the module at `module_path` (pass
+/// `module_path!()`), as the test harness knows it: the module path without
+/// the test binary's own crate name. A test in a module of a test binary
+/// that folds several files names its child test with it.
+#[must_use]
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
 /// The arguments that make a test binary run only its ignored test `name`,
 /// with output shown: how a test starts its node processes (each one the
 /// test binary itself, running a child test).

@@ -8,7 +8,7 @@ use nessie_check::history::Call;
 use nessie_check::process::history::{read_logs, stop_mid_operation, ProcLog};
 use nessie_check::process::stress::stress_key;
 use nessie_check::process::workload::{
-    child_test, client_id, logged_call, mark_started, run_node_workers, spawned_node,
+    child_test, client_id, logged_call, mark_started, run_node_workers, spawned_node, test_name,
     wait_until_started, ChildGuard, NodeWork,
 };
 use nix::unistd::Pid;
@@ -37,7 +37,7 @@ fn config(dir: &Path) -> Config {
 }
 
 fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
-    child_test("child_node")
+    child_test(&test_name(module_path!(), "child_node"))
         .env(CHILD_ENV, format!("{node}"))
         .env("NESSIE_PROC_DIR", dir)
         .env("NESSIE_PROC_CLUSTER", cluster)

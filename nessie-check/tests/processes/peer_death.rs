@@ -5,6 +5,7 @@
 
 use nessie::{Config, FabricConfig};
 use nessie_check::process::peer_death;
+use nessie_check::process::workload::test_name;
 use std::time::Duration;
 
 fn tcp(cluster: &str, rendezvous: &str) -> Config {
@@ -28,7 +29,7 @@ fn tcp(cluster: &str, rendezvous: &str) -> Config {
 #[test]
 fn a_killed_peer_fails_only_what_needs_it() {
     let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
-    let survivors = peer_death::run("child_node", &rendezvous);
+    let survivors = peer_death::run(&test_name(module_path!(), "child_node"), &rendezvous);
     let config = tcp("x", &rendezvous);
     for (node, s) in survivors.iter().enumerate() {
         println!(

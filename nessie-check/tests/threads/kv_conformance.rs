@@ -85,7 +85,10 @@ macro_rules! kv_suite {
 
             #[test]
             fn three_node_processes_share_one_store() {
-                nodes::run_node_processes(concat!(stringify!($store), "::node_process"));
+                nodes::run_node_processes(&nessie_check::process::workload::test_name(
+                    module_path!(),
+                    "node_process",
+                ));
             }
 
             #[test]

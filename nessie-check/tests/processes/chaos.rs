@@ -3,11 +3,14 @@
 //! index), zero violations.
 
 use nessie_check::process::chaos::{child_main, run, ChaosPlan, CHILD_ENV};
-use nessie_check::process::workload::child_test;
+use nessie_check::process::workload::{child_test, test_name};
 
 #[test]
 fn chaos_quick_has_no_violations() {
-    let report = run(ChaosPlan::quick(7), || child_test("chaos_node")).unwrap();
+    let report = run(ChaosPlan::quick(7), || {
+        child_test(&test_name(module_path!(), "chaos_node"))
+    })
+    .unwrap();
     eprintln!("{}", report.summary());
     assert!(
         report.violations.is_empty(),

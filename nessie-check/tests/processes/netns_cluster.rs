@@ -10,7 +10,7 @@
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::process::history::read_logs;
 use nessie_check::process::workload::{
-    child_test_args, finish_together, run_node_workers, NodeWork,
+    child_test_args, finish_together, run_node_workers, test_name, NodeWork,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,11 +73,12 @@ fn three_nodes_in_network_namespaces_stay_linearizable() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = format!("netns-{}", std::process::id());
     let started = Instant::now();
+    let child = test_name(module_path!(), "child_netns_node");
     let output = Command::new("bash")
         .arg(&script)
         .args(["-n", &NODES.to_string(), "-t", "120", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(child_test_args("child_netns_node"))
+        .args(child_test_args(&child))
         .env(CHILD_ENV, "1")
         .env("NESSIE_NETNS_DIR", dir.path())
         .env("NESSIE_NETNS_CLUSTER", &cluster)
