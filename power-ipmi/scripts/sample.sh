@@ -186,12 +186,16 @@ children_cpu() {
 
 sample_all
 loop_pid=
+# The sampling loop stops when this file exists (checked every interval), so
+# that a stop does not depend on a signal alone: a TERM sent to the loop
+# was once lost, and the sampler never ended.
+stop_file="$times_file.stop"
 if [ "$ipmi_source" != off ] || [ ${#rapl_zones[@]} -gt 0 ]; then
   (
     trap 'exit 0' TERM
     stamp start
     k=1
-    while :; do
+    while [ ! -e "$stop_file" ]; do
       # Sleep to the next slot of a fixed schedule (no drift).
       stamp t
       pause=$(awk -v s="$start" -v k="$k" -v i="$interval" -v n="$t" 'BEGIN { p = s + k * i - n; print (p > 0 ? p : 0) }')
@@ -203,7 +207,7 @@ if [ "$ipmi_source" != off ] || [ ${#rapl_zones[@]} -gt 0 ]; then
   ) &
   loop_pid=$!
 fi
-trap '[ -n "$loop_pid" ] && kill "$loop_pid" 2>/dev/null; rm -f "$times_file"' EXIT
+trap '[ -n "$loop_pid" ] && kill "$loop_pid" 2>/dev/null; rm -f "$times_file" "$stop_file"' EXIT
 
 children_cpu u0 s0
 stamp t_start
@@ -213,6 +217,7 @@ stamp t_end
 children_cpu u1 s1
 
 if [ -n "$loop_pid" ]; then
+  : > "$stop_file"
   kill "$loop_pid" 2>/dev/null
   wait "$loop_pid" 2>/dev/null
   loop_pid=

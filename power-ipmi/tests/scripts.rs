@@ -44,8 +44,11 @@ fn sample_sh_logs_a_run_and_power_merge_integrates_it() {
         counter.display()
     );
 
-    let mut cmd = Command::new("bash");
-    cmd.arg(script())
+    // Bounded: a sampler that never stops fails the test instead of
+    // hanging it.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["120", "bash"])
+        .arg(script())
         .args(["-n", "node1", "-i", "0.3", "-o"])
         .arg(&logs);
     cmd.env("POWERCAP_ROOT", &powercap);
