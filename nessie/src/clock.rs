@@ -3,11 +3,11 @@
 //!
 //! * **wall-clock** microseconds for the stamps other nodes read
 //!   (`created_at`, `expires_at`) and compare with their own clocks, so every
-//!   node must stay within `max_clock_skew` of the others; * **monotonic**
-//!   microseconds for every duration a node measures on its own — an
-//!   operation's deadline, the stall behind the checksum policy, back-off, a
-//!   cache entry's age — so that a step of the wall clock (NTP) can neither
-//!   stretch a deadline nor shorten a stall.
+//!   node must stay within `max_clock_skew` of the others;
+//! * **monotonic** microseconds for every duration a node measures on its
+//!   own — an operation's deadline, the stall behind the checksum policy,
+//!   back-off, a cache entry's age — so that a step of the wall clock (NTP)
+//!   can neither stretch a deadline nor shorten a stall.
 
 pub use nessie_fabric::clock::{Clock, WallClock};
 

@@ -14,13 +14,16 @@
 //! * `live = 1, mark = 1` — **moved**: a MIGRATE marker `MOVED(c)` in the
 //!   source slot whose fields point at the copy `c`. It matches no key.
 //!
-//! The 11-bit generation is bumped each time a DTE slot is reallocated and is
-//! never 0 (it runs 1..=2047), so an occupied value always has a bit set below
-//! the tags and `EMPTY(x)` is never the fresh `0`. A slot
-//! is reallocated at most once per `expiry` (it must be unlinked, then expire),
-//! so an ITE value can only repeat after 2¹¹ = 2048 reuses of one slot, that is
-//! no sooner than 2048 × `expiry` (34 minutes at the default 1 s). A CAS
-//! delayed less than that fails instead of matching a recycled slot's value.
+//! The 11-bit generation is bumped each time a DTE slot whose incarnation
+//! was published is reused (a slot given back unpublished keeps it: no ITE
+//! ever named it; docs/design.md#f6-rule-v-generations-count-published-reuses)
+//! and is never 0 (it runs 1..=2047), so an occupied value always has a bit
+//! set below the tags and `EMPTY(x)` is never the fresh `0`. A published
+//! incarnation is reused at most once per `expiry` (it must be unlinked, then
+//! expire), so an ITE value can only repeat after 2047 published reuses of
+//! one slot, that is no sooner than 2047 × `expiry` (34 minutes at the
+//! default 1 s). A CAS delayed less than that fails instead of matching a
+//! recycled slot's value.
 
 /// Bits of the node field.
 pub const NODE_BITS: u32 = 10;
