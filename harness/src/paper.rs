@@ -130,22 +130,33 @@ pub fn fig14_dynamic_share(watts: f64) -> f64 {
     (watts - FIG14_IDLE_W) / (FIG14_PEAK_W - FIG14_IDLE_W)
 }
 
+/// One number a claim's [`Test`] holds against another: `value`, what the
+/// claim is about (e.g. CD's bytes per PUT), against `reference`, what it
+/// is compared with (SD's, or a bound the claim sets).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evidence {
+    /// The number the claim is about.
+    pub value: f64,
+    /// What it is held against.
+    pub reference: f64,
+}
+
 /// How our measurement is held against a claim: each test looks at one
-/// pair `(a, b)` of our numbers.
+/// [`Evidence`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Test {
-    /// `a < b`.
+    /// `value < reference`.
     Below,
-    /// `a > b`.
+    /// `value > reference`.
     Above,
-    /// `lo ≤ a / b ≤ hi` (and `b > 0`).
+    /// `lo ≤ value / reference ≤ hi` (and `reference > 0`).
     RatioWithin {
         /// Lowest ratio that holds.
         lo: f64,
         /// Highest ratio that holds.
         hi: f64,
     },
-    /// `|a - b| < tolerance`.
+    /// `|value - reference| < tolerance`.
     Near {
         /// Largest difference that holds (exclusive).
         tolerance: f64,
@@ -153,9 +164,10 @@ pub enum Test {
 }
 
 impl Test {
-    /// Whether the pair passes.
+    /// Whether the evidence passes.
     #[must_use]
-    pub fn holds(self, (a, b): (f64, f64)) -> bool {
+    pub fn holds(self, e: Evidence) -> bool {
+        let (a, b) = (e.value, e.reference);
         match self {
             Test::Below => a < b,
             Test::Above => a > b,
@@ -203,7 +215,7 @@ pub struct Claim {
     pub paper: &'static str,
     /// The published number, where the claim has one.
     pub published: Option<f64>,
-    /// The tests our pairs must all pass, in order.
+    /// The tests our evidence must all pass, in order.
     pub tests: &'static [Test],
 }
 
@@ -370,7 +382,7 @@ impl ClaimId {
 }
 
 /// Holds our measurement against claim `id`: `ours` is what we saw, in
-/// words; `pairs` the numbers its tests judge (`None`, or too few, when a
+/// words; `evidence` the numbers its tests judge (`None`, or too few, when a
 /// system was not measured: then the claim is not judged). `qualifier`
 /// follows the claim's source (e.g. "at 16KiB (90% GET)").
 #[must_use]
@@ -378,12 +390,12 @@ pub fn judge(
     id: ClaimId,
     qualifier: Option<&str>,
     ours: String,
-    pairs: Option<&[(f64, f64)]>,
+    evidence: Option<&[Evidence]>,
 ) -> Comparison {
     let claim = id.claim();
-    let verdict = match pairs {
-        Some(p) if p.len() == claim.tests.len() => {
-            Verdict::of(claim.tests.iter().zip(p).all(|(t, &pair)| t.holds(pair)))
+    let verdict = match evidence {
+        Some(e) if e.len() == claim.tests.len() => {
+            Verdict::of(claim.tests.iter().zip(e).all(|(t, &e)| t.holds(e)))
         }
         _ => Verdict::Unknown,
     };
@@ -468,7 +480,10 @@ mod tests {
                 ClaimId::Fig10GetBytes,
                 None,
                 "x".into(),
-                Some(&[(cd, 10.0)]),
+                Some(&[Evidence {
+                    value: cd,
+                    reference: 10.0,
+                }]),
             );
             assert_eq!(c.verdict, verdict, "{cd}");
         }
@@ -476,11 +491,20 @@ mod tests {
             ClaimId::Fig5GetHeavy,
             Some("at 16KiB (50% GET)"),
             "x".into(),
-            Some(&[(1.0, 1.0)]),
+            Some(&[Evidence {
+                value: 1.0,
+                reference: 1.0,
+            }]),
         );
         assert_eq!(c.verdict, Verdict::Unknown, "a missing pair is not judged");
         assert_eq!(c.source, "Fig. 5 at 16KiB (50% GET)");
-        assert!(!Test::RatioWithin { lo: 0.5, hi: 2.0 }.holds((1.0, 0.0)));
-        assert!(Test::Near { tolerance: 0.1 }.holds((0.3, 0.35)));
+        assert!(!Test::RatioWithin { lo: 0.5, hi: 2.0 }.holds(Evidence {
+            value: 1.0,
+            reference: 0.0
+        }));
+        assert!(Test::Near { tolerance: 0.1 }.holds(Evidence {
+            value: 0.3,
+            reference: 0.35
+        }));
     }
 }

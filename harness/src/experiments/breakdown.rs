@@ -8,7 +8,7 @@
 
 use super::{parse_fraction, parse_size, runs_of, Common, Ctx};
 use crate::error::Result;
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{num, pct, Comparison, Figure, FigureKind, Table};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie::Optimizations;
@@ -173,7 +173,15 @@ fn fig13(ratio: f64, base: Option<f64>, all_on: Option<f64>) -> Comparison {
     match (base, all_on) {
         (Some(b), Some(a)) if b > 0.0 => {
             let ours = format!("all vs none: {}", pct(a / b - 1.0));
-            judge(claim, qualifier, ours, Some(&[(a, b)]))
+            judge(
+                claim,
+                qualifier,
+                ours,
+                Some(&[Evidence {
+                    value: a,
+                    reference: b,
+                }]),
+            )
         }
         _ => judge(
             claim,

@@ -6,7 +6,7 @@
 use super::{parse_fraction, parse_size, Common, Ctx, Done};
 use crate::error::Result;
 use crate::measure::Hist;
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{num, pct, share, Figure, FigureKind, Report, Table};
 use crate::workload::{KeyDistribution, OpKind};
 use nessie_examples::StoreKind;
@@ -199,7 +199,15 @@ fn claims(report: &mut Report, measured: &[&Done], nodes: u16) {
                     String::new()
                 };
                 let ours = format!("{what}: CD {} SD {}{diff}", num(c), num(s));
-                judge(claim, None, ours, Some(&[(c, s)]))
+                judge(
+                    claim,
+                    None,
+                    ours,
+                    Some(&[Evidence {
+                        value: c,
+                        reference: s,
+                    }]),
+                )
             }
             _ => judge(claim, None, "needs CD and SD".into(), None),
         });
@@ -223,7 +231,10 @@ fn claims(report: &mut Report, measured: &[&Done], nodes: u16) {
                 nodes,
                 share(1.0 / nodes)
             ),
-            Some(&[(local, 1.0 / nodes)]),
+            Some(&[Evidence {
+                value: local,
+                reference: 1.0 / nodes,
+            }]),
         ),
         None => judge(ClaimId::Figs8And9Locality, None, "needs SD".into(), None),
     });

@@ -5,7 +5,7 @@
 use super::{add_latency_cdfs, add_summary, throughput_of, Common, Ctx, PointArgs};
 use crate::error::Result;
 use crate::paper;
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{bytes_label, num, pct};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie_examples::StoreKind;
@@ -84,7 +84,16 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 num(hy / 1e3),
                 pct(cd / sd - 1.0)
             ),
-            Some(vec![(cd, sd), (hy, cd.min(sd))]),
+            Some(vec![
+                Evidence {
+                    value: cd,
+                    reference: sd,
+                },
+                Evidence {
+                    value: hy,
+                    reference: cd.min(sd),
+                },
+            ]),
         ),
         (Some(cd), Some(sd), None) => (
             format!(
@@ -111,7 +120,10 @@ pub fn run(args: CompareArgs) -> Result<i32> {
                 ClaimId::Figs10And11PutBytes,
                 None,
                 format!("net bytes/PUT: CD {} SD {}", num(c), num(s)),
-                Some(&[(c, s)]),
+                Some(&[Evidence {
+                    value: c,
+                    reference: s,
+                }]),
             ),
             _ => judge(
                 ClaimId::Figs10And11PutBytes,

@@ -3,7 +3,7 @@
 
 use super::{runs_of, Common, Ctx, PointArgs};
 use crate::error::Result;
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{num, pct, Figure, FigureKind, Report, Table};
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -145,7 +145,15 @@ fn fig4(report: &mut Report, retention: &[(StoreKind, f64, f64)], hogs: &[usize]
                 pct(sd.1 - 1.0),
                 num(cd.2 / sd.2)
             );
-            judge(ClaimId::Fig4Hogs, None, ours, Some(&[(cd.1, sd.1)]))
+            judge(
+                ClaimId::Fig4Hogs,
+                None,
+                ours,
+                Some(&[Evidence {
+                    value: cd.1,
+                    reference: sd.1,
+                }]),
+            )
         }
         _ => judge(
             ClaimId::Fig4Hogs,

@@ -13,7 +13,7 @@
 
 use super::{parse_fraction, runs_of, Common, Ctx, Done, PointArgs};
 use crate::error::{HarnessError, Result};
-use crate::paper::{self, judge, ClaimId};
+use crate::paper::{self, judge, ClaimId, Evidence};
 use crate::report::{num, share, Figure, FigureKind, Report, Table};
 use crate::spec::Load;
 use crate::workload::{percent, KeyDistribution};
@@ -229,7 +229,15 @@ fn fig14(report: &mut Report, rel_at: &[(StoreKind, f64, f64)]) {
                     share(c),
                     share(s)
                 );
-                judge(claim, None, ours, Some(&[(c, s)]))
+                judge(
+                    claim,
+                    None,
+                    ours,
+                    Some(&[Evidence {
+                        value: c,
+                        reference: s,
+                    }]),
+                )
             } else {
                 let ours = format!("needs CD and SD at {}% load", percent(load));
                 judge(claim, None, ours, None)

@@ -5,7 +5,7 @@
 use super::{run_at, Common, Ctx, Done, GridArgs};
 use crate::error::Result;
 use crate::measure::RunFigures;
-use crate::paper::{self, Table1Row};
+use crate::paper::{self, Evidence, Table1Row};
 use crate::paper::{judge, ClaimId};
 use crate::report::{bytes_label, num, pct, Figure, FigureKind, Report, Table};
 use crate::workload::{percent, KeyDistribution};
@@ -175,7 +175,15 @@ fn crossover(
                 pct(b.1),
                 bytes_label(b.0 as f64)
             );
-            judge(ClaimId::Fig5Crossover, None, ours, Some(&[(b.1, a.1)]))
+            judge(
+                ClaimId::Fig5Crossover,
+                None,
+                ours,
+                Some(&[Evidence {
+                    value: b.1,
+                    reference: a.1,
+                }]),
+            )
         }
         _ => judge(
             ClaimId::Fig5Crossover,
@@ -262,7 +270,10 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
             ClaimId::Table1Sent,
             None,
             ours,
-            Some(&[(not_below as f64, 1.0)]),
+            Some(&[Evidence {
+                value: not_below as f64,
+                reference: 1.0,
+            }]),
         )
     });
     // Claim 2: at large values CD's GET latency is below SD's.
@@ -280,7 +291,10 @@ fn table1(report: &mut Report, done: &[Done], sizes: &[usize], ratio: f64) {
                     ClaimId::Table1GetLatency,
                     None,
                     ours,
-                    Some(&[(c.get.mean_us, s.get.mean_us)]),
+                    Some(&[Evidence {
+                        value: c.get.mean_us,
+                        reference: s.get.mean_us,
+                    }]),
                 )
             }
             _ => judge(

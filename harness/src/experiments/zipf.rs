@@ -4,7 +4,7 @@
 use super::{run_at, Common, Ctx, GridArgs};
 use crate::error::{HarnessError, Result};
 use crate::paper;
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{bytes_label, num, pct, Figure, FigureKind, Table};
 use crate::workload::{percent, KeyDistribution, YCSB_THETA};
 use nessie_examples::StoreKind;
@@ -128,7 +128,21 @@ pub fn run(args: ZipfArgs) -> Result<i32> {
                         pct(b),
                         bytes_label(large as f64)
                     );
-                    judge(claim, None, ours, Some(&[(b, a), (b, 0.0)]))
+                    judge(
+                        claim,
+                        None,
+                        ours,
+                        Some(&[
+                            Evidence {
+                                value: b,
+                                reference: a,
+                            },
+                            Evidence {
+                                value: b,
+                                reference: 0.0,
+                            },
+                        ]),
+                    )
                 }
                 _ => judge(claim, None, "needs CD and SD at two sizes".into(), None),
             });

@@ -3,7 +3,7 @@
 //! numbers.
 
 use super::{Plan, StoreRun};
-use crate::paper::{judge, ClaimId};
+use crate::paper::{judge, ClaimId, Evidence};
 use crate::report::{num, Comparison, Figure, FigureKind, Report, Table};
 use nessie_examples::{JobReport, Phase, StoreKind};
 
@@ -201,7 +201,12 @@ fn locality(runs: &[StoreRun], input: u64) -> Comparison {
     // the coupled stores' (the least of them).
     let pair = cd
         .zip([sd, hy].into_iter().flatten().min())
-        .map(|(cd, other)| [((cd * 10) as f64, other as f64)]);
+        .map(|(cd, other)| {
+            [Evidence {
+                value: (cd * 10) as f64,
+                reference: other as f64,
+            }]
+        });
     judge(
         ClaimId::JobLocalWrites,
         None,
