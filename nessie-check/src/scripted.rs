@@ -322,6 +322,19 @@ impl Script {
         self.sched.advance(wait.as_micros() as u64 + 1);
     }
 
+    /// Allocates every slot of `class` on `node` that an entry may take now
+    /// (recycling first, leaving the tombstone reserve), and returns them:
+    /// the class is full for entries while the caller holds them.
+    ///
+    /// # Panics
+    /// If `node` is not in the cluster, or on a fabric error (a test bug).
+    #[must_use]
+    pub fn take_entry_slots(&self, node: usize, class: u8) -> Vec<SlotRef> {
+        let data = self.cluster.node_data(node).expect("node in the cluster");
+        let access = self.cluster.table_access(node);
+        std::iter::from_fn(|| data.allocate(class, access).expect("allocation")).collect()
+    }
+
     /// Reuses every slot of every node that may be reused now (see
     /// [`reuse_every_free_slot`]).
     ///

@@ -709,10 +709,7 @@ fn an_allocation_scans_one_slice_and_a_recycle_the_whole_table() {
     for k in &keys[..32] {
         other.put(k, b"fourth").unwrap();
     }
-    let mut fill = Vec::new();
-    while let Some(r) = data.allocate(0, access).unwrap() {
-        fill.push(r);
-    }
+    let fill = script.take_entry_slots(0, 0);
     assert_eq!(fill.len(), 32);
     script.let_slots_expire();
     let before = writer.stats().put.scan_ns;

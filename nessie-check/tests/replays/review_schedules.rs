@@ -91,10 +91,7 @@ fn f6_generations_count_published_reuses_only() {
     c.put(&key, b"2").unwrap();
     assert!(c.delete(&key).unwrap());
     script.let_slots_expire();
-    let mut seen = Vec::new();
-    while let Some(r) = data.allocate(0, access).unwrap() {
-        seen.push(r);
-    }
+    let seen = script.take_entry_slots(0, 0);
     let again = seen.iter().find(|r| r.slot == first.slot).unwrap();
     assert_eq!(
         again.generation,
@@ -342,11 +339,7 @@ fn n2_a_deep_migrate_short_of_a_data_slot_is_not_a_full_index() {
     let (new, [a, b, c, d]) = two_level_layout(&script);
     // Every slot of node 0 for an entry is held.
     let data = script.cluster.node_data(0).unwrap();
-    let access = script.cluster.table_access(0);
-    let mut held = Vec::new();
-    while let Some(r) = data.allocate(0, access).unwrap() {
-        held.push(r);
-    }
+    let held = script.take_entry_slots(0, 0);
     let mut w = script.direct_client();
     let e = w.put(&new, b"v").unwrap_err();
     assert!(matches!(e, Error::DataTableFull), "{e:?}");
@@ -415,11 +408,7 @@ fn a3_a_deadline_missed_for_another_cause_is_a_timeout() {
     let key = script.key_first("k-", 0);
     // Node 1 has no slot for an entry: every one is held.
     let data = script.cluster.node_data(1).unwrap();
-    let access = script.cluster.table_access(1);
-    let mut held = Vec::new();
-    while let Some(r) = data.allocate(0, access).unwrap() {
-        held.push(r);
-    }
+    let mut held = script.take_entry_slots(1, 0);
     let k1 = key.clone();
     let starved = script.spawn(1, move |c| c.put(&k1, b"starved"));
     script

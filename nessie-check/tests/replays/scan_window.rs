@@ -19,10 +19,7 @@ fn a_slot_reallocated_between_the_stamp_read_and_the_verdict_stays_in_use() {
     let class = 0;
     // Every slot of the class held, but two: the PUTs of k take those, and
     // the second stages the first's slot.
-    let mut held = Vec::new();
-    while let Some(r) = data.allocate(class, access).unwrap() {
-        held.push(r);
-    }
+    let mut held = script.take_entry_slots(0, class);
     for r in held.drain(held.len() - 2..) {
         data.release_unpublished(r);
     }
