@@ -55,6 +55,7 @@ mod shm;
 mod tcp;
 #[cfg(feature = "verbs")]
 mod verbs;
+mod wait_bound;
 pub mod wire;
 
 use std::fmt;
@@ -72,6 +73,7 @@ pub use shm::{ShmFabric, ShmOptions};
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};
 #[cfg(feature = "verbs")]
 pub use verbs::{VerbsFabric, VerbsOptions, DEFAULT_LANES, MAX_LANES};
+pub use wait_bound::WaitBound;
 
 /// Names one registered region of a node. Which ids mean what is the
 /// business of the store that registers them.

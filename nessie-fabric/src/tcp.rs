@@ -80,7 +80,7 @@ pub struct TcpOptions {
     /// (outgoing) or accept (incoming), however the peer paces its bytes.
     pub handshake_timeout: Duration,
     /// How long a verb waits for its peer before the connection counts as
-    /// broken.
+    /// broken; less when the posting thread has a [`crate::WaitBound`].
     pub io_timeout: Duration,
     /// Largest frame payload this node accepts and sends.
     pub frame_limit: u64,

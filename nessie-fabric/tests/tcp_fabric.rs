@@ -571,3 +571,99 @@ fn dribbling_strangers_neither_lock_out_a_peer_nor_outlive_the_deadline() {
     );
     assert!(node0.stats().handshake_failures >= 1);
 }
+
+/// A TCP relay that can turn silent: while `silent` is set it swallows what
+/// either side sends and answers nothing, keeping both connections open, as
+/// a host does that lost power or was cut off (no reset ever comes).
+struct Relay {
+    addr: String,
+    silent: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn to(target: String) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let silent = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&silent);
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { return };
+                let Ok(outbound) = std::net::TcpStream::connect(&target) else {
+                    return;
+                };
+                for (from, to) in [
+                    (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                    (outbound, inbound),
+                ] {
+                    let flag = Arc::clone(&flag);
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let (mut from, mut to) = (from, to);
+                        let mut buf = [0u8; 16 << 10];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            if !flag.load(Ordering::SeqCst) && to.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Relay { addr, silent }
+    }
+
+    fn go_silent(&self, silent: bool) {
+        self.silent
+            .store(silent, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A peer that goes silent without a reset holds a verb only until the
+/// thread's wait bound (the operation's deadline in the store), not for the
+/// I/O timeout: the verb fails as a broken connection (outcome unknown),
+/// and once the peer answers again the next verb reconnects.
+/// docs/replication.md#failure-detection
+#[test]
+fn a_silent_peer_holds_a_verb_only_until_its_wait_bound() {
+    let (ls, addrs) = listeners(2);
+    let relay = Relay::to(addrs[1].clone());
+    let mut via_relay = options(0, &[addrs[0].clone(), relay.addr.clone()]);
+    // Long enough that only the wait bound can end the wait below.
+    via_relay.io_timeout = Duration::from_secs(120);
+    let f = open_all(vec![via_relay, options(1, &addrs)], ls);
+    let word = RemoteAddr::new(1, SMALL, 8);
+    f[0].write(word, &7u64.to_le_bytes()).unwrap();
+
+    relay.go_silent(true);
+    let started = Instant::now();
+    let e = {
+        let _bound = nessie_fabric::WaitBound::until(started + Duration::from_millis(200));
+        let mut b = [0u8; 8];
+        f[0].read(word, &mut b).unwrap_err()
+    };
+    let waited = started.elapsed();
+    match &e {
+        FabricError::Disconnected { node: 1, source } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        }
+        other => panic!("expected a timed-out connection to node 1, got {other}"),
+    }
+    assert!(
+        e.may_have_executed(),
+        "a timed-out verb's outcome is unknown"
+    );
+    // Far below the I/O timeout: the bound, not the socket's default, ended it.
+    assert!(waited < Duration::from_secs(60), "waited {waited:?}");
+
+    relay.go_silent(false);
+    let mut b = [0u8; 8];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = f[0].read(word, &mut b) {
+        assert!(Instant::now() < deadline, "never reconnected: {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(u64::from_le_bytes(b), 7);
+    assert!(f[0].stats().connections_broken >= 1);
+}

@@ -50,6 +50,39 @@ pub(super) struct Conn {
     /// Largest frame payload both sides accept.
     limit: u64,
     generation: u64,
+    /// The socket's read timeout as last set.
+    read_timeout: Duration,
+}
+
+/// Granularity of a read timeout cut short by a [`WaitBound`]: rounding the
+/// time left up to whole steps lets consecutive exchanges reuse the setting
+/// instead of paying a system call each.
+///
+/// [`WaitBound`]: crate::WaitBound
+const BOUND_STEP: Duration = Duration::from_millis(10);
+
+impl Conn {
+    /// Sets the socket's read timeout for the next exchange: the time left
+    /// before this thread's wait bound, in whole [`BOUND_STEP`]s, if that is
+    /// shorter than `io_timeout`. Returns whether the bound cut it short.
+    fn bound_reads(&mut self, io_timeout: Duration) -> bool {
+        let left = crate::wait_bound::current()
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .filter(|left| *left < io_timeout);
+        let wanted = match left {
+            Some(left) => {
+                let steps = left.as_nanos().div_ceil(BOUND_STEP.as_nanos()).max(1);
+                (BOUND_STEP * u32::try_from(steps).unwrap_or(u32::MAX)).min(io_timeout)
+            }
+            None => io_timeout,
+        };
+        if wanted != self.read_timeout
+            && self.reader.get_ref().set_read_timeout(Some(wanted)).is_ok()
+        {
+            self.read_timeout = wanted;
+        }
+        left.is_some()
+    }
 }
 
 #[derive(Debug)]
@@ -135,6 +168,7 @@ impl Peer {
             reader: BufReader::with_capacity(64 << 10, stream),
             limit: peer_limit.min(link.identity.frame_limit),
             generation: 0,
+            read_timeout: link.io_timeout,
         })
     }
 
@@ -272,10 +306,26 @@ impl Peer {
         group: &[usize],
         frames: &[Range<usize>],
     ) -> Result<Option<(usize, FabricError)>, FabricError> {
+        let bounded = conn.bound_reads(link.io_timeout);
         match receive(&mut conn.reader, batch, group, frames, self.node) {
             Ok(refused) => {
                 self.release(conn);
                 Ok(refused)
+            }
+            Err(FabricError::Disconnected { node, source })
+                if bounded
+                    && matches!(source.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+            {
+                // Its answer may still come; the connection cannot carry
+                // another exchange before it has, so it goes.
+                self.discard(conn, link);
+                Err(FabricError::Disconnected {
+                    node,
+                    source: io::Error::new(
+                        ErrorKind::TimedOut,
+                        "the peer did not answer before the operation's wait bound",
+                    ),
+                })
             }
             Err(e) => {
                 self.discard(conn, link);

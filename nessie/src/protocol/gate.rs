@@ -11,10 +11,11 @@
 use super::Timing;
 use crate::clock::Clock;
 use crate::data::{NodeData, SlotUse, Stagings, TableAccess};
-use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb};
+use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb, WaitBound};
 use crate::index::PerCandidate;
 use crate::layout::SlotRef;
 use crate::Error;
+use std::time::{Duration, Instant};
 
 /// Verbs of one operation, with its deadline.
 pub(crate) struct Gate<'a> {
@@ -28,6 +29,9 @@ pub(crate) struct Gate<'a> {
     landing_us: u64,
     /// CASes that returned later than the landing bound after their check.
     pub(super) late_cas: u64,
+    /// No verb of the operation waits for a silent peer past its deadline
+    /// and the landing bound (docs/replication.md#failure-detection).
+    _wait: WaitBound,
 }
 
 impl<'a> Gate<'a> {
@@ -46,6 +50,10 @@ impl<'a> Gate<'a> {
             deadline: started_us.saturating_add(timing.op_timeout_us),
             landing_us: timing.landing_us,
             late_cas: 0,
+            _wait: WaitBound::until(
+                Instant::now()
+                    + Duration::from_micros(timing.op_timeout_us.saturating_add(timing.landing_us)),
+            ),
         }
     }
 

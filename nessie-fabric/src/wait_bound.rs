@@ -1,0 +1,81 @@
+//! How long the verbs a thread posts may wait for their peers.
+//!
+//! An operation of the store has a deadline; a verb that waits for a silent
+//! peer (a host gone without a reset, a stopped process) must not outlive it
+//! by the fabric's own I/O timeout. The store sets a [`WaitBound`] for the
+//! length of each operation, on the thread that runs it, and a fabric whose
+//! verbs can block on a peer (`tcp`) stops waiting at that instant: the verb
+//! fails as a broken connection, its outcome unknown
+//! (docs/replication.md#failure-detection). Fabrics whose verbs cannot
+//! block on a peer's software (`local`, `shm`; `verbs`, bounded by its
+//! retransmission budget) ignore it.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::time::Instant;
+
+thread_local! {
+    static BOUND: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The instant after which this thread's verbs stop waiting, if one is set.
+pub(crate) fn current() -> Option<Instant> {
+    BOUND.with(Cell::get)
+}
+
+/// Sets this thread's wait bound until dropped, then restores the previous
+/// one. Not `Send`: the bound belongs to the thread that set it.
+#[derive(Debug)]
+#[must_use = "the bound holds only while the guard lives"]
+pub struct WaitBound {
+    previous: Option<Instant>,
+    _thread: PhantomData<*const ()>,
+}
+
+impl WaitBound {
+    /// Verbs this thread posts while the guard lives wait for their peers
+    /// until `until` at the latest.
+    pub fn until(until: Instant) -> WaitBound {
+        WaitBound {
+            previous: BOUND.with(|b| b.replace(Some(until))),
+            _thread: PhantomData,
+        }
+    }
+}
+
+impl Drop for WaitBound {
+    fn drop(&mut self) {
+        BOUND.with(|b| b.set(self.previous));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_bound_holds_while_its_guard_lives_and_nests() {
+        assert_eq!(current(), None);
+        let outer_at = Instant::now() + Duration::from_secs(1);
+        let outer = WaitBound::until(outer_at);
+        assert_eq!(current(), Some(outer_at));
+        {
+            let inner_at = outer_at + Duration::from_secs(1);
+            let _inner = WaitBound::until(inner_at);
+            assert_eq!(current(), Some(inner_at));
+        }
+        assert_eq!(current(), Some(outer_at));
+        drop(outer);
+        assert_eq!(current(), None);
+    }
+
+    #[test]
+    fn a_bound_is_the_setting_threads_only() {
+        let _bound = WaitBound::until(Instant::now());
+        std::thread::spawn(|| assert_eq!(current(), None))
+            .join()
+            .unwrap();
+        assert!(current().is_some());
+    }
+}
