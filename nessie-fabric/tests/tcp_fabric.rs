@@ -464,6 +464,10 @@ fn verbs_reconnect_after_the_serving_node_restarts() {
         ),
         "{e}"
     );
+    if let FabricError::Disconnected { source, .. } = &e {
+        // A closed connection is not reported as a peer that fell silent.
+        assert_ne!(source.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    }
     // Node 1 comes back on the same address (with fresh memory).
     let restarted = TcpFabric::open(&opts[1]).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -635,6 +639,15 @@ fn a_silent_peer_holds_a_verb_only_until_its_wait_bound() {
     let f = open_all(vec![via_relay, options(1, &addrs)], ls);
     let word = RemoteAddr::new(1, SMALL, 8);
     f[0].write(word, &7u64.to_le_bytes()).unwrap();
+    {
+        // A bound far away changes nothing for a peer that answers.
+        let _bound = nessie_fabric::WaitBound::until(Instant::now() + Duration::from_secs(30));
+        for _ in 0..20 {
+            let mut b = [0u8; 8];
+            f[0].read(word, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), 7);
+        }
+    }
 
     relay.go_silent(true);
     let started = Instant::now();
@@ -654,8 +667,11 @@ fn a_silent_peer_holds_a_verb_only_until_its_wait_bound() {
         e.may_have_executed(),
         "a timed-out verb's outcome is unknown"
     );
-    // Far below the I/O timeout: the bound, not the socket's default, ended it.
+    // Far below the I/O timeout: the bound, not the socket's default, ended
+    // it. And not before the bound: a timer never fires early, so waiting
+    // less would mean the time left was cut short.
     assert!(waited < Duration::from_secs(60), "waited {waited:?}");
+    assert!(waited >= Duration::from_millis(200), "waited {waited:?}");
 
     relay.go_silent(false);
     let mut b = [0u8; 8];
@@ -666,4 +682,29 @@ fn a_silent_peer_holds_a_verb_only_until_its_wait_bound() {
     }
     assert_eq!(u64::from_le_bytes(b), 7);
     assert!(f[0].stats().connections_broken >= 1);
+}
+
+/// Without a wait bound, the I/O timeout ends the wait for a silent peer,
+/// and the error says which of the two did.
+#[test]
+fn without_a_wait_bound_the_io_timeout_ends_the_wait() {
+    let (ls, addrs) = listeners(2);
+    let relay = Relay::to(addrs[1].clone());
+    let mut via_relay = options(0, &[addrs[0].clone(), relay.addr.clone()]);
+    via_relay.io_timeout = Duration::from_millis(300);
+    let f = open_all(vec![via_relay, options(1, &addrs)], ls);
+    let word = RemoteAddr::new(1, SMALL, 8);
+    f[0].write(word, &9u64.to_le_bytes()).unwrap();
+    relay.go_silent(true);
+    let mut b = [0u8; 8];
+    match f[0].read(word, &mut b).unwrap_err() {
+        FabricError::Disconnected { node: 1, source } => assert!(
+            matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) && !source.to_string().contains("wait bound"),
+            "{source}"
+        ),
+        other => panic!("expected a broken connection to node 1, got {other}"),
+    }
 }
