@@ -5,7 +5,7 @@ use crate::cache::DteCache;
 use crate::clock::Clock;
 use crate::data::NodeData;
 use crate::fabric::{Endpoint, NodeId};
-use crate::protocol::{Ctx, Env, Kept, WriteKind};
+use crate::protocol::{Ctx, Env, Kept, SliceOut, WriteKind};
 use crate::runtime::store::Shared;
 use crate::stats::{OpKind, OpStats, Stats};
 use crate::{Error, KvClient};
@@ -124,6 +124,50 @@ impl Client {
         self.check_key(key)?;
         out.clear();
         self.run(OpKind::Get, |ctx| ctx.get(key, out))
+    }
+
+    /// Like [`Client::get`], into the caller's slice `out` with no
+    /// allocation: copies the value to the start of `out` and returns its
+    /// length, or `None` if the key holds no value (`out` untouched).
+    ///
+    /// ```
+    /// # let cluster = nessie::Cluster::local(nessie::Config {
+    /// #     index_slots_per_node: 1024, data_bytes_per_node: 16 << 20,
+    /// #     ..nessie::Config::default() })?;
+    /// let mut client = cluster.client(0)?;
+    /// client.put(b"k", b"twelve bytes")?;
+    /// let mut buf = [0u8; 64];
+    /// let n = client.get_into_slice(b"k", &mut buf)?.expect("stored above");
+    /// assert_eq!(&buf[..n], b"twelve bytes");
+    /// let mut small = [0u8; 4];
+    /// assert!(matches!(
+    ///     client.get_into_slice(b"k", &mut small),
+    ///     Err(nessie::Error::BufferTooSmall { needed: 12, capacity: 4 })
+    /// ));
+    /// # Ok::<(), nessie::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] with the value's length if it does not fit
+    /// (`out` untouched; the GET counts as failed in [`Client::stats`]);
+    /// otherwise as [`Client::get`].
+    pub fn get_into_slice(&mut self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, Error> {
+        self.check_key(key)?;
+        let capacity = out.len();
+        self.run(OpKind::Get, |ctx| {
+            let mut dst = SliceOut::new(out);
+            if !ctx.get(key, &mut dst)? {
+                return Ok(None);
+            }
+            if dst.fitted() {
+                Ok(Some(dst.len))
+            } else {
+                Err(Error::BufferTooSmall {
+                    needed: dst.len,
+                    capacity,
+                })
+            }
+        })
     }
 
     /// Stores `value` under `key`. Linearizes at the commit CAS.
