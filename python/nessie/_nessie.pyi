@@ -95,7 +95,11 @@ class Node:
     def start(cls, config: ConfigArg, node_id: int, **settings: Any) -> Node: ...
     @classmethod
     def from_launcher(
-        cls, config: ConfigArg = None, *, fabric: FabricName | None = None, **settings: Any
+        cls,
+        config: ConfigArg = None,
+        *,
+        fabric: FabricName | dict[str, Any] | None = None,
+        **settings: Any,
     ) -> Node: ...
     def client(self) -> Client: ...
     @property

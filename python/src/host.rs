@@ -212,15 +212,16 @@ impl Node {
     /// mpirun, torchrun) or that NESSIE_NODE_ID and NESSIE_NODES describe:
     /// the node id and count come from the environment, and on `tcp` the
     /// nodes meet at the launcher's rendezvous, with the secret from
-    /// NESSIE_SECRET or NESSIE_SECRET_FILE. `fabric` names the fabric
-    /// (default: the configuration's, which must not be `local`).
+    /// NESSIE_SECRET or NESSIE_SECRET_FILE. `fabric` names the fabric, or
+    /// is a dict of its settings (default: the configuration's, which must
+    /// not be `local`).
     #[classmethod]
     #[pyo3(signature = (config=None, *, fabric=None, **settings))]
     fn from_launcher(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
         config: Option<&Bound<'_, PyAny>>,
-        fabric: Option<&str>,
+        fabric: Option<&Bound<'_, PyAny>>,
         settings: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Node> {
         let all = PyDict::new(py);
