@@ -81,6 +81,8 @@ pub struct Endpoint {
     fabric: Arc<dyn Fabric>,
     node: NodeId,
     counts: VerbCounts,
+    /// Per target node, when asked for ([`Endpoint::count_per_peer`]).
+    per_peer: Option<Vec<VerbCounts>>,
 }
 
 impl Endpoint {
@@ -91,6 +93,31 @@ impl Endpoint {
             fabric,
             node,
             counts: VerbCounts::default(),
+            per_peer: None,
+        }
+    }
+
+    /// Also counts verbs per target node, for a cluster of `nodes` (off by
+    /// default: it costs a branch and an add per verb). Round trips are
+    /// not counted per peer (a batch may reach several).
+    pub fn count_per_peer(&mut self, nodes: usize) {
+        self.per_peer = Some(vec![VerbCounts::default(); nodes]);
+    }
+
+    /// Moves the per-peer counts gathered since the last call into `into`
+    /// (indexed by node; grown as needed), leaving zeros behind. Nothing
+    /// unless [`Endpoint::count_per_peer`] was called.
+    pub fn drain_per_peer(&mut self, into: &mut Vec<VerbCounts>) {
+        let Some(peers) = self.per_peer.as_mut() else {
+            return;
+        };
+        if into.len() < peers.len() {
+            into.resize(peers.len(), VerbCounts::default());
+        }
+        for (to, from) in into.iter_mut().zip(peers.iter_mut()) {
+            if from.verbs() != 0 {
+                *to += std::mem::take(from);
+            }
         }
     }
 
@@ -119,7 +146,14 @@ impl Endpoint {
     }
 
     fn count(&mut self, addr: RemoteAddr, read: u64, written: u64, cas: bool) {
-        let c = &mut self.counts;
+        let local = addr.node == self.node;
+        Self::bump(&mut self.counts, local, read, written, cas);
+        if let Some(peer) = self.per_peer.as_mut().and_then(|p| p.get_mut(addr.node)) {
+            Self::bump(peer, local, read, written, cas);
+        }
+    }
+
+    fn bump(c: &mut VerbCounts, local: bool, read: u64, written: u64, cas: bool) {
         if cas {
             c.cas += 1;
         } else if read > 0 {
@@ -129,7 +163,7 @@ impl Endpoint {
         }
         c.read_bytes += read;
         c.write_bytes += written;
-        if addr.node == self.node {
+        if local {
             c.local += 1;
         } else {
             c.remote += 1;

@@ -86,6 +86,7 @@ mod error;
 pub mod index;
 mod kv;
 pub mod layout;
+mod metrics;
 mod protocol;
 pub mod runtime;
 mod stats;
@@ -93,8 +94,8 @@ mod stats;
 pub use client::Client;
 pub use clock::{Clock, WallClock};
 pub use config::{
-    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_DURATION, MAX_VALUE_SIZE,
-    MIN_CLASS_BYTES,
+    ChecksumPolicy, Config, FabricConfig, MetricsConfig, Optimizations, MAX_DURATION,
+    MAX_VALUE_SIZE, MIN_CLASS_BYTES,
 };
 pub use error::Error;
 pub use kv::KvClient;
