@@ -66,6 +66,8 @@ class Client:
         """Removes ``key``; whether it held a value."""
     def stats(self) -> dict[str, Any]:
         """Counters per operation kind (``get``, ``put``, ``delete``)."""
+    def _rust_get_loop(self, keys: list[bytes], buffer: Buffer, n: int) -> float:
+        """Benchmarks only: ``n`` GETs in one Rust loop; seconds taken."""
 
 class Cluster:
     """Every node of a cluster in this process (the in-process fabric)."""
@@ -73,6 +75,8 @@ class Cluster:
     @classmethod
     def local(cls, config: ConfigArg = None, **settings: Any) -> Cluster: ...
     def client(self, node: int = 0) -> Client: ...
+    def metrics_address(self, node: int) -> str | None:
+        """``host:port`` of node ``node``'s Prometheus endpoint, or None."""
     @property
     def nodes(self) -> int: ...
     @property

@@ -134,6 +134,31 @@ impl Client {
         self.call(py, |c| c.put(key, value))
     }
 
+    /// For benchmarks (not a stable API): `n` GETs into `buffer`, of the
+    /// `keys` in turn, in one Rust loop with the interpreter released, as
+    /// a Rust program would run them; returns the seconds taken. Against a
+    /// Python loop of `get_into`, it gives the bindings' cost per GET.
+    fn _rust_get_loop(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Vec<u8>>,
+        buffer: &Bound<'_, PyAny>,
+        n: u64,
+    ) -> PyResult<f64> {
+        if keys.is_empty() {
+            return Err(PyTypeError::new_err("keys must not be empty"));
+        }
+        let mut buf = ByteBuffer::get(buffer, true)?;
+        let out = buf.as_mut_slice();
+        self.call(py, |c| {
+            let start = std::time::Instant::now();
+            for key in keys.iter().cycle().take(n as usize) {
+                c.get_into_slice(key, out)?;
+            }
+            Ok(start.elapsed().as_secs_f64())
+        })
+    }
+
     /// Removes `key`; returns whether it held a value.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = key_bytes(key)?;

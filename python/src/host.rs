@@ -70,6 +70,13 @@ impl Hosted {
         py.detach(move || drop(host));
     }
 
+    fn with_cluster<T>(&self, f: impl FnOnce(&nessie::Cluster) -> T) -> PyResult<T> {
+        match &*self.lock() {
+            Some(Host::Cluster(c)) => Ok(f(c)),
+            _ => Err(errors::stopped(self.what)),
+        }
+    }
+
     fn with_node<T>(&self, f: impl FnOnce(&nessie::Node) -> T) -> PyResult<T> {
         match &*self.lock() {
             Some(Host::Node(n)) => Ok(f(n)),
@@ -137,6 +144,12 @@ impl Cluster {
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         config::to_python(py, &self.hosted.config)
+    }
+
+    /// The address (`host:port`) of node `node`'s Prometheus endpoint, or
+    /// None when metrics are off.
+    fn metrics_address(&self, node: usize) -> PyResult<Option<String>> {
+        self.hosted.with_cluster(|c| c.metrics_address(node).map(|a| a.to_string()))
     }
 
     /// Whether `stop()` was called.
@@ -273,6 +286,14 @@ impl Node {
     fn data_table_figures<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let figures = self.hosted.with_node(nessie::Node::data_table_figures)?;
         config::to_python(py, &figures)
+    }
+
+    /// The address of this node's Prometheus endpoint (`host:port`), or
+    /// None when metrics are off.
+    #[getter]
+    fn metrics_address(&self) -> PyResult<Option<String>> {
+        self.hosted
+            .with_node(|n| n.metrics_address().map(|a| a.to_string()))
     }
 
     /// Whether `stop()` was called.
