@@ -119,6 +119,15 @@ fn the_c_example_builds_and_runs_in_process_and_on_shm() {
                 .expect("spawn the example")
         })
         .collect();
+    // The region files stay after the nodes stop; remove them however the
+    // test ends.
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(Path::new("/dev/shm").join(format!("nessie-{cluster}")));
     for (id, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
         let text = format!(

@@ -15,6 +15,7 @@ several runs:
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -148,6 +149,8 @@ def main():
                 h.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 h.kill()
+        # The shm region files outlive the nodes.
+        shutil.rmtree(f"/dev/shm/nessie-{name}", ignore_errors=True)
 
 
 if __name__ == "__main__":

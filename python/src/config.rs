@@ -76,8 +76,7 @@ pub(crate) fn build(
 }
 
 fn from_value(value: Value) -> PyResult<nessie::Config> {
-    serde_json::from_value(value)
-        .map_err(|e| errors::config(format!("invalid configuration: {e}")))
+    serde_json::from_value(value).map_err(|e| errors::config(format!("invalid configuration: {e}")))
 }
 
 /// The default configuration as a dict (the keys `Cluster.local`,

@@ -87,7 +87,10 @@ impl Hosted {
 
 /// Runs a starting host's work with the interpreter released, catching a
 /// panic.
-fn start<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, nessie::Error> + Send) -> PyResult<T> {
+fn start<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, nessie::Error> + Send,
+) -> PyResult<T> {
     py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
         .map_err(|p| errors::panicked(&*p))?
         .map_err(errors::to_py)
@@ -149,7 +152,8 @@ impl Cluster {
     /// The address (`host:port`) of node `node`'s Prometheus endpoint, or
     /// None when metrics are off.
     fn metrics_address(&self, node: usize) -> PyResult<Option<String>> {
-        self.hosted.with_cluster(|c| c.metrics_address(node).map(|a| a.to_string()))
+        self.hosted
+            .with_cluster(|c| c.metrics_address(node).map(|a| a.to_string()))
     }
 
     /// Whether `stop()` was called.
@@ -245,7 +249,9 @@ impl Node {
             all.set_item("fabric", f)?;
         }
         let config = config::build(config, Some(&all))?;
-        Ok(Node::wrap(start(py, move || nessie::Node::launched(config))?))
+        Ok(Node::wrap(start(py, move || {
+            nessie::Node::launched(config)
+        })?))
     }
 
     /// A client running on this node (usable from any thread).
