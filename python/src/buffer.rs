@@ -2,6 +2,13 @@
 //! of any object that exports a contiguous buffer — `bytes`, `bytearray`,
 //! `memoryview`, `array.array`, NumPy arrays — with no copy in between.
 
+// The crate denies unsafe code (Cargo.toml) except here, where each block
+// states its SAFETY argument.
+#![allow(
+    unsafe_code,
+    reason = "the buffer protocol (PyObject_GetBuffer) has no safe wrapper for raw bytes"
+)]
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;

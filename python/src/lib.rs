@@ -20,13 +20,6 @@
 //! `catch_unwind` (a panic becomes a `NessieError`), and PyO3 turns any
 //! other panic into a Python exception.
 
-// The buffer protocol is a C API: `buffer.rs` holds the only unsafe code,
-// each block with its SAFETY argument.
-#![allow(
-    unsafe_code,
-    reason = "the buffer protocol (PyObject_GetBuffer) has no safe wrapper for raw bytes"
-)]
-
 use pyo3::prelude::*;
 
 mod buffer;
