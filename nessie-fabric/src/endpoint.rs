@@ -278,3 +278,69 @@ impl Endpoint {
         self.fabric.post(batch)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LocalFabric, RegionId, RegionSpec};
+
+    const R: RegionId = RegionId(0);
+
+    fn endpoint() -> Endpoint {
+        let fabric = LocalFabric::new(3, &[RegionSpec { id: R, len: 64 }]).unwrap();
+        Endpoint::new(Arc::new(fabric), 1)
+    }
+
+    #[test]
+    fn per_peer_counts_add_up_to_the_totals_and_drain() {
+        let mut ep = endpoint();
+        let mut drained = Vec::new();
+        ep.write(RemoteAddr::new(0, R, 0), &[1; 16]).unwrap();
+        ep.drain_per_peer(&mut drained);
+        assert!(drained.is_empty(), "off until asked for");
+        ep.count_per_peer(3);
+        ep.write(RemoteAddr::new(0, R, 0), &[1; 16]).unwrap();
+        ep.read(RemoteAddr::new(1, R, 8), &mut [0; 8]).unwrap();
+        ep.cas(RemoteAddr::new(2, R, 0), 0, 1).unwrap();
+        let mut buf = [0u8; 8];
+        let mut batch = [
+            Verb::Read {
+                addr: RemoteAddr::new(2, R, 8),
+                buf: &mut buf,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(0, R, 16),
+                expected: 0,
+                new: 1,
+                old: 0,
+            },
+        ];
+        ep.post(&mut batch).unwrap();
+        ep.drain_per_peer(&mut drained);
+        assert_eq!(drained.len(), 3);
+        assert_eq!(
+            (drained[0].writes, drained[0].write_bytes, drained[0].cas),
+            (1, 16, 1)
+        );
+        assert_eq!(
+            (drained[1].reads, drained[1].read_bytes, drained[1].local),
+            (1, 8, 1)
+        );
+        assert_eq!(
+            (drained[2].reads, drained[2].cas, drained[2].remote),
+            (1, 1, 2)
+        );
+        let mut sum = VerbCounts::default();
+        for c in &drained {
+            sum += *c;
+        }
+        let total = ep.counts();
+        assert_eq!(sum.verbs() + 1, total.verbs(), "all but the write before");
+        // Drained counts are gone; new verbs start from zero.
+        ep.read(RemoteAddr::new(1, R, 0), &mut [0; 8]).unwrap();
+        let mut again = Vec::new();
+        ep.drain_per_peer(&mut again);
+        assert_eq!(again[1].reads, 1);
+        assert_eq!(again[0].verbs() + again[2].verbs(), 0);
+    }
+}
