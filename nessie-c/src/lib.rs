@@ -26,6 +26,7 @@
     unsafe_code,
     reason = "a C API dereferences the raw pointers its callers pass"
 )]
+#![deny(missing_docs)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
