@@ -1,6 +1,7 @@
 //! `Cluster` and `Node`: what a process hosts. Both stop on `stop()`, at
-//! the end of a `with` block, or when garbage-collected; `Client`s taken
-//! from them raise `StoppedError` afterwards.
+//! the end of a `with` block, or once they and every `Client` taken from
+//! them are garbage-collected (a client keeps its host running); clients
+//! raise `StoppedError` after a stop.
 
 use crate::client::Client;
 use crate::config;
