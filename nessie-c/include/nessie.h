@@ -154,9 +154,9 @@ const char *nessie_status_name(int32_t code);
  */
 NessieStatus nessie_client_put(NessieClient *client,
                                const uint8_t *key,
-                               uintptr_t key_len,
+                               size_t key_len,
                                const uint8_t *value,
-                               uintptr_t value_len);
+                               size_t value_len);
 
 /**
  * GETs `key` into the caller's buffer `buf` (`buf_len` bytes). Returns
@@ -172,10 +172,10 @@ NessieStatus nessie_client_put(NessieClient *client,
  */
 NessieStatus nessie_client_get(NessieClient *client,
                                const uint8_t *key,
-                               uintptr_t key_len,
+                               size_t key_len,
                                uint8_t *buf,
-                               uintptr_t buf_len,
-                               uintptr_t *value_len);
+                               size_t buf_len,
+                               size_t *value_len);
 
 /**
  * Removes `key`; `*existed` (if not NULL) tells whether it held a value.
@@ -186,7 +186,7 @@ NessieStatus nessie_client_get(NessieClient *client,
  */
 NessieStatus nessie_client_delete(NessieClient *client,
                                   const uint8_t *key,
-                                  uintptr_t key_len,
+                                  size_t key_len,
                                   bool *existed);
 
 /**
@@ -215,9 +215,7 @@ NessieStatus nessie_cluster_local(const char *config_toml, NessieCluster **out);
  * `cluster` is a live handle from `nessie_cluster_local`; `out` is valid
  * for a write.
  */
-NessieStatus nessie_cluster_client(const NessieCluster *cluster,
-                                   uintptr_t node,
-                                   NessieClient **out);
+NessieStatus nessie_cluster_client(const NessieCluster *cluster, size_t node, NessieClient **out);
 
 /**
  * Stops every node of `cluster` and frees it (NULL is ignored). Free its
@@ -236,7 +234,7 @@ void nessie_cluster_free(NessieCluster *cluster);
  * # Safety
  * As `nessie_cluster_local`.
  */
-NessieStatus nessie_node_start(const char *config_toml, uintptr_t node_id, NessieNode **out);
+NessieStatus nessie_node_start(const char *config_toml, size_t node_id, NessieNode **out);
 
 /**
  * Starts this process's node of a job a launcher started (srun, mpirun,
@@ -259,7 +257,7 @@ NessieStatus nessie_node_from_launcher(const char *config_toml,
  * # Safety
  * `node` is NULL or a live handle.
  */
-uintptr_t nessie_node_id(const NessieNode *node);
+size_t nessie_node_id(const NessieNode *node);
 
 /**
  * The number of nodes in the node's cluster (0 for NULL).
@@ -267,7 +265,7 @@ uintptr_t nessie_node_id(const NessieNode *node);
  * # Safety
  * `node` is NULL or a live handle.
  */
-uintptr_t nessie_node_count(const NessieNode *node);
+size_t nessie_node_count(const NessieNode *node);
 
 /**
  * A new client running on `node`.
