@@ -81,6 +81,8 @@ pub struct Endpoint {
     fabric: Arc<dyn Fabric>,
     node: NodeId,
     counts: VerbCounts,
+    /// Per target node, when asked for ([`Endpoint::count_per_peer`]).
+    per_peer: Option<Vec<VerbCounts>>,
 }
 
 impl Endpoint {
@@ -91,6 +93,31 @@ impl Endpoint {
             fabric,
             node,
             counts: VerbCounts::default(),
+            per_peer: None,
+        }
+    }
+
+    /// Also counts verbs per target node, for a cluster of `nodes` (off by
+    /// default: it costs a branch and an add per verb). Round trips are
+    /// not counted per peer (a batch may reach several).
+    pub fn count_per_peer(&mut self, nodes: usize) {
+        self.per_peer = Some(vec![VerbCounts::default(); nodes]);
+    }
+
+    /// Moves the per-peer counts gathered since the last call into `into`
+    /// (indexed by node; grown as needed), leaving zeros behind. Nothing
+    /// unless [`Endpoint::count_per_peer`] was called.
+    pub fn drain_per_peer(&mut self, into: &mut Vec<VerbCounts>) {
+        let Some(peers) = self.per_peer.as_mut() else {
+            return;
+        };
+        if into.len() < peers.len() {
+            into.resize(peers.len(), VerbCounts::default());
+        }
+        for (to, from) in into.iter_mut().zip(peers.iter_mut()) {
+            if from.verbs() != 0 {
+                *to += std::mem::take(from);
+            }
         }
     }
 
@@ -119,7 +146,14 @@ impl Endpoint {
     }
 
     fn count(&mut self, addr: RemoteAddr, read: u64, written: u64, cas: bool) {
-        let c = &mut self.counts;
+        let local = addr.node == self.node;
+        Self::bump(&mut self.counts, local, read, written, cas);
+        if let Some(peer) = self.per_peer.as_mut().and_then(|p| p.get_mut(addr.node)) {
+            Self::bump(peer, local, read, written, cas);
+        }
+    }
+
+    fn bump(c: &mut VerbCounts, local: bool, read: u64, written: u64, cas: bool) {
         if cas {
             c.cas += 1;
         } else if read > 0 {
@@ -129,7 +163,7 @@ impl Endpoint {
         }
         c.read_bytes += read;
         c.write_bytes += written;
-        if addr.node == self.node {
+        if local {
             c.local += 1;
         } else {
             c.remote += 1;
@@ -242,5 +276,71 @@ impl Endpoint {
             return single.execute_on(&*self.fabric);
         }
         self.fabric.post(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LocalFabric, RegionId, RegionSpec};
+
+    const R: RegionId = RegionId(0);
+
+    fn endpoint() -> Endpoint {
+        let fabric = LocalFabric::new(3, &[RegionSpec { id: R, len: 64 }]).unwrap();
+        Endpoint::new(Arc::new(fabric), 1)
+    }
+
+    #[test]
+    fn per_peer_counts_add_up_to_the_totals_and_drain() {
+        let mut ep = endpoint();
+        let mut drained = Vec::new();
+        ep.write(RemoteAddr::new(0, R, 0), &[1; 16]).unwrap();
+        ep.drain_per_peer(&mut drained);
+        assert!(drained.is_empty(), "off until asked for");
+        ep.count_per_peer(3);
+        ep.write(RemoteAddr::new(0, R, 0), &[1; 16]).unwrap();
+        ep.read(RemoteAddr::new(1, R, 8), &mut [0; 8]).unwrap();
+        ep.cas(RemoteAddr::new(2, R, 0), 0, 1).unwrap();
+        let mut buf = [0u8; 8];
+        let mut batch = [
+            Verb::Read {
+                addr: RemoteAddr::new(2, R, 8),
+                buf: &mut buf,
+            },
+            Verb::Cas {
+                addr: RemoteAddr::new(0, R, 16),
+                expected: 0,
+                new: 1,
+                old: 0,
+            },
+        ];
+        ep.post(&mut batch).unwrap();
+        ep.drain_per_peer(&mut drained);
+        assert_eq!(drained.len(), 3);
+        assert_eq!(
+            (drained[0].writes, drained[0].write_bytes, drained[0].cas),
+            (1, 16, 1)
+        );
+        assert_eq!(
+            (drained[1].reads, drained[1].read_bytes, drained[1].local),
+            (1, 8, 1)
+        );
+        assert_eq!(
+            (drained[2].reads, drained[2].cas, drained[2].remote),
+            (1, 1, 2)
+        );
+        let mut sum = VerbCounts::default();
+        for c in &drained {
+            sum += *c;
+        }
+        let total = ep.counts();
+        assert_eq!(sum.verbs() + 1, total.verbs(), "all but the write before");
+        // Drained counts are gone; new verbs start from zero.
+        ep.read(RemoteAddr::new(1, R, 0), &mut [0; 8]).unwrap();
+        let mut again = Vec::new();
+        ep.drain_per_peer(&mut again);
+        assert_eq!(again[1].reads, 1);
+        assert_eq!(again[0].verbs() + again[2].verbs(), 0);
     }
 }

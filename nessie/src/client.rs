@@ -5,7 +5,8 @@ use crate::cache::DteCache;
 use crate::clock::Clock;
 use crate::data::NodeData;
 use crate::fabric::{Endpoint, NodeId};
-use crate::protocol::{Ctx, Env, Kept, WriteKind};
+use crate::metrics::ClientMetrics;
+use crate::protocol::{Ctx, Env, Kept, SliceOut, WriteKind};
 use crate::runtime::store::Shared;
 use crate::stats::{OpKind, OpStats, Stats};
 use crate::{Error, KvClient};
@@ -13,6 +14,7 @@ use rand::rngs::StdRng;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A client of the client-driven store, bound to one node: it writes new
 /// entries into that node's data tables and reads everything else with
@@ -25,6 +27,8 @@ pub struct Client {
     data: Arc<NodeData>,
     kept: Kept,
     stats: Stats,
+    /// This client's cell in its node's metrics (`Config::metrics`).
+    metrics: Option<ClientMetrics>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -36,8 +40,13 @@ impl Client {
         rng: StdRng,
     ) -> Client {
         let config = shared.config();
+        let mut ep = Endpoint::new(Arc::clone(shared.fabric()), node);
+        let metrics = shared
+            .metrics(node)
+            .map(|m| m.register(&mut ep, config.nodes));
         Client {
-            ep: Endpoint::new(Arc::clone(shared.fabric()), node),
+            ep,
+            metrics,
             clock: Arc::clone(shared.clock(node)),
             kept: Kept::new(
                 DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
@@ -74,6 +83,8 @@ impl Client {
         op: impl FnOnce(&mut Ctx<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let writes = kind != OpKind::Get;
+        // One clock read before and after, only with metrics on.
+        let started = self.metrics.as_ref().map(|_| Instant::now());
         self.shared.skew(self.ep.node())?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
@@ -99,6 +110,9 @@ impl Client {
         counters.errors = u64::from(result.is_err());
         counters.verbs = self.ep.counts() - before;
         *self.stats.of_mut(kind) += counters;
+        if let (Some(m), Some(t)) = (&self.metrics, started) {
+            m.record(kind, &counters, t.elapsed(), &mut self.ep);
+        }
         if let Err(e) = &result {
             tracing::debug!(node = self.node(), ?kind, "operation failed: {e}");
         }
@@ -124,6 +138,50 @@ impl Client {
         self.check_key(key)?;
         out.clear();
         self.run(OpKind::Get, |ctx| ctx.get(key, out))
+    }
+
+    /// Like [`Client::get`], into the caller's slice `out` with no
+    /// allocation: copies the value to the start of `out` and returns its
+    /// length, or `None` if the key holds no value (`out` untouched).
+    ///
+    /// ```
+    /// # let cluster = nessie::Cluster::local(nessie::Config {
+    /// #     index_slots_per_node: 1024, data_bytes_per_node: 16 << 20,
+    /// #     ..nessie::Config::default() })?;
+    /// let mut client = cluster.client(0)?;
+    /// client.put(b"k", b"twelve bytes")?;
+    /// let mut buf = [0u8; 64];
+    /// let n = client.get_into_slice(b"k", &mut buf)?.expect("stored above");
+    /// assert_eq!(&buf[..n], b"twelve bytes");
+    /// let mut small = [0u8; 4];
+    /// assert!(matches!(
+    ///     client.get_into_slice(b"k", &mut small),
+    ///     Err(nessie::Error::BufferTooSmall { needed: 12, capacity: 4 })
+    /// ));
+    /// # Ok::<(), nessie::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] with the value's length if it does not fit
+    /// (`out` untouched; the GET counts as failed in [`Client::stats`]);
+    /// otherwise as [`Client::get`].
+    pub fn get_into_slice(&mut self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, Error> {
+        self.check_key(key)?;
+        let capacity = out.len();
+        self.run(OpKind::Get, |ctx| {
+            let mut dst = SliceOut::new(out);
+            if !ctx.get(key, &mut dst)? {
+                return Ok(None);
+            }
+            if dst.fitted() {
+                Ok(Some(dst.len))
+            } else {
+                Err(Error::BufferTooSmall {
+                    needed: dst.len,
+                    capacity,
+                })
+            }
+        })
     }
 
     /// Stores `value` under `key`. Linearizes at the commit CAS.
@@ -158,6 +216,12 @@ impl Client {
     #[must_use]
     pub fn last_data_table_full(&self) -> Option<&crate::data::DataTableFigures> {
         self.kept.table_full.as_ref()
+    }
+
+    /// Whether this client keeps figures for its node's metrics endpoint.
+    #[cfg(test)]
+    pub(crate) fn metrics_cell_for_tests(&self) -> Option<&ClientMetrics> {
+        self.metrics.as_ref()
     }
 
     /// Counters of everything this client did so far.

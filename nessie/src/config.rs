@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod metrics;
 mod sizing;
 mod validate;
+
+pub use metrics::MetricsConfig;
 
 /// Value capacity of the smallest size class, in bytes.
 pub const MIN_CLASS_BYTES: usize = 256;
@@ -288,6 +291,10 @@ pub struct Config {
     /// [`Config::landing_bound`].
     #[serde(default, with = "opt_millis", skip_serializing_if = "Option::is_none")]
     pub cas_landing_bound: Option<Duration>,
+    /// Each node's Prometheus endpoint (`None`, the default: off). See
+    /// [`MetricsConfig`] and `docs/operations.md#metrics`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsConfig>,
 }
 
 /// The longest duration a configuration may hold (a day): bounds every
@@ -343,6 +350,7 @@ impl Default for Config {
             server_workers: 1,
             verify_checksums: ChecksumPolicy::default(),
             cas_landing_bound: None,
+            metrics: None,
         }
     }
 }

@@ -20,6 +20,16 @@ pub enum Error {
     /// `max_migrate_depth` recursive MIGRATEs.
     #[error("index full: no candidate slot of the key could be freed within max_migrate_depth")]
     IndexFull,
+    /// The caller's buffer is shorter than the value found
+    /// ([`crate::Client::get_into_slice`]); nothing was copied. Retry with
+    /// a buffer of `needed` bytes (the value may change meanwhile).
+    #[error("buffer too small: the value has {needed} bytes, the buffer {capacity}")]
+    BufferTooSmall {
+        /// The value's length, bytes.
+        needed: usize,
+        /// The buffer's length, bytes.
+        capacity: usize,
+    },
     /// The node's data table of the value's size class had no free slot
     /// before the operation's deadline.
     /// [`crate::Client::last_data_table_full`] gives the table's figures;

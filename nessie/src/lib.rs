@@ -55,6 +55,10 @@
 //! * [`cache`] — each client's LRU of committed entries keyed by ITE value.
 //! * `protocol` (private) — GET, PUT, DELETE, MIGRATE and helping; its module
 //!   documentation states the invariants it keeps.
+//! * `metrics` (private) — each node's opt-in Prometheus endpoint
+//!   ([`MetricsConfig`], `Config::metrics`): per-client cells the node
+//!   sums at each scrape, served by a small HTTP loop on its own thread;
+//!   nothing runs and nothing is counted when it is off.
 //! * [`Cluster`] (in-process) and [`Node`] (one process of a multi-process
 //!   cluster) hand out [`Client`]s; every store of the project implements
 //!   [`KvClient`].
@@ -86,6 +90,7 @@ mod error;
 pub mod index;
 mod kv;
 pub mod layout;
+mod metrics;
 mod protocol;
 pub mod runtime;
 mod stats;
@@ -93,8 +98,8 @@ mod stats;
 pub use client::Client;
 pub use clock::{Clock, WallClock};
 pub use config::{
-    ChecksumPolicy, Config, FabricConfig, Optimizations, MAX_DURATION, MAX_VALUE_SIZE,
-    MIN_CLASS_BYTES,
+    ChecksumPolicy, Config, FabricConfig, MetricsConfig, Optimizations, MAX_DURATION,
+    MAX_VALUE_SIZE, MIN_CLASS_BYTES,
 };
 pub use error::Error;
 pub use kv::KvClient;

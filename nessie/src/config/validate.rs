@@ -21,6 +21,9 @@ impl Config {
             )));
         }
         self.validate_fabric()?;
+        if let Some(metrics) = &self.metrics {
+            metrics.validate(self.nodes)?;
+        }
         self.validate_classes()
     }
 

@@ -122,6 +122,14 @@ macro_rules! recycle_counts {
             $($(#[$doc])* pub $field: u64,)*
         }
 
+        impl RecycleCounts {
+            /// Each counter with its field name, in declaration order.
+            #[must_use]
+            pub fn by_name(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field)),*]
+            }
+        }
+
         #[derive(Debug, Default)]
         struct Counters {
             $($field: AtomicU64,)*

@@ -11,6 +11,51 @@ use crate::layout::dte::DteStatus;
 use crate::layout::{Ite, IteKind};
 use crate::Error;
 
+/// Where a GET puts the value it found: a `Vec` it grows, or a caller's
+/// slice (see [`SliceOut`]). A GET may fill it more than once if it goes
+/// around again; the last fill is the answer.
+pub(crate) trait ValueOut {
+    /// Takes `value` as the answer.
+    fn fill(&mut self, value: &[u8]);
+}
+
+impl ValueOut for Vec<u8> {
+    fn fill(&mut self, value: &[u8]) {
+        self.clear();
+        self.extend_from_slice(value);
+    }
+}
+
+/// A caller's slice as a GET's destination: a value that fits is copied to
+/// its start; one that does not leaves the slice untouched and records its
+/// length, so that the caller can tell how much room it needs.
+#[derive(Debug)]
+pub(crate) struct SliceOut<'a> {
+    buf: &'a mut [u8],
+    /// The length of the last value given, whether or not it fitted.
+    pub(crate) len: usize,
+}
+
+impl<'a> SliceOut<'a> {
+    pub(crate) fn new(buf: &'a mut [u8]) -> SliceOut<'a> {
+        SliceOut { buf, len: 0 }
+    }
+
+    /// Whether the last value given fitted (and was copied).
+    pub(crate) fn fitted(&self) -> bool {
+        self.len <= self.buf.len()
+    }
+}
+
+impl ValueOut for SliceOut<'_> {
+    fn fill(&mut self, value: &[u8]) {
+        self.len = value.len();
+        if let Some(dst) = self.buf.get_mut(..value.len()) {
+            dst.copy_from_slice(value);
+        }
+    }
+}
+
 /// What one pass over the candidates decided.
 enum Pass {
     /// The key's value (copied into the caller's buffer).
@@ -27,7 +72,7 @@ enum Pass {
 
 impl Ctx<'_> {
     /// GET `key` into `out`; returns whether it was found.
-    pub(crate) fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+    pub(crate) fn get(&mut self, key: &[u8], out: &mut impl ValueOut) -> Result<bool, Error> {
         let cands = self.env.hasher.candidate_list(key);
         let filter = self.env.hasher.filter(key);
         // The first pass starts when the operation did (one clock read
@@ -60,7 +105,7 @@ impl Ctx<'_> {
         filter: u8,
         cands: &[Candidate],
         ites: &[Ite],
-        out: &mut Vec<u8>,
+        out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         let opts = self.env.config.optimizations;
         // A cache entry is fresh if at most `expiry` passed between the
@@ -78,10 +123,9 @@ impl Ctx<'_> {
                         continue;
                     }
                     self.op.stats.cache_hits += 1;
-                    out.clear();
                     return Ok(match &hit.value {
                         Some(v) => {
-                            out.extend_from_slice(v);
+                            out.fill(v);
                             Pass::Found
                         }
                         None => Pass::Absent,
@@ -107,7 +151,7 @@ impl Ctx<'_> {
         ites: &[Ite],
         slots: &[usize],
         views: &mut [Option<DteView>],
-        out: &mut Vec<u8>,
+        out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         let mut skipped = false;
         for (view, &i) in views.iter_mut().zip(slots) {
@@ -145,7 +189,7 @@ impl Ctx<'_> {
         ite: Ite,
         slot: RemoteAddr,
         view: &mut DteView,
-        out: &mut Vec<u8>,
+        out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         match view.status() {
             DteStatus::Valid => self.answer(key, ite, view, out),
@@ -181,7 +225,7 @@ impl Ctx<'_> {
         key: &[u8],
         ite: Ite,
         view: &mut DteView,
-        out: &mut Vec<u8>,
+        out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         if view.state().is_tombstone() {
             self.cache_entry(key, ite, view, None);
@@ -192,8 +236,7 @@ impl Ctx<'_> {
             self.op.torn_at = Some(view.at);
             return Ok(Pass::Again(Retry::Torn));
         }
-        out.clear();
-        out.extend_from_slice(view.value());
+        out.fill(view.value());
         self.cache_entry(key, ite, view, Some(view.value()));
         Ok(Pass::Found)
     }
@@ -208,7 +251,12 @@ impl Ctx<'_> {
 
     /// The previous version of an in-progress PUT/DELETE: returned if it is
     /// a committed entry of the same key, else back off.
-    fn follow_prev(&mut self, key: &[u8], prev: Ite, out: &mut Vec<u8>) -> Result<Pass, Error> {
+    fn follow_prev(
+        &mut self,
+        key: &[u8],
+        prev: Ite,
+        out: &mut impl ValueOut,
+    ) -> Result<Pass, Error> {
         let IteKind::Occupied { dte, .. } = prev.kind() else {
             return Ok(Pass::Again(Retry::Busy));
         };

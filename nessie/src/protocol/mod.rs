@@ -76,6 +76,7 @@ use rand::rngs::StdRng;
 pub(crate) use entries::Linked;
 pub(crate) use env::{Env, Timing};
 pub(crate) use gate::Gate;
+pub(crate) use get::SliceOut;
 pub(crate) use op::{Op, Retry};
 pub(crate) use view::DteView;
 pub(crate) use write::WriteKind;

@@ -6,6 +6,7 @@ use crate::client::Client;
 use crate::clock::Clock;
 use crate::data::{NodeData, TableAccess};
 use crate::fabric::{Fabric, NodeId};
+use crate::metrics::MetricsServer;
 use crate::runtime::store::{store_regions, Shared};
 use crate::runtime::watch::ClockWatch;
 use crate::runtime::{Hosting, LocalStart};
@@ -17,7 +18,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Cluster {
     shared: Arc<Shared>,
-    // Field order is drop order: the watch stops before the recycler.
+    // Field order is drop order: the metrics endpoints stop first, the
+    // watch before the recycler.
+    metrics: Vec<MetricsServer>,
     _watch: Option<ClockWatch>,
     _hosting: Hosting,
 }
@@ -52,6 +55,14 @@ impl Cluster {
     /// [`Error::Config`] if `node` is not in the cluster.
     pub fn client(&self, node: NodeId) -> Result<Client, Error> {
         self.shared.client(node)
+    }
+
+    /// The address of node `node`'s Prometheus endpoint, when
+    /// `Config::metrics` turned them on (one per node, as in a cluster of
+    /// processes).
+    #[must_use]
+    pub fn metrics_address(&self, node: NodeId) -> Option<std::net::SocketAddr> {
+        self.metrics.get(node).map(MetricsServer::address)
     }
 
     /// The configuration.
@@ -187,8 +198,13 @@ impl ClusterBuilder {
             }
             None
         };
+        let mut metrics = Vec::new();
+        for &node in hosting.hosted() {
+            metrics.extend(MetricsServer::start(Arc::clone(&shared), node, None)?);
+        }
         Ok(Cluster {
             shared,
+            metrics,
             _watch: watch,
             _hosting: hosting,
         })

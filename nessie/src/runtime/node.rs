@@ -3,6 +3,7 @@
 use crate::bootstrap::Launch;
 use crate::client::Client;
 use crate::fabric::{Fabric, NodeId, TcpStats};
+use crate::metrics::MetricsServer;
 use crate::runtime::store::{store_regions, Shared};
 use crate::runtime::watch::ClockWatch;
 use crate::runtime::Hosting;
@@ -16,7 +17,9 @@ use std::sync::Arc;
 pub struct Node {
     shared: Arc<Shared>,
     id: NodeId,
-    // Field order is drop order: the watch stops before the recycler.
+    // Field order is drop order: the metrics endpoint stops first, the
+    // watch before the recycler.
+    metrics: Option<MetricsServer>,
     _watch: ClockWatch,
     hosting: Hosting,
 }
@@ -82,9 +85,12 @@ impl Node {
         let seed = 0x6e6f_6465 ^ (node_id as u64) << 32 ^ u64::from(std::process::id());
         let shared = Arc::new(Shared::new(&hosting, seed));
         let watch = ClockWatch::start(Arc::clone(&shared), vec![node_id])?;
+        let tcp = hosting.tcp().cloned();
+        let metrics = MetricsServer::start(Arc::clone(&shared), node_id, tcp)?;
         Ok(Node {
             shared,
             id: node_id,
+            metrics,
             _watch: watch,
             hosting,
         })
@@ -122,6 +128,13 @@ impl Node {
         self.shared.data(self.id).map_or_else(Vec::new, |d| {
             (0..d.classes()).map(|c| d.figures(c as u8)).collect()
         })
+    }
+
+    /// The address of this node's Prometheus endpoint (`GET /metrics`),
+    /// when `Config::metrics` turned it on.
+    #[must_use]
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::address)
     }
 
     /// This node's id.

@@ -7,6 +7,7 @@ use crate::data::{Geometry, NodeData};
 use crate::fabric::{Fabric, NodeId, RegionSpec};
 use crate::index::KeyHasher;
 use crate::layout::region;
+use crate::metrics::NodeMetrics;
 use crate::protocol::Timing;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
@@ -49,6 +50,10 @@ pub(crate) struct Shared {
     /// Per node: 0 while clocks agree, else the skew verdict packed as
     /// `peer << 48 | skew_us` (see [`Shared::skew`]).
     skew: Vec<AtomicU64>,
+    /// Per node: clock checks that found a peer's clock too far off.
+    skew_alarms: Vec<AtomicU64>,
+    /// Per hosted node, with `Config::metrics`: its clients' figures.
+    metrics: Vec<Option<Arc<NodeMetrics>>>,
 }
 
 impl Shared {
@@ -57,8 +62,12 @@ impl Shared {
     pub(crate) fn new(hosting: &Hosting, seed: u64) -> Shared {
         let config = hosting.config().clone();
         let mut data = vec![None; config.nodes];
+        let mut metrics = vec![None; config.nodes];
         for (&n, d) in hosting.hosted().iter().zip(hosting.data()) {
             data[n] = Some(Arc::clone(d));
+            if config.metrics.is_some() {
+                metrics[n] = Some(Arc::new(NodeMetrics::default()));
+            }
         }
         Shared {
             hasher: KeyHasher::new(&config),
@@ -70,6 +79,8 @@ impl Shared {
             seed,
             clients: AtomicU64::new(0),
             skew: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
+            skew_alarms: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
+            metrics,
             config,
         }
     }
@@ -122,7 +133,10 @@ impl Shared {
             SkewVerdict::Skewed {
                 node: peer,
                 skew_us,
-            } => (peer as u64) << 48 | skew_us.min((1 << 48) - 1) | 1,
+            } => {
+                self.skew_alarms[node].fetch_add(1, Ordering::Relaxed);
+                (peer as u64) << 48 | skew_us.min((1 << 48) - 1) | 1
+            }
         };
         self.skew[node].store(packed, Ordering::Relaxed);
     }
@@ -136,6 +150,19 @@ impl Shared {
                 skew_us: packed & ((1 << 48) - 1),
             }),
         }
+    }
+
+    /// Clock checks of `node` that found a peer's clock too far off.
+    pub(crate) fn skew_alarms(&self, node: NodeId) -> u64 {
+        self.skew_alarms
+            .get(node)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    /// Node `node`'s client figures, when metrics are on and this process
+    /// hosts it.
+    pub(crate) fn metrics(&self, node: NodeId) -> Option<&Arc<NodeMetrics>> {
+        self.metrics.get(node).and_then(Option::as_ref)
     }
 
     /// Node `node`'s data tables, if this process hosts them.
