@@ -35,9 +35,21 @@ ACTIVATE, so the audit runs after the activation):
   ACTIVATE  enabled when no op that started before the loss is running (the
             drain, RP0); the mirror ITEs and statuses become the primary's.
 
+Fixes found necessary (REPORT-replicas.md; flags on the model):
+  dl  a helper treats an owner as dead only once every CAS the owner armed
+      has landed (dead-owner margin + the landing bound)
+  ab  an abort makes the mirror status ABORTED (INVALID -> ABORTED, or
+      VALID -> ABORTED when the owner's mirror commit got there first)
+      before anything is restored; every restore does it first
+  rf  a helper that rolls a dead MIGRATE copy forward first syncs the copy's
+      destination link and source marker to the mirror
+
 usage: python3 replicas.py [VARIANTS|all] [CONFIGS|all] [max_states] [time_limit_s]
-  VARIANTS: 'rp' (the design) and the mutants m1..m6; default: all.
-  Exit status 1 if a clean variant fails a config or a mutant is uncaught.
+  VARIANTS: 'fix' and 'grace' must be clean; 'rp' (the design as written),
+  'no-dl', 'no-ab', 'no-rf' and the mutants m1..m6 (each on top of the
+  fixes) must each show a counterexample in some config; default: all.
+  Exit status 1 if a clean variant fails or hits a limit, or an
+  expected-to-fail variant shows no counterexample.
 """
 import io
 import itertools
@@ -60,7 +72,7 @@ def mstat(r):
 
 
 def set_mstat(r, s):
-    return r[:FL] + ((r[FL] & 3) | (s << MS),) + r[FL + 1:]
+    return r[:FL] + ((r[FL] & ~(3 << MS)) | (s << MS),) + r[FL + 1:]
 
 
 # ================================================================ client side
@@ -289,9 +301,9 @@ _shared_check_inv = mc.check_inv
 def show_state(model, st):
     S = model.S
     ites, slots = st[0], st[1]
-    ph = ('before loss', 'P lost', 'M active')[ites[2 * S]]
+    ph = ('before loss', 'P lost', 'M active', 'N restoring', 'M lost', 'N active')[ites[2 * S]]
     out = ['[%s]' % ph, 'ITEs: ' + ' '.join('s%d=%s' % (i, model.dn(v)) for i, v in enumerate(ites[:S]))]
-    if ites[2 * S] < 2:
+    if ites[2 * S] in (0, 1, 3):
         out.append('mirror: ' + ' '.join('s%d=%s' % (i, model.dn(v)) for i, v in enumerate(ites[S:2 * S])))
     out[-1] += ';'
     for p, r in enumerate(slots):
@@ -330,6 +342,9 @@ class RModel(mc.Model):
         if op[0] in ENV_OPS:
             return tuple(m), mc.R_TO
         return mc.Model.apply(self, m, op)
+
+    def fmt_view(self, v):
+        return mc.Model.fmt_view(self, v).replace('owner=c7/op-1', 'owner=unknown')
 
     def fmt_rec(self, p, r):
         s = mc.Model.fmt_rec(self, p, set_mstat(r, 0))
