@@ -157,11 +157,6 @@ pub unsafe extern "C" fn nessie_client_delete(
 /// `client` is NULL or a live handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn nessie_client_free(client: *mut NessieClient) {
-    if client.is_null() {
-        return;
-    }
-    // SAFETY: the caller hands over a handle made by `Box::into_raw` and
-    // never uses it again.
-    let boxed = unsafe { Box::from_raw(client) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(boxed)));
+    // SAFETY: as this function's contract.
+    unsafe { crate::host::take_back(client) }
 }

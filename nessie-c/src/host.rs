@@ -30,6 +30,48 @@ unsafe fn give<T>(out: *mut *mut T, value: T) -> NessieStatus {
     NessieStatus::NessieOk
 }
 
+/// Frees a handle made by [`give`] (NULL is ignored), dropping it behind
+/// `catch_unwind` so that a panic in a drop never crosses into C.
+///
+/// # Safety
+/// `handle` is NULL or came from [`give`] and is not used again.
+pub(crate) unsafe fn take_back<T>(handle: *mut T) {
+    if handle.is_null() {
+        return;
+    }
+    // SAFETY: the caller hands over a handle made by `Box::into_raw` in
+    // `give` and never uses it again.
+    let boxed = unsafe { Box::from_raw(handle) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(boxed)));
+}
+
+/// A new client made by `make` from the live handle `host` (a cluster or a
+/// node), stored in `*out`.
+///
+/// # Safety
+/// `host` is NULL or a live handle; `out` is NULL or valid for a write.
+unsafe fn new_client<H>(
+    host: *const H,
+    what: &str,
+    out: *mut *mut NessieClient,
+    make: impl FnOnce(&H) -> Result<nessie::Client, nessie::Error>,
+) -> NessieStatus {
+    guard(|| {
+        if out.is_null() {
+            return null("out");
+        }
+        // SAFETY: the caller promises a live handle (or NULL, refused).
+        let Some(host) = (unsafe { host.as_ref() }) else {
+            return null(what);
+        };
+        match make(host) {
+            // SAFETY: `out` is not null and the caller promises it writable.
+            Ok(c) => unsafe { give(out, NessieClient::new(c)) },
+            Err(e) => store_error(&e),
+        }
+    })
+}
+
 /// A fabric by name, with what a launcher fills in left empty.
 fn fabric_named(name: &str) -> Result<FabricConfig, NessieStatus> {
     Ok(match name {
@@ -96,20 +138,8 @@ pub unsafe extern "C" fn nessie_cluster_client(
     node: usize,
     out: *mut *mut NessieClient,
 ) -> NessieStatus {
-    guard(|| {
-        if out.is_null() {
-            return null("out");
-        }
-        // SAFETY: the caller promises a live handle (or NULL, refused).
-        let Some(cluster) = (unsafe { cluster.as_ref() }) else {
-            return null("cluster");
-        };
-        match cluster.inner.client(node) {
-            // SAFETY: `out` is not null and the caller promises it writable.
-            Ok(c) => unsafe { give(out, NessieClient::new(c)) },
-            Err(e) => store_error(&e),
-        }
-    })
+    // SAFETY: as this function's contract.
+    unsafe { new_client(cluster, "cluster", out, |c| c.inner.client(node)) }
 }
 
 /// Stops every node of `cluster` and frees it (NULL is ignored). Free its
@@ -119,13 +149,8 @@ pub unsafe extern "C" fn nessie_cluster_client(
 /// `cluster` is NULL or a live handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn nessie_cluster_free(cluster: *mut NessieCluster) {
-    if cluster.is_null() {
-        return;
-    }
-    // SAFETY: the caller hands over a handle made by `Box::into_raw` in
-    // `give` and never uses it again.
-    let boxed = unsafe { Box::from_raw(cluster) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(boxed)));
+    // SAFETY: as this function\'s contract.
+    unsafe { take_back(cluster) }
 }
 
 /// Starts node `node_id` of a cluster of processes and waits for its peers
@@ -230,20 +255,8 @@ pub unsafe extern "C" fn nessie_node_client(
     node: *const NessieNode,
     out: *mut *mut NessieClient,
 ) -> NessieStatus {
-    guard(|| {
-        if out.is_null() {
-            return null("out");
-        }
-        // SAFETY: the caller promises a live handle (or NULL, refused).
-        let Some(node) = (unsafe { node.as_ref() }) else {
-            return null("node");
-        };
-        match node.inner.client() {
-            // SAFETY: `out` is not null and the caller promises it writable.
-            Ok(c) => unsafe { give(out, NessieClient::new(c)) },
-            Err(e) => store_error(&e),
-        }
-    })
+    // SAFETY: as this function's contract.
+    unsafe { new_client(node, "node", out, |n| n.inner.client()) }
 }
 
 /// Stops `node` and frees it (NULL is ignored). Free its clients first,
@@ -254,11 +267,6 @@ pub unsafe extern "C" fn nessie_node_client(
 /// `node` is NULL or a live handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn nessie_node_free(node: *mut NessieNode) {
-    if node.is_null() {
-        return;
-    }
-    // SAFETY: the caller hands over a handle made by `Box::into_raw` in
-    // `give` and never uses it again.
-    let boxed = unsafe { Box::from_raw(node) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(boxed)));
+    // SAFETY: as this function\'s contract.
+    unsafe { take_back(node) }
 }
