@@ -422,3 +422,103 @@ impl Collector for NodeCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::registry::Registry;
+    use std::time::Duration;
+
+    /// The families of [`Families`] over fixed figures.
+    #[derive(Debug)]
+    struct Fixed(Figures);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+            let mut f = Families {
+                enc: &mut encoder,
+                node: "7".into(),
+            };
+            f.operations(&self.0)?;
+            f.retries(&self.0)
+        }
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+    }
+
+    /// Durations go out in seconds and counts as counted, whatever unit
+    /// the figures keep them in.
+    #[test]
+    fn figures_are_exported_in_seconds_and_counts() {
+        let mut fig = Figures::default();
+        let put = fig.stats.of_mut(OpKind::Put);
+        put.ops = 5;
+        put.errors = 2;
+        put.backoff_us = 2_500_000;
+        put.scan_ns = 250_000_000;
+        put.migrations = 3;
+        *put.retries.get_mut(RetryCause::ALL[0]) = 4;
+        for ms in [500, 1000] {
+            fig.latency[1].record(Duration::from_millis(ms));
+        }
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(fig)));
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+
+        let put = r#"{node="7",op="put""#;
+        assert_eq!(
+            value(
+                &text,
+                &format!("nessie_operations_total{put},outcome=\"ok\"}}")
+            ),
+            3.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("nessie_operations_total{put},outcome=\"error\"}}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("nessie_operation_duration_seconds_sum{put}}}")
+            ),
+            1.5
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("nessie_operation_duration_seconds_count{put}}}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            value(&text, &format!("nessie_backoff_seconds_total{put}}}")),
+            2.5
+        );
+        assert_eq!(
+            value(&text, &format!("nessie_slot_scan_seconds_total{put}}}")),
+            0.25
+        );
+        assert_eq!(
+            value(&text, &format!("nessie_migrations_total{put}}}")),
+            3.0
+        );
+        let cause = RetryCause::ALL[0].name();
+        assert_eq!(
+            value(
+                &text,
+                &format!("nessie_retries_total{put},cause=\"{cause}\"}}")
+            ),
+            4.0
+        );
+    }
+}

@@ -171,6 +171,9 @@ fn other_paths_and_methods_are_refused() {
         "HTTP/1.1 405 Method Not Allowed"
     );
     assert_eq!(http(addr, "GET / HTTP/1.0\r\n\r\n").0, "HTTP/1.1 200 OK");
+    // A head just under the limit is read whole and answered.
+    let long = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(7_000));
+    assert_eq!(http(addr, &long).0, "HTTP/1.1 200 OK");
     let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
     assert_eq!(
         http(addr, &huge).0,
@@ -202,6 +205,16 @@ fn ports_past_65535_are_refused_and_bind_failures_are_errors() {
     };
     let msg = bad.validate().unwrap_err().to_string();
     assert!(msg.contains("metrics.base_port"), "{msg}");
+    // The last node may take port 65535 itself.
+    let nodes = Config::default().nodes;
+    let edge = Config {
+        metrics: Some(MetricsConfig {
+            base_port: u16::try_from(65_536 - nodes).unwrap(),
+            ..MetricsConfig::default()
+        }),
+        ..Config::default()
+    };
+    edge.validate().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let clash = config(Some(MetricsConfig {
@@ -223,4 +236,45 @@ fn the_metrics_key_round_trips_through_toml() {
         .unwrap()
         .find("metrics")
         .is_none());
+}
+
+#[test]
+fn figures_of_clients_add_up() {
+    let mut a = Figures::default();
+    let mut b = Figures::default();
+    a.latency[0].record(Duration::from_micros(3));
+    for _ in 0..2 {
+        b.latency[0].record(Duration::from_micros(3));
+    }
+    b.peers = vec![VerbCounts::default(); 3];
+    b.peers[2].reads = 5;
+    a.add(&b);
+    assert_eq!(a.latency[0].count, 3);
+    assert_eq!(a.latency[0].buckets[2], 3, "3 µs is ≤ 5 µs, three times");
+    assert_eq!(a.latency[0].sum_ns, 9_000);
+    assert_eq!(a.peers.len(), 3);
+    assert_eq!(a.peers[2].reads, 5);
+}
+
+#[test]
+fn a_dropped_clients_operations_still_count_and_a_stopped_node_stops_serving() {
+    let cluster = Cluster::local(config(Some(any_port()))).unwrap();
+    let addr = cluster.metrics_address(0).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    for i in 0..3 {
+        c.put(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    drop(c);
+    assert_eq!(
+        value(
+            &scrape(addr),
+            r#"nessie_operations_total{node="0",op="put",outcome="ok"}"#
+        ),
+        3.0
+    );
+    drop(cluster);
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "the endpoint outlived its node"
+    );
 }
