@@ -62,18 +62,25 @@ def all_keys():
     return [f"bench/{1 + i % 2}/{i // 2}".encode() for i in range(2 * KEYS)]
 
 
-def run_threads(node, threads, ops, value_bytes, rust=False):
-    """Seconds for `threads` threads to do `ops` GETs each (a Python loop
-    of get_into, or with `rust` the same GETs in a Rust loop)."""
+def run_threads(node, threads, ops, value_bytes, rust=False, batch=0):
+    """Seconds for `threads` threads to do `ops` GETs each: a Python loop of
+    get_into; with `batch`, of get_many_into calls of `batch` keys each
+    (one release of the interpreter per call); with `rust`, the same GETs in
+    a Rust loop."""
     clients = [node.client() for _ in range(threads)]
     start = threading.Barrier(threads + 1)
 
     def work(t):
-        c, buf = clients[t], bytearray(value_bytes)
+        c, buf = clients[t], bytearray(value_bytes * max(batch, 1))
         keys = all_keys()
         start.wait()
         if rust:
             c._rust_get_loop(keys, buf, ops)
+            return
+        if batch:
+            for i in range(0, ops, batch):
+                j = i % len(keys)
+                c.get_many_into(keys[j : j + batch], buf, value_bytes)
             return
         for i in range(ops):
             c.get_into(keys[i % len(keys)], buf)
@@ -93,6 +100,8 @@ def main():
     p.add_argument("--ops", type=int, default=50_000, help="GETs per thread per run")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--value-bytes", type=int, default=16 << 10)
+    p.add_argument("--batch", type=int, default=16,
+                   help="keys per get_many_into call in the batched rows (0: skip them)")
     p.add_argument("--helper", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--name", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -116,6 +125,7 @@ def main():
             for r in (1, 2):
                 wait_key(c, f"ready/{r}")
             rate = {1: [], 2: []}
+            batched = {1: [], 2: []}
             rust_rate = {1: [], 2: []}
             py_us, rust_us = [], []
             buf = bytearray(args.value_bytes)
@@ -124,6 +134,9 @@ def main():
                 for n in (1, 2):
                     secs = run_threads(node, n, args.ops, args.value_bytes)
                     rate[n].append(n * args.ops / secs)
+                    if args.batch:
+                        secs = run_threads(node, n, args.ops, args.value_bytes, batch=args.batch)
+                        batched[n].append(n * args.ops / secs)
                     secs = run_threads(node, n, args.ops, args.value_bytes, rust=True)
                     rust_rate[n].append(n * args.ops / secs)
                 began = time.perf_counter()
@@ -136,6 +149,10 @@ def main():
             print(f"value {args.value_bytes} B, {args.ops} GETs per thread, {args.runs} runs (medians)")
             print(f"1 thread : {one / 1e3:8.1f} k GET/s")
             print(f"2 threads: {two / 1e3:8.1f} k GET/s   ratio {two / one:.2f}x")
+            if args.batch:
+                b1, b2 = statistics.median(batched[1]), statistics.median(batched[2])
+                print(f"get_many_into, {args.batch} keys a call: {b1 / 1e3:.1f} k and "
+                      f"{b2 / 1e3:.1f} k GET/s, ratio {b2 / b1:.2f}x")
             r1, r2 = statistics.median(rust_rate[1]), statistics.median(rust_rate[2])
             print(f"Rust loops in the same threads: {r1 / 1e3:.1f} k and {r2 / 1e3:.1f} k GET/s, "
                   f"ratio {r2 / r1:.2f}x (what this machine allows)")

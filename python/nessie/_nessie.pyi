@@ -3,6 +3,7 @@
 import os
 import sys
 from types import TracebackType
+from collections.abc import Sequence
 from typing import Any, Literal, Self
 
 if sys.version_info >= (3, 12):
@@ -59,6 +60,17 @@ class Client:
         """GET into a writable buffer; the value's length, or None if absent.
 
         Raises BufferTooSmallError (with ``needed``) if the value does not fit.
+        """
+    def get_many_into(
+        self, keys: Sequence[Key], buffer: Buffer, stride: int
+    ) -> list[int | None]:
+        """GETs each key into its ``stride``-byte slot of ``buffer`` (key i at
+        offset i * stride), releasing the interpreter once for the batch;
+        each value's length, or None where absent.
+
+        Stops at the first error and raises it (BufferTooSmallError if a
+        value is longer than ``stride``); ValueError if the buffer is shorter
+        than ``len(keys) * stride``.
         """
     def put(self, key: Key, value: Buffer) -> None:
         """Stores ``value`` (bytes or any contiguous buffer) under ``key``."""

@@ -11,7 +11,7 @@ use crate::buffer::ByteBuffer;
 use crate::config;
 use crate::errors;
 use crate::host::Hosted;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -119,6 +119,42 @@ impl Client {
         let mut buf = ByteBuffer::get(buffer, true)?;
         let out = buf.as_mut_slice();
         self.call(py, |c| c.get_into_slice(key, out))
+    }
+
+    /// GETs every key of `keys` into its own `stride`-byte slot of one
+    /// writable `buffer` (key i at offset i * stride), releasing the
+    /// interpreter once for the whole batch rather than once per key:
+    /// returns each value's length, or None where the key holds no value.
+    /// Stops at the first error and raises it (a value longer than
+    /// `stride` raises BufferTooSmallError); the slots before it are
+    /// filled. ValueError if the buffer is shorter than
+    /// `len(keys) * stride` or `stride` is 0.
+    fn get_many_into(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        buffer: &Bound<'_, PyAny>,
+        stride: usize,
+    ) -> PyResult<Vec<Option<usize>>> {
+        let keys = keys.iter().map(key_bytes).collect::<PyResult<Vec<_>>>()?;
+        let mut buf = ByteBuffer::get(buffer, true)?;
+        let out = buf.as_mut_slice();
+        let needed = keys.len().checked_mul(stride);
+        if stride == 0 || needed.is_none_or(|n| n > out.len()) {
+            return Err(PyValueError::new_err(format!(
+                "get_many_into needs stride > 0 and a buffer of len(keys) * stride = {} * {} \
+                 bytes; it has {}",
+                keys.len(),
+                stride,
+                out.len()
+            )));
+        }
+        self.call(py, |c| {
+            keys.iter()
+                .zip(out.chunks_mut(stride))
+                .map(|(key, slot)| c.get_into_slice(key, slot))
+                .collect()
+        })
     }
 
     /// Stores `value` (bytes or any contiguous buffer) under `key`.

@@ -79,3 +79,27 @@ def test_put_from_numpy_and_array(client):
     assert np.frombuffer(client.get(b"np"), dtype=np.int64).tolist() == a.tolist()
     client.put(b"arr", array.array("d", [1.5, 2.5]))
     assert array.array("d", client.get(b"arr")).tolist() == [1.5, 2.5]
+
+
+def test_many_into_one_buffer_slot_by_slot(client):
+    stride = len(VALUE) + 8
+    buf = bytearray(3 * stride)
+    assert client.get_many_into([b"v", b"absent", "remote"], buf, stride) == [
+        len(VALUE),
+        None,
+        len(VALUE),
+    ]
+    assert buf[:len(VALUE)] == VALUE
+    assert buf[stride : 2 * stride] == bytes(stride), "an absent key's slot is untouched"
+    assert buf[2 * stride : 2 * stride + len(VALUE)] == VALUE
+
+
+def test_many_into_refuses_a_short_buffer_or_slot(client):
+    with pytest.raises(ValueError, match="len\\(keys\\) \\* stride"):
+        client.get_many_into([b"v", b"v"], bytearray(len(VALUE)), len(VALUE))
+    with pytest.raises(ValueError):
+        client.get_many_into([b"v"], bytearray(10), 0)
+    with pytest.raises(nessie.BufferTooSmallError) as e:
+        client.get_many_into([b"v"], bytearray(100), 100)
+    assert e.value.needed == len(VALUE)
+
