@@ -278,3 +278,47 @@ fn a_dropped_clients_operations_still_count_and_a_stopped_node_stops_serving() {
         "the endpoint outlived its node"
     );
 }
+
+/// A dropped client's cell leaves its node (clients come and go for the
+/// node's whole life; their cells must not pile up) and its figures stay
+/// in the total.
+#[test]
+fn a_dropped_client_leaves_its_figures_and_not_its_cell() {
+    let node = Arc::new(NodeMetrics::default());
+    let cluster = Cluster::local(config(None)).unwrap();
+    let mut ep = Endpoint::new(cluster.fabric(), 0);
+    let cell = node.register(&mut ep, 3);
+    let put = OpStats {
+        ops: 2,
+        ..OpStats::default()
+    };
+    cell.record(OpKind::Put, &put, Duration::from_micros(3), &mut ep);
+    assert_eq!(lock(&node.cells).len(), 1);
+    drop(cell);
+    assert!(lock(&node.cells).is_empty());
+    assert_eq!(node.total().stats.of(OpKind::Put).ops, 2);
+    assert_eq!(node.total().latency[1].count, 1);
+}
+
+/// The recycler's scan time goes out in seconds: never more than the time
+/// the node has lived (its one recycler thread scans for part of it).
+#[test]
+fn the_recyclers_scan_time_is_in_seconds() {
+    let born = std::time::Instant::now();
+    let cluster = Cluster::local(config(Some(any_port()))).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    for i in 0..50 {
+        c.put(format!("k{i}").as_bytes(), &[1; 300]).unwrap();
+    }
+    // A few recycler periods (expiry / 10), so that it scans the class in use.
+    std::thread::sleep(Duration::from_millis(350));
+    let scanned = value(
+        &scrape(cluster.metrics_address(0).unwrap()),
+        r#"nessie_recycler_scan_seconds_total{node="0"}"#,
+    );
+    let lived = born.elapsed().as_secs_f64();
+    assert!(
+        (0.0..=lived).contains(&scanned),
+        "scanned {scanned} s in {lived} s"
+    );
+}
