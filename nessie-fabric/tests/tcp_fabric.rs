@@ -3,7 +3,7 @@
 //! handshake failures, unreachable peers, reconnection, and strangers that
 //! hold connections open without ever authenticating.
 
-use nessie_fabric::conformance::hostile::dribblers;
+use nessie_fabric::conformance::hostile::{dribblers, Relay};
 use nessie_fabric::wire::frame::Hello;
 use nessie_fabric::{
     Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric,
@@ -574,54 +574,6 @@ fn dribbling_strangers_neither_lock_out_a_peer_nor_outlive_the_deadline() {
         "strangers' connections outlived the handshake deadline"
     );
     assert!(node0.stats().handshake_failures >= 1);
-}
-
-/// A TCP relay that can turn silent: while `silent` is set it swallows what
-/// either side sends and answers nothing, keeping both connections open, as
-/// a host does that lost power or was cut off (no reset ever comes).
-struct Relay {
-    addr: String,
-    silent: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Relay {
-    fn to(target: String) -> Relay {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let silent = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&silent);
-        std::thread::spawn(move || {
-            for inbound in listener.incoming() {
-                let Ok(inbound) = inbound else { return };
-                let Ok(outbound) = std::net::TcpStream::connect(&target) else {
-                    return;
-                };
-                for (from, to) in [
-                    (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
-                    (outbound, inbound),
-                ] {
-                    let flag = Arc::clone(&flag);
-                    std::thread::spawn(move || {
-                        use std::io::{Read, Write};
-                        let (mut from, mut to) = (from, to);
-                        let mut buf = [0u8; 16 << 10];
-                        while let Ok(n @ 1..) = from.read(&mut buf) {
-                            if !flag.load(Ordering::SeqCst) && to.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        Relay { addr, silent }
-    }
-
-    fn go_silent(&self, silent: bool) {
-        self.silent
-            .store(silent, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 /// A peer that goes silent without a reset holds a verb only until the

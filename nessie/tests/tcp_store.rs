@@ -225,3 +225,57 @@ fn a_launched_tcp_node_needs_a_secret() {
         assert!(matches!(result, Err(Error::Config(m)) if m.contains("NESSIE_SECRET")));
     }
 }
+
+/// A peer that falls silent without a reset costs an operation its
+/// deadline (plus the landing bound), not the fabric's I/O timeout: the
+/// gate gives every operation a wait bound (docs/replication.md#failure-detection).
+#[test]
+fn an_operation_waits_for_a_silent_peer_only_until_its_deadline() {
+    use nessie_fabric::conformance::hostile::Relay;
+    let base = tcp_config();
+    let FabricConfig::Tcp { peers, .. } = &base.fabric else {
+        unreachable!("tcp_config is tcp")
+    };
+    // Node 0 reaches node 1 through a relay; the others directly.
+    let relay = Relay::to(peers[1].clone());
+    let mut via_relay = base.clone();
+    // Its I/O timeout is then 5 s, still ten times the operation's deadline.
+    via_relay.attach_timeout = Duration::from_secs(5);
+    if let FabricConfig::Tcp { peers, .. } = &mut via_relay.fabric {
+        peers[1] = relay.addr.clone();
+    }
+    let nodes = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..NODES)
+            .map(|n| {
+                let c = if n == 0 {
+                    via_relay.clone()
+                } else {
+                    base.clone()
+                };
+                s.spawn(move || Node::start(c, n))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut c0 = nodes[0].client().unwrap();
+    // Keys whose GET from node 0 touches node 1 (an index slot or the entry).
+    let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut c1 = nodes[1].client().unwrap();
+    for k in &keys {
+        c1.put(k, b"v").unwrap();
+    }
+    for k in &keys {
+        assert_eq!(c0.get(k).unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    relay.go_silent(true);
+    let started = std::time::Instant::now();
+    let failed = c0.get(&keys[0]).unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(failed, Error::Fabric(_)), "{failed}");
+    // Without the bound the GET would wait out node 0's 5 s I/O timeout.
+    assert!(waited < Duration::from_secs(4), "waited {waited:?}");
+}
