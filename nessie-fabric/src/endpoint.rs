@@ -263,19 +263,39 @@ impl Endpoint {
     /// # Errors
     /// As [`Fabric::post`].
     pub fn post(&mut self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-        if batch.is_empty() {
+        if !self.count_batch(batch) {
             return Ok(());
         }
-        for verb in batch.iter() {
-            self.count_verb(verb);
-        }
-        let remote = batch.iter().any(|v| v.addr().node != self.node);
-        self.count_trip(remote);
         if let [single] = batch {
             // One verb: use the single-verb path (cheaper on every backend).
             return single.execute_on(&*self.fabric);
         }
         self.fabric.post(batch)
+    }
+
+    /// Posts a batch whose CASes must land before `land_by_us` (see
+    /// [`Fabric::post_by`]); one round trip, as [`Endpoint::post`].
+    ///
+    /// # Errors
+    /// As [`Fabric::post_by`].
+    pub fn post_by(&mut self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
+        if !self.count_batch(batch) {
+            return Ok(());
+        }
+        self.fabric.post_by(batch, land_by_us)
+    }
+
+    /// Counts a batch's verbs and its round trip; false for an empty batch.
+    fn count_batch(&mut self, batch: &[Verb<'_>]) -> bool {
+        if batch.is_empty() {
+            return false;
+        }
+        for verb in batch {
+            self.count_verb(verb);
+        }
+        let remote = batch.iter().any(|v| v.addr().node != self.node);
+        self.count_trip(remote);
+        true
     }
 }
 

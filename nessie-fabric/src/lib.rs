@@ -324,4 +324,29 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         batch.iter_mut().try_for_each(|verb| verb.execute_on(self))
     }
+
+    /// [`Fabric::post`] whose CASes must land before `land_by_us`, as
+    /// [`Fabric::cas_by`]. The default runs the verbs one by one, each CAS
+    /// through [`Fabric::cas_by`], where the fabric enforces land-by times,
+    /// and is [`Fabric::post`] elsewhere.
+    ///
+    /// # Errors
+    /// As [`Fabric::post`], and [`FabricError::LateCas`].
+    fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
+        if !self.enforces_land_by() {
+            return self.post(batch);
+        }
+        batch.iter_mut().try_for_each(|verb| match verb {
+            Verb::Cas {
+                addr,
+                expected,
+                new,
+                old,
+            } => {
+                *old = self.cas_by(*addr, *expected, *new, land_by_us)?;
+                Ok(())
+            }
+            other => other.execute_on(self),
+        })
+    }
 }

@@ -472,7 +472,7 @@ impl Fabric for TcpFabric {
             new,
             old: 0,
         }];
-        self.post_by(&mut batch, land_by_us)?;
+        self.post_land_by(&mut batch, land_by_us)?;
         match batch {
             [Verb::Cas { old, .. }] => Ok(old),
             _ => unreachable!("the batch holds the CAS built above"),
@@ -484,13 +484,17 @@ impl Fabric for TcpFabric {
     }
 
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-        self.post_by(batch, 0)
+        self.post_land_by(batch, 0)
+    }
+
+    fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
+        self.post_land_by(batch, land_by_us)
     }
 }
 
 impl TcpFabric {
     /// Posts `batch`, its CASes with the land-by time `land_by` (0: none).
-    fn post_by(&self, batch: &mut [Verb<'_>], land_by: u64) -> Result<(), FabricError> {
+    fn post_land_by(&self, batch: &mut [Verb<'_>], land_by: u64) -> Result<(), FabricError> {
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.nodes];
         for (i, verb) in batch.iter().enumerate() {
             let node = verb.addr().node;

@@ -216,6 +216,11 @@ pub struct Config {
     pub cluster: String,
     /// Number of nodes.
     pub nodes: usize,
+    /// Copies of every entry and index slot, on consecutive nodes (1: no
+    /// replication). With r > 1 there must be at least three nodes and r of
+    /// them; memory per node is the sizing rule's times r
+    /// (docs/replication.md#placement).
+    pub replicas: usize,
     /// ITEs per node.
     pub index_slots_per_node: usize,
     /// Cuckoo hash functions (candidate slots per key).
@@ -332,6 +337,7 @@ impl Default for Config {
         Config {
             cluster: "nessie".to_owned(),
             nodes: 3,
+            replicas: 1,
             index_slots_per_node: 1 << 20,
             hashes: 3,
             filter_bits: 8,

@@ -92,6 +92,7 @@ mod kv;
 pub mod layout;
 mod metrics;
 mod protocol;
+mod replica;
 pub mod runtime;
 mod stats;
 

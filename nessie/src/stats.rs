@@ -146,6 +146,11 @@ pub struct OpStats {
     pub late_cas: u64,
     /// Stage WRITEs that failed (the unlinked slot leaks).
     pub stage_failures: u64,
+    /// Index CASes this client won whose mirrors it could not bring up to
+    /// date before its deadline (docs/replication.md#rp2): the mirror lags
+    /// until the slot's next change, and what the CAS unlinked is not
+    /// staged (its slot leaks, docs/replication.md#rp5).
+    pub mirrors_behind: u64,
     /// Time slept backing off between retries, µs.
     pub backoff_us: u64,
     /// Time spent scanning the data table for a reusable slot because none
@@ -165,6 +170,7 @@ add_fields!(OpStats {
     markers_left,
     late_cas,
     stage_failures,
+    mirrors_behind,
     backoff_us,
     scan_ns,
 });

@@ -190,3 +190,54 @@ fn local_reads_leave_the_cached_remote_entry_alone() {
         assert_eq!(reader.stats().get.cache_hits, 1, "reader on node {me}");
     }
 }
+
+/// With two replicas a GET costs what it costs with one (it reads the
+/// primaries only, docs/replication.md#rp6); a PUT pays for the mirrors'
+/// image WRITE, the link's sync and the mirrors' commit
+/// (docs/replication.md#round-trips).
+#[test]
+fn with_two_replicas_a_get_costs_the_same_and_a_put_pays_for_its_mirrors() {
+    let mut costs = Vec::new();
+    for replicas in [1, 2] {
+        let config = Config {
+            replicas,
+            ..config(Optimizations::default())
+        };
+        // Every candidate on node 1: the index mirrors are on node 2, the
+        // writer's data mirror on node 1, so no mirror verb is local.
+        let h = KeyHasher::new(&config);
+        let key = (0..)
+            .map(|i| format!("key-{i}").into_bytes())
+            .find(|k| h.candidates(k).iter().all(|c| c.node == 1))
+            .unwrap();
+        let cluster = Cluster::local(config).unwrap();
+        let mut writer = cluster.client(0).unwrap();
+        let mut reader = cluster.client(2).unwrap();
+        writer.put(&key, b"first").unwrap();
+        let new_key = writer.stats().put.verbs;
+        writer.put(&key, b"second").unwrap();
+        let overwrite = delta(writer.stats().put.verbs, new_key);
+        let before = reader.stats().get.verbs;
+        assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"second"[..]));
+        let get = delta(reader.stats().get.verbs, before);
+        costs.push((new_key, overwrite, get));
+    }
+    let [(new1, over1, get1), (new2, over2, get2)] = costs[..] else {
+        unreachable!()
+    };
+    assert_eq!(get2, get1, "a GET reads the primaries only");
+    // New key: the image to the mirror, and the mirror's commit; the
+    // link's sync rides with the reverse pass.
+    assert_eq!(new2.round_trips, new1.round_trips + 2, "{new1:?} {new2:?}");
+    assert_eq!(new2.writes, new1.writes + 1);
+    assert_eq!(new2.cas, new1.cas + 2);
+    // Overwrite: the same two, and the stage of the replaced entry, local
+    // on replica 0, goes to its mirror too.
+    assert_eq!(
+        over2.round_trips,
+        over1.round_trips + 3,
+        "{over1:?} {over2:?}"
+    );
+    assert_eq!(over2.writes, over1.writes + 2);
+    assert_eq!(over2.cas, over1.cas + 2);
+}

@@ -44,6 +44,20 @@ impl Config {
         zero("data_bytes_per_node", self.data_bytes_per_node)?;
         zero("cache_entries", self.cache_entries)?;
         zero("server_workers", self.server_workers)?;
+        zero("replicas", self.replicas)?;
+        if self.replicas > 1
+            && (self.replicas > self.nodes
+                || self.nodes < 3
+                || self.replicas > layout::region::MAX_REPLICAS)
+        {
+            return Err(bad(format!(
+                "replicas = {} needs at least 3 nodes and no more replicas than nodes \
+                 (nodes = {}), and at most {} (docs/replication.md#placement)",
+                self.replicas,
+                self.nodes,
+                layout::region::MAX_REPLICAS
+            )));
+        }
         if self.cluster.is_empty() {
             return Err(bad("cluster must not be empty".into()));
         }

@@ -40,6 +40,8 @@ pub fn dte_addr(r: SlotRef, slot_bytes: usize) -> RemoteAddr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry {
     nodes: usize,
+    /// Copies of every share (docs/replication.md#placement).
+    replicas: usize,
     index_slots: u64,
     capacities: Vec<usize>,
     slot_bytes: Vec<usize>,
@@ -87,6 +89,7 @@ impl Geometry {
             slots[TOMBSTONE_CLASS as usize].saturating_add(config.tombstone_reserve);
         Geometry {
             nodes: config.nodes,
+            replicas: config.replicas.max(1),
             index_slots: config.index_slots_per_node as u64,
             slots,
             slot_bytes,
@@ -124,6 +127,49 @@ impl Geometry {
     #[must_use]
     pub fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// Copies of every share ([`Config::replicas`]).
+    #[must_use]
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Where replica `j` of a share keeps the word or entry that replica 0
+    /// keeps at `at`: the same offset, on node `at.node + j` (mod the
+    /// nodes), in that replica's region
+    /// (docs/replication.md#placement).
+    #[must_use]
+    pub fn replica_addr(&self, at: RemoteAddr, j: usize) -> RemoteAddr {
+        debug_assert!(j < self.replicas, "replica {j} of {}", self.replicas);
+        RemoteAddr::new(
+            (at.node + j) % self.nodes,
+            region::replica(j, at.region),
+            at.offset,
+        )
+    }
+
+    /// The mirrors of what replica 0 keeps at `at` (none at r = 1).
+    pub fn mirrors(&self, at: RemoteAddr) -> impl Iterator<Item = RemoteAddr> + '_ {
+        (1..self.replicas).map(move |j| self.replica_addr(at, j))
+    }
+
+    /// The regions a node registers for the replicas it holds of other
+    /// shares: for each replica j ≥ 1, an index table and the data tables
+    /// under that replica's ids (none at r = 1).
+    #[must_use]
+    pub fn mirror_regions(&self) -> Vec<RegionSpec> {
+        let own: Vec<RegionSpec> = std::iter::once(self.index_region())
+            .chain(self.data_regions())
+            .collect();
+        (1..self.replicas)
+            .flat_map(|j| {
+                own.iter().map(move |spec| RegionSpec {
+                    id: region::replica(j, spec.id),
+                    len: spec.len,
+                })
+            })
+            .collect()
     }
 
     /// Index slots of each node.

@@ -15,6 +15,7 @@ use super::{bump, ClassTable, NodeData, TableAccess};
 use crate::fabric::{Fabric, FabricError, RemoteAddr};
 use crate::layout::dte::{decode_source, DteHeader, DteState, DteStatus, EXPIRES_AT_OFFSET};
 use crate::layout::{Ite, SlotRef};
+use crate::replica::{sync_mirror, SyncVerbs};
 
 /// A slot taken out of `in_use` by a scan, to be settled by verbs.
 #[derive(Debug, Clone, Copy)]
@@ -148,15 +149,20 @@ impl NodeData {
         };
         let marker = Ite::moved(copy);
         if read_word(access.cluster, source)? != marker.0 {
-            return Ok(Fate::Free);
+            // A mirror may still name the copy if the sync of the marker's
+            // removal never finished (docs/replication.md#rp5).
+            return self.sync_source(source, marker.0, access);
         }
         match header.state.status() {
             DteStatus::Valid => {
-                if access.cluster.cas(source, marker.0, marker.emptied().0)? == marker.0 {
+                let cleared = marker.emptied().0;
+                if access.cluster.cas(source, marker.0, cleared)? == marker.0 {
                     bump(&self.counters.markers_cleared);
-                    if let Some(prev) = Ite(header.prev).target() {
+                    let synced = self.sync_source(source, marker.0, access)?;
+                    if let (Fate::Free, Some(prev)) = (synced, Ite(header.prev).target()) {
                         self.stage_from_recycler(prev, access);
                     }
+                    return Ok(synced);
                 }
                 Ok(Fate::Free)
             }
@@ -164,7 +170,7 @@ impl NodeData {
                 if access.cluster.cas(source, marker.0, header.prev)? == marker.0 {
                     bump(&self.counters.markers_restored);
                 }
-                Ok(Fate::Free)
+                self.sync_source(source, marker.0, access)
             }
             DteStatus::Invalid => {
                 tracing::error!(
@@ -201,6 +207,41 @@ impl NodeData {
         })
     }
 
+    /// Brings every mirror of the copy's source slot past `marker` to the
+    /// primary's value (docs/replication.md#rp2): the copy's slot is reused
+    /// only once no replica of its source names it
+    /// (docs/replication.md#rp5). [`Fate::Keep`] when the slot kept
+    /// changing: a later scan tries again.
+    fn sync_source(
+        &self,
+        source: RemoteAddr,
+        marker: u64,
+        access: TableAccess<'_>,
+    ) -> Result<Fate, FabricError> {
+        for mirror in self.geometry.mirrors(source) {
+            if read_word(access.cluster, mirror)? != marker {
+                continue;
+            }
+            let mut verbs = FabricSync {
+                fabric: access.cluster,
+                primary: source,
+                mirror,
+                cases_left: MAX_RECYCLER_SYNC_CASES,
+            };
+            // As a sync of a change marker → the primary's value now.
+            let now = read_word(access.cluster, source)?;
+            let synced = verbs
+                .cas_mirror(marker, now)
+                .and_then(|was| sync_mirror(marker, now, was, &mut verbs));
+            match synced {
+                Ok(()) => {}
+                Err(SyncStop::Fabric(e)) => return Err(e),
+                Err(SyncStop::TooBusy) => return Ok(Fate::Keep),
+            }
+        }
+        Ok(Fate::Free)
+    }
+
     /// The copy's predecessor is staged by whoever clears the copy's marker
     /// (docs/design.md#f4-rule-i-one-stager-per-incarnation); a failed WRITE
     /// leaks it (logged), it never risks data.
@@ -209,11 +250,12 @@ impl NodeData {
             tracing::error!(node = self.node, ?r, "a copy's prev names no DTE slot");
             return;
         };
-        let at = self.expires_at(access.clock.now_us());
-        if let Err(e) = access
-            .cluster
-            .write(addr.add(EXPIRES_AT_OFFSET as u64), &at.to_le_bytes())
-        {
+        let at = self.expires_at(access.clock.now_us()).to_le_bytes();
+        let word = addr.add(EXPIRES_AT_OFFSET as u64);
+        let staged = std::iter::once(word)
+            .chain(self.geometry.mirrors(word))
+            .try_for_each(|replica| access.cluster.write(replica, &at));
+        if let Err(e) = staged {
             tracing::warn!(
                 node = self.node,
                 ?r,
@@ -245,6 +287,44 @@ impl NodeData {
                 false
             }
         }
+    }
+}
+
+/// Mirror CASes one sync of the recycler may issue before it gives up and
+/// keeps the slot for a later scan (a slot that keeps changing this fast is
+/// not worth a scan's time).
+const MAX_RECYCLER_SYNC_CASES: u32 = 16;
+
+/// A mirror sync's verbs, issued by the recycler straight on the fabric.
+struct FabricSync<'a> {
+    fabric: &'a dyn Fabric,
+    primary: RemoteAddr,
+    mirror: RemoteAddr,
+    cases_left: u32,
+}
+
+/// Why the recycler's sync stopped.
+enum SyncStop {
+    Fabric(FabricError),
+    /// [`MAX_RECYCLER_SYNC_CASES`] were not enough.
+    TooBusy,
+}
+
+impl SyncVerbs for FabricSync<'_> {
+    type Error = SyncStop;
+
+    fn read_primary(&mut self) -> Result<u64, SyncStop> {
+        read_word(self.fabric, self.primary).map_err(SyncStop::Fabric)
+    }
+
+    fn cas_mirror(&mut self, expected: u64, new: u64) -> Result<u64, SyncStop> {
+        if self.cases_left == 0 {
+            return Err(SyncStop::TooBusy);
+        }
+        self.cases_left -= 1;
+        self.fabric
+            .cas(self.mirror, expected, new)
+            .map_err(SyncStop::Fabric)
     }
 }
 

@@ -19,6 +19,21 @@ pub const fn data(class: u8) -> RegionId {
     RegionId(1 + class as u16)
 }
 
+/// Most replicas of a share ([`crate::Config::replicas`]).
+pub const MAX_REPLICAS: usize = 4;
+
+/// Region ids one replica's regions take: replica `j` of a share holds its
+/// index and data tables under `REPLICA_STRIDE × j` plus their ids at r = 1
+/// (docs/replication.md#placement). The META page is not replicated.
+pub const REPLICA_STRIDE: u16 = 256;
+
+/// The id under which replica `j` of a share holds the region `of` has at
+/// replica 0 (`j` below [`MAX_REPLICAS`]).
+#[must_use]
+pub const fn replica(j: usize, of: RegionId) -> RegionId {
+    RegionId(REPLICA_STRIDE * j as u16 + of.0)
+}
+
 /// The size class whose data table `region` is, if it is one.
 #[must_use]
 pub fn data_class(region: RegionId) -> Option<u8> {
@@ -38,5 +53,18 @@ mod tests {
         assert_eq!(data_class(RegionId(FIRST_EXTERNAL)), None);
         assert_eq!(data_class(META), None);
         assert!(usize::from(META.0) > crate::layout::ite::MAX_CLASSES);
+    }
+
+    #[test]
+    fn a_mirror_region_is_its_replica_zero_id_plus_a_stride() {
+        assert_eq!(replica(0, data(3)), data(3));
+        assert_eq!(replica(1, INDEX), RegionId(256));
+        assert_eq!(replica(2, data(0)), RegionId(513));
+        assert_eq!(
+            data_class(replica(1, data(0))),
+            None,
+            "a mirror is no primary table"
+        );
+        assert!(u16::try_from(usize::from(REPLICA_STRIDE) * MAX_REPLICAS).is_ok());
     }
 }

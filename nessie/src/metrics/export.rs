@@ -197,6 +197,12 @@ impl Families<'_, '_> {
             "Stage WRITEs that failed (a leaked slot each).",
             f,
             |s| s.stage_failures as f64,
+        )?;
+        self.per_op(
+            "nessie_mirrors_behind",
+            "Won index CASes whose mirrors were not brought up to date in time.",
+            f,
+            |s| s.mirrors_behind as f64,
         )
     }
 

@@ -4,7 +4,7 @@
 
 use super::Ctx;
 use crate::data::SlotUse;
-use crate::fabric::RemoteAddr;
+use crate::fabric::{FabricError, RemoteAddr, Verb};
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, SlotRef};
 use crate::Error;
@@ -49,7 +49,10 @@ impl Ctx<'_> {
     }
 
     /// CASes the ITE at `at` from `expected` to `new`, which links the fresh
-    /// DTE `mine`. A CAS that lost or was refused frees `mine` at once (it
+    /// DTE `mine`; the caller syncs the mirrors of a link that took effect
+    /// before it commits (docs/replication.md#rp4), in the batch of its
+    /// next round trip where it has one. A CAS that lost or was refused
+    /// frees `mine` at once (it
     /// was never published); one whose outcome is unknown leaves `mine` to
     /// the recycler, which frees it once that CAS can no longer land and
     /// never did.
@@ -126,7 +129,7 @@ impl Ctx<'_> {
         }
         let at = self.env.data.expires_at(self.env.clock.now_us());
         let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
-        match self.gate.write(addr, &at.to_le_bytes()) {
+        match self.stage_write(addr, at) {
             // Its own node's slots come back through its own allocations.
             Ok(()) if usize::from(r.node) == self.env.data.node() => self.kept.stagings.note(r, at),
             Ok(()) => {}
@@ -135,6 +138,21 @@ impl Ctx<'_> {
                 tracing::warn!(%addr, "staging an unlinked entry failed ({e}); its slot leaks");
             }
         }
+    }
+
+    /// The stage WRITE of `expires_at` to the entry's word at `addr` on
+    /// every replica, in one batch (docs/replication.md#rp5).
+    fn stage_write(&mut self, addr: RemoteAddr, expires_at: u64) -> Result<(), FabricError> {
+        let word = expires_at.to_le_bytes();
+        let geometry = self.env.geometry();
+        if geometry.replicas() == 1 {
+            return self.gate.write(addr, &word);
+        }
+        let mut batch: Vec<Verb<'_>> = std::iter::once(addr)
+            .chain(geometry.mirrors(addr))
+            .map(|addr| Verb::Write { addr, data: &word })
+            .collect();
+        self.gate.write_batch(&mut batch)
     }
 
     /// Allocates a local DTE slot of `class` for `purpose` and writes a
@@ -172,6 +190,13 @@ impl Ctx<'_> {
             // Never linked: the slot is free again whatever the WRITE did.
             self.env.data.release_unpublished(slot);
             return Err(e.into());
+        }
+        if self.env.geometry().replicas() > 1 {
+            let whole = parts.concat();
+            if let Err(e) = self.write_images(addr, &whole) {
+                self.env.data.release_unpublished(slot);
+                return Err(e);
+            }
         }
         Ok(Some(slot))
     }

@@ -15,7 +15,8 @@ pub(crate) struct Timing {
     pub(super) op_timeout_us: u64,
     pub(super) expiry_us: u64,
     /// An owner is dead once `created_at + dead_after_us < now`
-    /// (`op_timeout + 2·max_clock_skew`).
+    /// (`op_timeout + 2·max_clock_skew`, and Δ₀ more with replicas:
+    /// docs/replication.md#rp2b).
     dead_after_us: u64,
     /// Δ₀, see [`Config::landing_bound`].
     pub(super) landing_us: u64,
@@ -23,10 +24,15 @@ pub(crate) struct Timing {
 
 impl Timing {
     pub(crate) fn new(config: &Config) -> Timing {
+        let mirrors_land = if config.replicas > 1 {
+            config.landing_bound()
+        } else {
+            std::time::Duration::ZERO
+        };
         Timing {
             op_timeout_us: micros(config.op_timeout),
             expiry_us: micros(config.expiry),
-            dead_after_us: micros(config.op_timeout + config.max_clock_skew * 2),
+            dead_after_us: micros(config.op_timeout + config.max_clock_skew * 2 + mirrors_land),
             landing_us: micros(config.landing_bound()),
         }
     }

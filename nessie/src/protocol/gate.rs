@@ -165,6 +165,57 @@ impl<'a> Gate<'a> {
         } else {
             self.ep.cas(addr, expected, new)
         };
+        self.note_landing(checked, addr);
+        match result {
+            Ok(old) => Ok(old),
+            Err(e) => Err(cas_error(e)),
+        }
+    }
+
+    /// CASes posted as one batch (a mirror's share of a step: one CAS per
+    /// mirror), with READs that do not depend on them if any, under the
+    /// same deadline check and land-by time as [`Gate::cas`]; each CAS's
+    /// `old` holds what its word held.
+    pub(crate) fn cas_batch(&mut self, batch: &mut [Verb<'_>]) -> Result<(), Error> {
+        debug_assert!(
+            batch.iter().all(|v| !matches!(v, Verb::Write { .. })),
+            "a CAS batch holds CASes and READs only"
+        );
+        let Some(first) = batch
+            .iter()
+            .find(|v| matches!(v, Verb::Cas { .. }))
+            .map(Verb::addr)
+        else {
+            return Ok(self.ep.post(batch)?);
+        };
+        let checked = self.clock.mono_us();
+        if self.past_deadline_at(checked) {
+            return Err(Error::Timeout);
+        }
+        let result = if self.ep.enforces_land_by() {
+            let land_by = self.clock.now_us().saturating_add(self.landing_us);
+            self.ep.post_by(batch, land_by)
+        } else {
+            self.ep.post(batch)
+        };
+        self.note_landing(checked, first);
+        result.map_err(cas_error)
+    }
+
+    /// WRITEs posted as one batch (an entry's image to its mirrors, a
+    /// stage to every replica), never of a CAS'd word.
+    pub(crate) fn write_batch(&mut self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        debug_assert!(
+            batch.iter().all(|v| matches!(v, Verb::Write { .. })),
+            "a WRITE batch holds WRITEs only"
+        );
+        self.ep.post(batch)
+    }
+
+    /// Counts and logs a CAS that returned later than the landing bound
+    /// after its deadline check at `checked`: if it landed that late, the
+    /// time assumption every recycling rule rests on is broken.
+    fn note_landing(&mut self, checked: u64, addr: RemoteAddr) {
         let took = self.clock.mono_us().saturating_sub(checked);
         if took > self.landing_us {
             self.late_cas += 1;
@@ -177,10 +228,13 @@ impl<'a> Gate<'a> {
                  if it landed that late, slot recycling is unsafe (raise expiry or fix the stall)"
             );
         }
-        match result {
-            Ok(old) => Ok(old),
-            Err(FabricError::LateCas { .. }) => Err(Error::Timeout),
-            Err(e) => Err(e.into()),
-        }
+    }
+}
+
+/// A refused late CAS did not execute: the operation ran out of time.
+fn cas_error(e: FabricError) -> Error {
+    match e {
+        FabricError::LateCas { .. } => Error::Timeout,
+        e => e.into(),
     }
 }

@@ -4,6 +4,7 @@
 //! owner are harmless: at most one of them wins each step, and only that
 //! winner stages what its CAS unlinked.
 
+use super::mirror::Commit;
 use super::{Ctx, DteView};
 use crate::fabric::RemoteAddr;
 use crate::layout::dte::{decode_source, DteStatus};
@@ -68,7 +69,10 @@ impl Ctx<'_> {
         if !ite.is_occupied() || ite.target() != Some(entry.at) {
             return Ok(());
         }
-        if self.gate.cas(slot, ite.0, entry.header.replaced)? == ite.0 {
+        // Its mirrors say ABORTED before any replica of the slot stops
+        // naming it (docs/replication.md#rp3b).
+        self.abort_mirrors(entry.at, entry.state())?;
+        if self.cas_ite(slot, ite.0, entry.header.replaced)? == ite.0 {
             self.op.stats.recoveries += 1;
             self.stage(entry.at);
         }
@@ -94,9 +98,19 @@ impl Ctx<'_> {
         };
         let marker = Ite::moved(copy.at);
         if self.gate.read_word(source)? == marker.0 {
-            let found = self.cas_state(copy.at, copy.state(), DteStatus::Valid)?;
+            if self.env.geometry().replicas() > 1 {
+                // The dead owner's part first: its links on the mirrors
+                // (docs/replication.md#rp4). Without its destination the
+                // copy cannot be rolled forward yet; the caller retries.
+                let Some((dest, linked)) = dest else {
+                    return Ok(());
+                };
+                self.sync_mirrors(dest, copy.header.replaced, linked.0)?;
+                self.sync_mirrors(source, copy.header.prev, marker.0)?;
+            }
+            let committed = self.commit(copy.at, copy.state())?;
             self.op.stats.recoveries += 1;
-            if found.status() != DteStatus::Aborted {
+            if committed == Commit::Done {
                 self.clear_marker(source, marker, copy)?;
             }
             return Ok(());
@@ -120,7 +134,7 @@ impl Ctx<'_> {
         marker: Ite,
         copy: &DteView,
     ) -> Result<(), Error> {
-        if self.gate.cas(source, marker.0, marker.emptied().0)? == marker.0 {
+        if self.cas_ite(source, marker.0, marker.emptied().0)? == marker.0 {
             if let Some(old) = Ite(copy.header.prev).target() {
                 self.stage(old);
             }
@@ -148,7 +162,7 @@ impl Ctx<'_> {
                 // nothing (a second stage could land after the slot's reuse
                 // and stamp its next occupant, see
                 // docs/design.md#f4-rule-i-one-stager-per-incarnation).
-                if self.gate.cas(source, marker.0, copy.header.prev)? == marker.0 {
+                if self.cas_ite(source, marker.0, copy.header.prev)? == marker.0 {
                     self.op.stats.marker_restores += 1;
                 }
                 Ok(Helped::Acted)

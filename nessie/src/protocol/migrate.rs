@@ -9,6 +9,7 @@
 //! recycler before the copy's slot is reused (see [`crate::data`]).
 
 use super::help::Helped;
+use super::mirror::Commit;
 use super::{Ctx, Linked, Retry};
 use crate::data::SlotUse;
 use crate::index::{Candidate, PerCandidate};
@@ -78,7 +79,7 @@ impl Ctx<'_> {
         }
         if view.state().is_tombstone() {
             // A committed tombstone need not move: unlinking it frees the slot.
-            if self.gate.cas(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
+            if self.cas_ite(slot, src_ite.0, src_ite.emptied().0)? == src_ite.0 {
                 self.stage(dte);
             }
             return Ok(Freed::Yes);
@@ -157,23 +158,21 @@ impl Ctx<'_> {
         if self.link(dest_slot, dest_ite, copy_ite, copy)? == Linked::Lost {
             return Ok(Freed::Yes);
         }
+        self.sync_mirrors(dest_slot, dest_ite.0, copy_ite.0)?;
         let marker = Ite::moved(copy);
-        if self.gate.cas(slot, src_ite.0, marker.0)? != src_ite.0 {
+        if self.cas_ite(slot, src_ite.0, marker.0)? != src_ite.0 {
             // The source changed under us: undo the copy. The winner of the
             // destination's restore stages the copy.
-            self.cas_state(copy, state, DteStatus::Aborted)?;
-            if self.gate.cas(dest_slot, copy_ite.0, dest_ite.0)? == copy_ite.0 {
-                self.stage(copy);
-            }
+            self.undo_own(copy, state, dest_slot, copy_ite.0, dest_ite.0)?;
             return Ok(Freed::Yes);
         }
-        let found = self.cas_state(copy, state, DteStatus::Valid)?;
+        let committed = self.commit(copy, state)?;
         self.op.stats.migrations += 1;
         // CV: clear the marker only if the copy committed (by us or a
         // helper); if a helper aborted it, the marker is theirs to restore.
-        if found.status() == DteStatus::Aborted {
+        if committed == Commit::Aborted {
             self.op.stats.markers_left += 1;
-        } else if self.gate.cas(slot, marker.0, marker.emptied().0)? == marker.0 {
+        } else if self.cas_ite(slot, marker.0, marker.emptied().0)? == marker.0 {
             self.stage(dte);
         }
         Ok(Freed::Yes)

@@ -54,6 +54,8 @@
 //! * `op` — [`Op`]: one operation's own state, retries and back-off.
 //! * `view`, `reads` — reading ITEs and DTEs ([`DteView`]).
 //! * `entries` — writing, linking, committing and staging one's own DTEs.
+//! * `mirror` — the steps the mirrors of a share must see, in the order
+//!   replication's rules require (nothing with one replica).
 //! * `get`, `write`, `migrate`, `help` — the operations and helping.
 
 mod entries;
@@ -62,6 +64,7 @@ mod gate;
 mod get;
 mod help;
 mod migrate;
+mod mirror;
 mod op;
 mod reads;
 mod view;

@@ -2,6 +2,7 @@
 //! removal, a reverse pass, and a commit CAS on the DTE's state.
 
 use super::help::Helped;
+use super::mirror::Commit;
 use super::view::DteView;
 use super::{Ctx, Linked, Retry};
 use crate::data::SlotUse;
@@ -214,11 +215,7 @@ impl Ctx<'_> {
         expected[target] = published;
         for &(d, shape) in &plan.duplicates {
             expected[d] = ites[d].emptied();
-            if self
-                .gate
-                .cas(cands[d].addr(), ites[d].0, ites[d].emptied().0)?
-                == ites[d].0
-            {
+            if self.cas_ite(cands[d].addr(), ites[d].0, ites[d].emptied().0)? == ites[d].0 {
                 // Our link replaced the holder as the forward pass read it,
                 // and this clear the duplicate as read, both after those
                 // reads: at the link, both were linked and committed. Two
@@ -233,17 +230,14 @@ impl Ctx<'_> {
                 }
             }
         }
-        if self.read_ites(cands, true)? != expected {
+        // The reverse pass carries the link's sync to the mirrors.
+        if self.reverse_pass_syncing(cands, (slot, replaced.0, published.0))? != expected {
             // Someone changed a candidate meanwhile: abort and put back the
             // value we replaced. A helper may have done either step already.
-            self.cas_state(mine, state, DteStatus::Aborted)?;
-            if self.gate.cas(slot, published.0, replaced.0)? == published.0 {
-                self.stage(mine);
-            }
+            self.undo_own(mine, state, slot, published.0, replaced.0)?;
             return Ok(Step::Again(Retry::Changed));
         }
-        let found = self.cas_state(mine, state, DteStatus::Valid)?;
-        if found.status() == DteStatus::Aborted {
+        if self.commit(mine, state)? == Commit::Aborted {
             return Ok(Step::Again(Retry::AbortedByHelper));
         }
         // Committed: only now may what we replaced become reusable. A
@@ -256,7 +250,7 @@ impl Ctx<'_> {
             // Unlink the committed tombstone. Best effort: readers treat a
             // linked tombstone as absent and writers replace it, and the
             // DELETE took effect whatever this CAS does.
-            if let Ok(old) = self.gate.cas(slot, published.0, published.emptied().0) {
+            if let Ok(old) = self.cas_ite(slot, published.0, published.emptied().0) {
                 if old == published.0 {
                     self.stage(mine);
                 }

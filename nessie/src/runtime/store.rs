@@ -29,6 +29,7 @@ pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
         },
     ];
     regions.extend(geometry.data_regions());
+    regions.extend(geometry.mirror_regions());
     regions
 }
 

@@ -1,0 +1,302 @@
+//! The mirrors of a share (docs/replication.md#replicated-writes): every
+//! step an operation takes on a primary index slot or entry state that the
+//! mirrors must see, in the order the rules require. With one replica every
+//! method here is the primary step alone, with no verb added.
+
+use super::Ctx;
+use crate::fabric::{RemoteAddr, Verb};
+use crate::index::{Candidate, PerCandidate, MAX_HASHES};
+use crate::layout::dte::{DteState, DteStatus};
+use crate::layout::Ite;
+use crate::layout::SlotRef;
+use crate::replica::{sync_mirror, SyncVerbs};
+use crate::Error;
+use smallvec::SmallVec;
+
+/// One value per mirror of a share, inline for the replica counts allowed.
+type PerMirror<T> = SmallVec<[T; crate::layout::region::MAX_REPLICAS]>;
+
+/// How a commit ended (docs/replication.md#rp3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// The entry is VALID on every replica.
+    Done,
+    /// A helper aborted it first.
+    Aborted,
+}
+
+/// The verbs of one mirror's sync, through the operation's gate.
+struct GateSync<'g, 'a> {
+    gate: &'g mut super::Gate<'a>,
+    primary: RemoteAddr,
+    mirror: RemoteAddr,
+}
+
+impl SyncVerbs for GateSync<'_, '_> {
+    type Error = Error;
+
+    fn read_primary(&mut self) -> Result<u64, Error> {
+        Ok(self.gate.read_word(self.primary)?)
+    }
+
+    fn cas_mirror(&mut self, expected: u64, new: u64) -> Result<u64, Error> {
+        self.gate.cas(self.mirror, expected, new)
+    }
+}
+
+impl Ctx<'_> {
+    /// Whether this cluster keeps more than one replica of each share.
+    fn mirrored(&self) -> bool {
+        self.env.geometry().replicas() > 1
+    }
+
+    /// The mirrors of what replica 0 keeps at `at`.
+    fn mirrors_of(&self, at: RemoteAddr) -> PerMirror<RemoteAddr> {
+        self.env.geometry().mirrors(at).collect()
+    }
+
+    /// CAS on a primary index slot. The winner brings the slot's mirrors up
+    /// to date before this returns (docs/replication.md#rp2), so a caller
+    /// that sees its CAS won may stage what it unlinked
+    /// (docs/replication.md#rp5) or go on to commit
+    /// (docs/replication.md#rp4).
+    ///
+    /// # Errors
+    /// As [`super::Gate::cas`]; and, after a CAS that won, the error that
+    /// stopped its sync: the caller neither stages nor commits then.
+    pub(crate) fn cas_ite(
+        &mut self,
+        slot: RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, Error> {
+        let old = self.gate.cas(slot, expected, new)?;
+        if old == expected {
+            self.sync_mirrors(slot, expected, new)?;
+        }
+        Ok(old)
+    }
+
+    /// Brings every mirror of the index slot `slot` forward after `x → y`
+    /// took effect on it (docs/replication.md#rp2): one batch of CASes, and
+    /// for a mirror found behind or ahead, the sync's loop.
+    ///
+    /// # Errors
+    /// The deadline or a fabric error; the mirror lags until the slot's
+    /// next change (counted in [`crate::OpStats::mirrors_behind`]).
+    pub(crate) fn sync_mirrors(&mut self, slot: RemoteAddr, x: u64, y: u64) -> Result<(), Error> {
+        if !self.mirrored() {
+            return Ok(());
+        }
+        let result = self.sync_mirrors_now(slot, x, y);
+        if result.is_err() {
+            self.op.stats.mirrors_behind += 1;
+        }
+        result
+    }
+
+    fn sync_mirrors_now(&mut self, slot: RemoteAddr, x: u64, y: u64) -> Result<(), Error> {
+        let mut batch = self.first_sync_cases(slot, x, y);
+        self.gate.cas_batch(&mut batch)?;
+        self.finish_sync(slot, x, y, &batch)
+    }
+
+    /// The first CAS of a sync of `slot` after `x → y`, one per mirror.
+    fn first_sync_cases(&self, slot: RemoteAddr, x: u64, y: u64) -> PerMirror<Verb<'static>> {
+        self.mirrors_of(slot)
+            .into_iter()
+            .map(|addr| Verb::Cas {
+                addr,
+                expected: x,
+                new: y,
+                old: 0,
+            })
+            .collect()
+    }
+
+    /// The rest of a sync whose first CASes (posted) are in `posted`.
+    fn finish_sync(
+        &mut self,
+        slot: RemoteAddr,
+        x: u64,
+        y: u64,
+        posted: &[Verb<'_>],
+    ) -> Result<(), Error> {
+        for verb in posted {
+            let Verb::Cas { addr, old, .. } = *verb else {
+                continue;
+            };
+            let mut verbs = GateSync {
+                gate: &mut self.gate,
+                primary: slot,
+                mirror: addr,
+            };
+            sync_mirror(x, y, old, &mut verbs)?;
+        }
+        Ok(())
+    }
+
+    /// The reverse pass of a write (the ITEs of `cands`), carrying the
+    /// first CASes of the sync of its link `(slot, x, y)` in the same
+    /// batch where reads are batched (docs/replication.md#round-trips).
+    ///
+    /// # Errors
+    /// As [`Ctx::read_ites`] and [`Ctx::sync_mirrors`].
+    pub(crate) fn reverse_pass_syncing(
+        &mut self,
+        cands: &[Candidate],
+        link: (RemoteAddr, u64, u64),
+    ) -> Result<PerCandidate<Ite>, Error> {
+        let (slot, x, y) = link;
+        if !self.mirrored() || !self.env.config.optimizations.batched_reads {
+            self.sync_mirrors(slot, x, y)?;
+            return self.read_ites(cands, true);
+        }
+        let mut words = [[0u8; 8]; MAX_HASHES];
+        let cases = self.first_sync_cases(slot, x, y);
+        let mirrors = cases.len();
+        let mut batch: Vec<Verb<'_>> = cases.into_iter().collect();
+        batch.extend(cands.iter().zip(words.iter_mut()).map(|(c, w)| Verb::Read {
+            addr: c.addr(),
+            buf: &mut w[..],
+        }));
+        let synced = self
+            .gate
+            .cas_batch(&mut batch)
+            .and_then(|()| self.finish_sync(slot, x, y, &batch[..mirrors]));
+        if synced.is_err() {
+            self.op.stats.mirrors_behind += 1;
+        }
+        synced?;
+        drop(batch);
+        Ok(words[..cands.len()]
+            .iter()
+            .map(|w| Ite(u64::from_le_bytes(*w)))
+            .collect())
+    }
+
+    /// Commits the entry `at`, written with `state`: on every mirror first,
+    /// then on the primary, and on the primary only if every mirror CAS
+    /// found the entry INVALID or already VALID
+    /// (docs/replication.md#rp3). Callers have had the syncs of every index
+    /// CAS the attempt won return (docs/replication.md#rp4).
+    pub(crate) fn commit(&mut self, at: SlotRef, state: DteState) -> Result<Commit, Error> {
+        let invalid = state.with_status(DteStatus::Invalid);
+        let valid = state.with_status(DteStatus::Valid);
+        if self.mirrored() {
+            let primary = self.dte_state_addr(at)?;
+            let mut batch: PerMirror<Verb<'_>> = self
+                .mirrors_of(primary)
+                .into_iter()
+                .map(|addr| Verb::Cas {
+                    addr,
+                    expected: invalid.0,
+                    new: valid.0,
+                    old: 0,
+                })
+                .collect();
+            self.gate.cas_batch(&mut batch)?;
+            for verb in &batch {
+                let Verb::Cas { old, .. } = *verb else {
+                    continue;
+                };
+                if old == invalid.0 || old == valid.0 {
+                    continue;
+                }
+                if DteState(old) == state.with_status(DteStatus::Aborted) {
+                    // A helper aborted the primary, then the mirrors
+                    // (docs/replication.md#rp3b): the primary says so too.
+                    return Ok(Commit::Aborted);
+                }
+                return Err(Error::Corrupt {
+                    entry: Some(at),
+                    what: format!(
+                        "a mirror of the entry holds state {old:#x}, not the {:#x} its image was written with",
+                        invalid.0
+                    ),
+                });
+            }
+        }
+        let found = self.cas_state(at, state, DteStatus::Valid)?;
+        Ok(if found.status() == DteStatus::Aborted {
+            Commit::Aborted
+        } else {
+            Commit::Done
+        })
+    }
+
+    /// Marks every mirror's copy of the aborted entry `at` (written with
+    /// `state`) ABORTED, from INVALID or from a VALID its owner's mirror
+    /// commit left there: a restorer does this before it puts the entry's
+    /// `replaced` value back (docs/replication.md#rp3b).
+    pub(crate) fn abort_mirrors(&mut self, at: SlotRef, state: DteState) -> Result<(), Error> {
+        if !self.mirrored() {
+            return Ok(());
+        }
+        let aborted = state.with_status(DteStatus::Aborted).0;
+        let valid = state.with_status(DteStatus::Valid).0;
+        let primary = self.dte_state_addr(at)?;
+        let mut batch: PerMirror<Verb<'_>> = self
+            .mirrors_of(primary)
+            .into_iter()
+            .map(|addr| Verb::Cas {
+                addr,
+                expected: state.with_status(DteStatus::Invalid).0,
+                new: aborted,
+                old: 0,
+            })
+            .collect();
+        self.gate.cas_batch(&mut batch)?;
+        for verb in batch {
+            if let Verb::Cas { addr, old, .. } = verb {
+                if old == valid {
+                    self.gate.cas(addr, valid, aborted)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes one's own entry `mine` (written with `state`) linked at
+    /// `slot` as `linked` in place of `replaced`: abort it, mark its
+    /// mirrors aborted, put `replaced` back. A helper may have taken any of
+    /// these steps already; whoever wins the restore stages the entry.
+    pub(crate) fn undo_own(
+        &mut self,
+        mine: SlotRef,
+        state: DteState,
+        slot: RemoteAddr,
+        linked: u64,
+        replaced: u64,
+    ) -> Result<(), Error> {
+        self.cas_state(mine, state, DteStatus::Aborted)?;
+        self.abort_mirrors(mine, state)?;
+        if self.cas_ite(slot, linked, replaced)? == linked {
+            self.stage(mine);
+        }
+        Ok(())
+    }
+
+    /// Writes an entry's image, gathered in `image`, to every mirror of
+    /// its slot `at` (replica 0 holds it already), and waits for all of
+    /// them: before the CAS that links it (docs/replication.md#rp1).
+    pub(crate) fn write_images(&mut self, at: RemoteAddr, image: &[u8]) -> Result<(), Error> {
+        let mut batch: PerMirror<Verb<'_>> = self
+            .mirrors_of(at)
+            .into_iter()
+            .map(|addr| Verb::Write { addr, data: image })
+            .collect();
+        Ok(self.gate.write_batch(&mut batch)?)
+    }
+
+    /// The address of the state word of the entry `at` on replica 0.
+    fn dte_state_addr(&self, at: SlotRef) -> Result<RemoteAddr, Error> {
+        self.env
+            .geometry()
+            .dte_addr(at)
+            .ok_or_else(|| Error::Corrupt {
+                entry: Some(at),
+                what: "no such slot in the data tables".into(),
+            })
+    }
+}

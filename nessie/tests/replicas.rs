@@ -1,0 +1,181 @@
+//! With `replicas` = 2, every mirror holds what its primary holds once the
+//! writers are done: each index slot's value, and each linked entry's image
+//! and state (docs/replication.md#replicated-writes). A mirror that matches
+//! is what the survivors serve from when a primary's host is lost.
+
+use nessie::data::Geometry;
+use nessie::fabric::{Fabric, RemoteAddr};
+use nessie::layout::dte::{DteHeader, DteStatus};
+use nessie::layout::{region, Ite, IteKind};
+use nessie::{Cluster, Config, Error};
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::time::Duration;
+
+fn replicated(nodes: usize, replicas: usize) -> Config {
+    Config {
+        nodes,
+        replicas,
+        // Small enough that keys collide and MIGRATE runs.
+        index_slots_per_node: 96,
+        data_bytes_per_node: 4 << 20,
+        value_size_max: 2048,
+        // No deadline may cut a sync short in this test: a mirror behind
+        // is legal after a timeout, and none is expected here.
+        op_timeout: Duration::from_secs(5),
+        expiry: Duration::from_secs(12),
+        ..Config::default()
+    }
+}
+
+fn word(fabric: &dyn Fabric, at: RemoteAddr) -> u64 {
+    let mut w = [0u8; 8];
+    fabric.read(at, &mut w).unwrap();
+    u64::from_le_bytes(w)
+}
+
+/// Compares every replica of every share with replica 0: index slots
+/// exactly; for each slot linking an entry, the entry's whole slot. Returns
+/// how many entries were compared.
+fn audit_mirrors(cluster: &Cluster) -> usize {
+    let config = cluster.config();
+    let geometry = Geometry::new(config);
+    let fabric = cluster.fabric();
+    let mut entries = 0;
+    for node in 0..config.nodes {
+        for slot in 0..geometry.index_slots() {
+            let primary = geometry.index_slot(node as u16, slot).unwrap();
+            let ite = Ite(word(&*fabric, primary));
+            for mirror in geometry.mirrors(primary) {
+                assert_eq!(
+                    Ite(word(&*fabric, mirror)),
+                    ite,
+                    "index slot {slot} of share {node}: mirror at {mirror} differs"
+                );
+            }
+            let dte = match ite.kind() {
+                IteKind::Occupied { dte, .. } | IteKind::Moved { copy: dte } => dte,
+                IteKind::Empty => continue,
+            };
+            let at = geometry.dte_addr(dte).unwrap();
+            let mut image = vec![0u8; geometry.slot_bytes(dte.class)];
+            fabric.read(at, &mut image).unwrap();
+            let header = DteHeader::decode(&image);
+            assert_eq!(header.state.generation(), dte.generation);
+            assert_eq!(header.state.status(), DteStatus::Valid, "{dte} linked");
+            for mirror in geometry.mirrors(at) {
+                let mut copy = vec![0u8; image.len()];
+                fabric.read(mirror, &mut copy).unwrap();
+                assert!(copy == image, "entry {dte}: mirror at {mirror} differs");
+            }
+            entries += 1;
+        }
+    }
+    entries
+}
+
+#[test]
+fn mirrors_match_their_primaries_after_concurrent_writers() {
+    let cluster = Cluster::local(replicated(3, 2)).unwrap();
+    let keys = 120;
+    let acknowledged: Vec<HashMap<u32, Option<Vec<u8>>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|node| {
+                let mut client = cluster.client(node).unwrap();
+                s.spawn(move || {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(node as u64);
+                    let mut last = HashMap::new();
+                    for i in 0..600u32 {
+                        // Each writer owns the keys ≡ node (mod 3), so the
+                        // last acknowledged value of each key is known.
+                        let k = rng.gen_range(0..keys / 3) * 3 + node as u32;
+                        let key = format!("key-{k}");
+                        if rng.gen_range(0..5) == 0 {
+                            client.delete(key.as_bytes()).unwrap();
+                            last.insert(k, None);
+                        } else {
+                            let len = [0, 8, 100, 700, 2000][rng.gen_range(0..5)];
+                            let value = vec![(i % 251) as u8; len];
+                            match client.put(key.as_bytes(), &value) {
+                                Ok(()) => {
+                                    last.insert(k, Some(value));
+                                }
+                                Err(Error::IndexFull) => {}
+                                Err(e) => panic!("put {key}: {e}"),
+                            }
+                        }
+                    }
+                    let behind: u64 = [client.stats().put, client.stats().delete]
+                        .iter()
+                        .map(|s| s.mirrors_behind)
+                        .sum();
+                    assert_eq!(behind, 0, "no sync may be cut short here");
+                    last
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let compared = audit_mirrors(&cluster);
+    assert!(compared > 20, "only {compared} entries linked");
+    let mut reader = cluster.client(1).unwrap();
+    for last in &acknowledged {
+        for (k, value) in last {
+            let key = format!("key-{k}");
+            assert_eq!(reader.get(key.as_bytes()).unwrap(), *value, "{key}");
+        }
+    }
+}
+
+#[test]
+fn three_replicas_on_five_nodes_mirror_every_write() {
+    let cluster = Cluster::local(replicated(5, 3)).unwrap();
+    let mut client = cluster.client(2).unwrap();
+    for i in 0..150u32 {
+        let key = format!("k{}", i % 70);
+        let value = vec![i as u8; (i as usize * 13) % 1500];
+        match client.put(key.as_bytes(), &value) {
+            Ok(()) | Err(Error::IndexFull) => {}
+            Err(e) => panic!("{e}"),
+        }
+        if i % 7 == 0 {
+            client.delete(format!("k{}", i % 11).as_bytes()).unwrap();
+        }
+    }
+    assert!(audit_mirrors(&cluster) > 10);
+}
+
+#[test]
+fn the_mirror_regions_are_registered_under_their_replica_ids() {
+    let config = replicated(3, 2);
+    let cluster = Cluster::local(config.clone()).unwrap();
+    let fabric = cluster.fabric();
+    let geometry = Geometry::new(&config);
+    for node in 0..3 {
+        assert_eq!(
+            fabric.region_len(node, region::replica(1, region::INDEX)),
+            Some(geometry.index_region().len)
+        );
+        assert_eq!(
+            fabric.region_len(node, region::replica(2, region::INDEX)),
+            None
+        );
+    }
+}
+
+#[test]
+fn replicas_need_three_nodes_and_no_more_than_the_nodes() {
+    for (nodes, replicas) in [(2, 2), (3, 4), (5, 0), (8, 5)] {
+        let config = Config {
+            nodes,
+            replicas,
+            ..replicated(3, 2)
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("replicas"),
+            "{nodes} nodes, r = {replicas}: {err}"
+        );
+    }
+    assert!(replicated(3, 3).validate().is_ok());
+}
