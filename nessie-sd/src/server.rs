@@ -75,6 +75,7 @@ impl ServerConfig {
             local: self.fabric.as_ref(),
             cluster: self.fabric.as_ref(),
             clock: self.clock.as_ref(),
+            views: None,
         }
     }
 }

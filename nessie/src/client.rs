@@ -86,6 +86,7 @@ impl Client {
         // One clock read before and after, only with metrics on.
         let started = self.metrics.as_ref().map(|_| Instant::now());
         self.shared.skew(self.ep.node())?;
+        self.shared.views().check_serving()?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {
@@ -95,6 +96,7 @@ impl Client {
                 self.shared.hasher(),
                 self.clock.as_ref(),
                 &self.data,
+                self.shared.views(),
             );
             let mut ctx = Ctx::start(
                 env,

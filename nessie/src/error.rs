@@ -55,6 +55,15 @@ pub enum Error {
         /// Measured difference, µs (lower bound).
         skew_us: u64,
     },
+    /// The cluster is changing its view (a node was lost or is joining):
+    /// operations wait for the old view's to drain before the new one is
+    /// active (docs/replication.md#rp0). Nothing was done; retry once the
+    /// new view is active.
+    #[error("the cluster is changing to view {epoch}; nothing was done, retry shortly")]
+    ViewChanging {
+        /// The view being activated.
+        epoch: u64,
+    },
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -179,3 +179,124 @@ fn replicas_need_three_nodes_and_no_more_than_the_nodes() {
     }
     assert!(replicated(3, 3).validate().is_ok());
 }
+
+/// A fabric on which a node can be lost: its memory is wiped and every
+/// verb to it is refused, as on a host that is gone.
+#[derive(Debug)]
+struct Losable {
+    inner: std::sync::Arc<dyn Fabric>,
+    lost: std::sync::atomic::AtomicUsize,
+}
+
+impl Losable {
+    const NONE: usize = usize::MAX;
+
+    fn check(&self, at: RemoteAddr) -> Result<(), nessie::fabric::FabricError> {
+        if at.node == self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(nessie::fabric::FabricError::Disconnected {
+                node: at.node,
+                source: std::io::Error::other("the host is lost"),
+            });
+        }
+        Ok(())
+    }
+
+    fn lose(&self, node: usize, regions: &[nessie::fabric::RegionSpec]) {
+        for spec in regions {
+            let zeros = vec![0u8; spec.len as usize];
+            self.inner
+                .write(RemoteAddr::new(node, spec.id, 0), &zeros)
+                .unwrap();
+        }
+        self.lost.store(node, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Fabric for Losable {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+    fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+    fn read(&self, at: RemoteAddr, buf: &mut [u8]) -> Result<(), nessie::fabric::FabricError> {
+        self.check(at)?;
+        self.inner.read(at, buf)
+    }
+    fn write(&self, at: RemoteAddr, data: &[u8]) -> Result<(), nessie::fabric::FabricError> {
+        self.check(at)?;
+        self.inner.write(at, data)
+    }
+    fn cas(
+        &self,
+        at: RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, nessie::fabric::FabricError> {
+        self.check(at)?;
+        self.inner.cas(at, expected, new)
+    }
+}
+
+#[test]
+fn after_a_lost_node_the_survivors_serve_every_acknowledged_value() {
+    for lost in 0..3 {
+        let config = replicated(3, 2);
+        let losable = std::sync::Arc::new(Losable {
+            inner: std::sync::Arc::new(
+                nessie::fabric::LocalFabric::new(3, &nessie::store_regions(&config)).unwrap(),
+            ),
+            lost: std::sync::atomic::AtomicUsize::new(Losable::NONE),
+        });
+        let wrapper = std::sync::Arc::clone(&losable);
+        let cluster = Cluster::builder(config.clone())
+            .wrap_fabric(move |_| wrapper as std::sync::Arc<dyn Fabric>)
+            .recycler(false)
+            .build()
+            .unwrap();
+        let mut clients: Vec<_> = (0..3).map(|n| cluster.client(n).unwrap()).collect();
+        let mut model = HashMap::new();
+        for i in 0..150u32 {
+            let key = format!("key-{}", i % 60);
+            let c = &mut clients[i as usize % 3];
+            if i % 9 == 4 {
+                c.delete(key.as_bytes()).unwrap();
+                model.insert(key, None);
+            } else {
+                let value = vec![i as u8; (i as usize * 29) % 1800];
+                c.put(key.as_bytes(), &value).unwrap();
+                model.insert(key, Some(value));
+            }
+        }
+        // The host of `lost` goes; the survivors decide a view without it
+        // and, nothing being in flight, activate it at once.
+        losable.lose(lost, &nessie::store_regions(&config));
+        let views = cluster.views();
+        let next = views.current().without(lost);
+        views.begin_change(next.epoch());
+        assert!(matches!(
+            clients[(lost + 1) % 3].get(b"key-1"),
+            Err(Error::ViewChanging { epoch: 1 })
+        ));
+        views.activate(next);
+        for n in (0..3).filter(|&n| n != lost) {
+            for (key, value) in &model {
+                assert_eq!(
+                    clients[n].get(key.as_bytes()).unwrap(),
+                    *value,
+                    "{key} read on node {n} after node {lost} was lost"
+                );
+            }
+        }
+        // And the survivors write on, into the lost node's shares too.
+        let survivor = (lost + 2) % 3;
+        for (i, key) in model.keys().enumerate().take(40) {
+            let value = vec![i as u8; 300];
+            clients[survivor].put(key.as_bytes(), &value).unwrap();
+            assert_eq!(
+                clients[(lost + 1) % 3].get(key.as_bytes()).unwrap(),
+                Some(value)
+            );
+        }
+    }
+}

@@ -104,6 +104,10 @@ pub struct TableAccess<'a> {
     /// The node's wall clock (`expires_at` stamps are compared across
     /// nodes).
     pub clock: &'a dyn Clock,
+    /// The views of a replicated store, for the mirrors of a slot the
+    /// recycler changes (`None`: one replica, or a store whose views never
+    /// change).
+    pub views: Option<&'a crate::replica::Views>,
 }
 
 impl fmt::Debug for TableAccess<'_> {
@@ -649,6 +653,7 @@ mod tests {
             local: &fabric,
             cluster: &fabric,
             clock: &clock,
+            views: None,
         };
         let none = 9;
         assert_eq!(data.classes(), 1);
@@ -711,6 +716,7 @@ mod tests {
             local: &fabric,
             cluster: &fabric,
             clock: &clock,
+            views: None,
         };
         let tombstone = |data: &NodeData| {
             data.allocate_for(

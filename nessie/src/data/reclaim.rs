@@ -15,7 +15,7 @@ use super::{bump, ClassTable, NodeData, TableAccess};
 use crate::fabric::{Fabric, FabricError, RemoteAddr};
 use crate::layout::dte::{decode_source, DteHeader, DteState, DteStatus, EXPIRES_AT_OFFSET};
 use crate::layout::{Ite, SlotRef};
-use crate::replica::{sync_mirror, SyncVerbs};
+use crate::replica::{sync_mirror, PerReplica, SyncVerbs};
 
 /// A slot taken out of `in_use` by a scan, to be settled by verbs.
 #[derive(Debug, Clone, Copy)]
@@ -218,7 +218,11 @@ impl NodeData {
         marker: u64,
         access: TableAccess<'_>,
     ) -> Result<Fate, FabricError> {
-        for mirror in self.geometry.mirrors(source) {
+        let mirrors: PerReplica<RemoteAddr> = match access.views {
+            Some(views) => views.mirrors(source),
+            None => self.geometry.mirrors(source).collect(),
+        };
+        for mirror in mirrors {
             if read_word(access.cluster, mirror)? != marker {
                 continue;
             }
@@ -252,8 +256,12 @@ impl NodeData {
         };
         let at = self.expires_at(access.clock.now_us()).to_le_bytes();
         let word = addr.add(EXPIRES_AT_OFFSET as u64);
+        let mirrors: PerReplica<RemoteAddr> = match access.views {
+            Some(views) => views.mirrors(word),
+            None => self.geometry.mirrors(word).collect(),
+        };
         let staged = std::iter::once(word)
-            .chain(self.geometry.mirrors(word))
+            .chain(mirrors)
             .try_for_each(|replica| access.cluster.write(replica, &at));
         if let Err(e) = staged {
             tracing::warn!(

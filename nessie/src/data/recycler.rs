@@ -72,6 +72,7 @@ impl Recycler {
         local: Arc<dyn Fabric>,
         cluster: Arc<dyn Fabric>,
         clock: Arc<dyn Clock>,
+        views: Arc<crate::replica::Views>,
         period: Duration,
     ) -> std::io::Result<Recycler> {
         let thread = Periodic::start("nessie-recycler", period, move || {
@@ -79,6 +80,7 @@ impl Recycler {
                 local: local.as_ref(),
                 cluster: cluster.as_ref(),
                 clock: clock.as_ref(),
+                views: Some(&views),
             };
             for data in &nodes {
                 data.recycle_period(access);
@@ -115,6 +117,7 @@ mod tests {
             local: memory,
             cluster: memory,
             clock,
+            views: None,
         }
     }
 

@@ -144,12 +144,11 @@ impl Ctx<'_> {
     /// every replica, in one batch (docs/replication.md#rp5).
     fn stage_write(&mut self, addr: RemoteAddr, expires_at: u64) -> Result<(), FabricError> {
         let word = expires_at.to_le_bytes();
-        let geometry = self.env.geometry();
-        if geometry.replicas() == 1 {
+        if self.env.geometry().replicas() == 1 {
             return self.gate.write(addr, &word);
         }
         let mut batch: Vec<Verb<'_>> = std::iter::once(addr)
-            .chain(geometry.mirrors(addr))
+            .chain(self.env.views.mirrors(addr))
             .map(|addr| Verb::Write { addr, data: &word })
             .collect();
         self.gate.write_batch(&mut batch)
@@ -167,9 +166,14 @@ impl Ctx<'_> {
         value: &[u8],
     ) -> Result<Option<SlotRef>, Error> {
         let (stagings, scan_ns) = (&mut self.kept.stagings, &mut self.op.stats.scan_ns);
-        let Some(slot) = self
-            .gate
-            .allocate(self.env.data, class, purpose, stagings, scan_ns)?
+        let Some(slot) = self.gate.allocate(
+            self.env.data,
+            self.env.views,
+            class,
+            purpose,
+            stagings,
+            scan_ns,
+        )?
         else {
             return Ok(None);
         };

@@ -6,6 +6,7 @@ use crate::clock::Clock;
 use crate::config::micros;
 use crate::data::{Geometry, NodeData};
 use crate::index::KeyHasher;
+use crate::replica::Views;
 use crate::Config;
 
 /// The time bounds of a configuration in microseconds, computed once.
@@ -47,6 +48,8 @@ pub(crate) struct Env<'a> {
     pub(crate) clock: &'a dyn Clock,
     /// The node's data tables (allocation and release of its slots).
     pub(crate) data: &'a NodeData,
+    /// The views the node serves in (which replicas are mirrors).
+    pub(crate) views: &'a Views,
 }
 
 impl<'a> Env<'a> {
@@ -57,6 +60,7 @@ impl<'a> Env<'a> {
         hasher: &'a KeyHasher,
         clock: &'a dyn Clock,
         data: &'a NodeData,
+        views: &'a Views,
     ) -> Env<'a> {
         Env {
             config,
@@ -64,6 +68,7 @@ impl<'a> Env<'a> {
             hasher,
             clock,
             data,
+            views,
         }
     }
 

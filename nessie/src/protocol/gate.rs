@@ -14,6 +14,7 @@ use crate::data::{NodeData, SlotUse, Stagings, TableAccess};
 use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb, WaitBound};
 use crate::index::PerCandidate;
 use crate::layout::SlotRef;
+use crate::replica::Views;
 use crate::Error;
 use std::time::{Duration, Instant};
 
@@ -133,6 +134,7 @@ impl<'a> Gate<'a> {
     pub(crate) fn allocate(
         &self,
         data: &NodeData,
+        views: &Views,
         class: u8,
         purpose: SlotUse,
         stagings: &mut Stagings,
@@ -142,6 +144,7 @@ impl<'a> Gate<'a> {
             local: self.local,
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
+            views: Some(views),
         };
         data.allocate_for(class, purpose, access, stagings, scan_ns)
     }

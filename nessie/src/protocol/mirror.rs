@@ -9,12 +9,8 @@ use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{DteState, DteStatus};
 use crate::layout::Ite;
 use crate::layout::SlotRef;
-use crate::replica::{sync_mirror, SyncVerbs};
+use crate::replica::{sync_mirror, PerReplica, SyncVerbs};
 use crate::Error;
-use smallvec::SmallVec;
-
-/// One value per mirror of a share, inline for the replica counts allowed.
-type PerMirror<T> = SmallVec<[T; crate::layout::region::MAX_REPLICAS]>;
 
 /// How a commit ended (docs/replication.md#rp3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +47,8 @@ impl Ctx<'_> {
     }
 
     /// The mirrors of what replica 0 keeps at `at`.
-    fn mirrors_of(&self, at: RemoteAddr) -> PerMirror<RemoteAddr> {
-        self.env.geometry().mirrors(at).collect()
+    fn mirrors_of(&self, at: RemoteAddr) -> PerReplica<RemoteAddr> {
+        self.env.views.mirrors(at)
     }
 
     /// CAS on a primary index slot. The winner brings the slot's mirrors up
@@ -102,7 +98,7 @@ impl Ctx<'_> {
     }
 
     /// The first CAS of a sync of `slot` after `x → y`, one per mirror.
-    fn first_sync_cases(&self, slot: RemoteAddr, x: u64, y: u64) -> PerMirror<Verb<'static>> {
+    fn first_sync_cases(&self, slot: RemoteAddr, x: u64, y: u64) -> PerReplica<Verb<'static>> {
         self.mirrors_of(slot)
             .into_iter()
             .map(|addr| Verb::Cas {
@@ -185,7 +181,7 @@ impl Ctx<'_> {
         let valid = state.with_status(DteStatus::Valid);
         if self.mirrored() {
             let primary = self.dte_state_addr(at)?;
-            let mut batch: PerMirror<Verb<'_>> = self
+            let mut batch: PerReplica<Verb<'_>> = self
                 .mirrors_of(primary)
                 .into_iter()
                 .map(|addr| Verb::Cas {
@@ -236,7 +232,7 @@ impl Ctx<'_> {
         let aborted = state.with_status(DteStatus::Aborted).0;
         let valid = state.with_status(DteStatus::Valid).0;
         let primary = self.dte_state_addr(at)?;
-        let mut batch: PerMirror<Verb<'_>> = self
+        let mut batch: PerReplica<Verb<'_>> = self
             .mirrors_of(primary)
             .into_iter()
             .map(|addr| Verb::Cas {
@@ -281,7 +277,7 @@ impl Ctx<'_> {
     /// its slot `at` (replica 0 holds it already), and waits for all of
     /// them: before the CAS that links it (docs/replication.md#rp1).
     pub(crate) fn write_images(&mut self, at: RemoteAddr, image: &[u8]) -> Result<(), Error> {
-        let mut batch: PerMirror<Verb<'_>> = self
+        let mut batch: PerReplica<Verb<'_>> = self
             .mirrors_of(at)
             .into_iter()
             .map(|addr| Verb::Write { addr, data: image })

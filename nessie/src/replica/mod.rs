@@ -2,7 +2,15 @@
 //! sync of an index slot (docs/replication.md#rp2), used by operations
 //! through their CAS gate and by the recycler through the fabric.
 //!
-//! Where the replicas live is [`crate::data::Geometry::replica_addr`].
+//! Where the replicas live is [`crate::data::Geometry::replica_addr`];
+//! which of them serve is the current [`View`].
+
+mod routed;
+mod view;
+
+pub(crate) use routed::RoutedFabric;
+pub(crate) use view::PerReplica;
+pub use view::{View, Views};
 
 /// The two verbs a mirror's sync issues, on one index slot.
 pub(crate) trait SyncVerbs {

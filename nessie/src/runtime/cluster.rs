@@ -71,6 +71,14 @@ impl Cluster {
         self.shared.config()
     }
 
+    /// The views the cluster serves in: activating one that counts a node
+    /// lost moves its shares to their next replicas
+    /// (docs/replication.md#a-view-change-step-by-step).
+    #[must_use]
+    pub fn views(&self) -> &Arc<crate::Views> {
+        self.shared.views()
+    }
+
     /// The fabric every client uses (e.g. to inspect memory in tests).
     #[must_use]
     pub fn fabric(&self) -> Arc<dyn Fabric> {
@@ -94,6 +102,7 @@ impl Cluster {
         TableAccess {
             local: self.shared.scan_fabric().as_ref(),
             cluster: self.shared.fabric().as_ref(),
+            views: Some(self.shared.views()),
             clock: self.shared.clock(node).as_ref(),
         }
     }

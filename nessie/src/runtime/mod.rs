@@ -7,13 +7,14 @@
 //! shared state and clock watch; server workers and rings).
 
 use crate::clock::{Clock, WallClock};
-use crate::data::{NodeData, Recycler};
+use crate::data::{Geometry, NodeData, Recycler};
 use crate::fabric::wire::{frame::DEFAULT_FRAME_LIMIT, round_up_words};
 use crate::fabric::{
     Fabric, LocalFabric, Membership, NodeId, RegionSpec, RendezvousOptions, ShmFabric, ShmOptions,
     TcpFabric, TcpOptions,
 };
 use crate::layout::FORMAT_VERSION;
+use crate::replica::{RoutedFabric, Views};
 use crate::{Config, Error, FabricConfig};
 use std::fmt;
 use std::sync::Arc;
@@ -72,6 +73,8 @@ pub struct Hosting {
     tcp: Option<Arc<TcpFabric>>,
     clocks: Vec<Arc<dyn Clock>>,
     data: Vec<Arc<NodeData>>,
+    /// The view the hosted nodes serve in.
+    views: Arc<Views>,
     recycler: Option<Recycler>,
 }
 
@@ -185,6 +188,14 @@ impl Hosting {
             .iter()
             .map(|&n| NodeData::new(&config, n).map(Arc::new))
             .collect::<Result<Vec<Arc<NodeData>>, Error>>()?;
+        let views = Arc::new(Views::new(Geometry::new(&config)));
+        // With replicas, verbs to a share go to its primary in the current
+        // view (docs/replication.md#placement); with one, nothing is routed.
+        let fabric: Arc<dyn Fabric> = if config.replicas > 1 {
+            Arc::new(RoutedFabric::new(fabric, Arc::clone(&views)))
+        } else {
+            fabric
+        };
         let recycler = if background {
             // The recycler of an in-process cluster works for every node on
             // the first node's clock: clocks differ only in simulations,
@@ -194,6 +205,7 @@ impl Hosting {
                 Arc::clone(&local),
                 Arc::clone(&fabric),
                 Arc::clone(&clocks[hosted[0]]),
+                Arc::clone(&views),
                 recycle_period(&config),
             )?)
         } else {
@@ -207,6 +219,7 @@ impl Hosting {
             tcp,
             clocks,
             data,
+            views,
             recycler,
         })
     }
@@ -222,6 +235,12 @@ impl Hosting {
     #[must_use]
     pub fn fabric(&self) -> &Arc<dyn Fabric> {
         &self.fabric
+    }
+
+    /// The views the hosted nodes serve in (docs/replication.md#placement).
+    #[must_use]
+    pub fn views(&self) -> &Arc<Views> {
+        &self.views
     }
 
     /// The fabric without any wrapper: a node's bookkeeping of its own

@@ -9,6 +9,7 @@ use crate::index::KeyHasher;
 use crate::layout::region;
 use crate::metrics::NodeMetrics;
 use crate::protocol::Timing;
+use crate::replica::Views;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
 use rand::rngs::StdRng;
@@ -55,6 +56,8 @@ pub(crate) struct Shared {
     skew_alarms: Vec<AtomicU64>,
     /// Per hosted node, with `Config::metrics`: its clients' figures.
     metrics: Vec<Option<Arc<NodeMetrics>>>,
+    /// The view the hosted nodes serve in.
+    views: Arc<Views>,
 }
 
 impl Shared {
@@ -82,8 +85,13 @@ impl Shared {
             skew: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
             skew_alarms: (0..config.nodes).map(|_| AtomicU64::new(0)).collect(),
             metrics,
+            views: Arc::clone(hosting.views()),
             config,
         }
+    }
+
+    pub(crate) fn views(&self) -> &Arc<Views> {
+        &self.views
     }
 
     pub(crate) fn config(&self) -> &Config {

@@ -1,0 +1,138 @@
+//! The fabric of a replicated store: every verb addressed to replica 0 of a
+//! share goes to the share's primary in the current view, so the protocol,
+//! the recycler and the caches address entries and index slots the same
+//! way in every view (docs/replication.md#placement).
+
+use super::view::Views;
+use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, Verb};
+use std::sync::Arc;
+
+/// A fabric that routes by the current view.
+#[derive(Debug)]
+pub(crate) struct RoutedFabric {
+    inner: Arc<dyn Fabric>,
+    views: Arc<Views>,
+}
+
+impl RoutedFabric {
+    pub(crate) fn new(inner: Arc<dyn Fabric>, views: Arc<Views>) -> RoutedFabric {
+        RoutedFabric { inner, views }
+    }
+
+    fn route_batch(&self, batch: &mut [Verb<'_>]) {
+        for verb in batch {
+            match verb {
+                Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => {
+                    *addr = self.views.route(*addr);
+                }
+            }
+        }
+    }
+}
+
+impl Fabric for RoutedFabric {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.inner.read(self.views.route(addr), buf)
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.inner.write(self.views.route(addr), data)
+    }
+
+    fn write_streaming(
+        &self,
+        addr: RemoteAddr,
+        parts: &[&[u8]],
+        cached: usize,
+    ) -> Result<(), FabricError> {
+        self.inner
+            .write_streaming(self.views.route(addr), parts, cached)
+    }
+
+    fn yield_point(&self) {
+        self.inner.yield_point();
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.inner.cas(self.views.route(addr), expected, new)
+    }
+
+    fn cas_by(
+        &self,
+        addr: RemoteAddr,
+        expected: u64,
+        new: u64,
+        land_by_us: u64,
+    ) -> Result<u64, FabricError> {
+        self.inner
+            .cas_by(self.views.route(addr), expected, new, land_by_us)
+    }
+
+    fn enforces_land_by(&self) -> bool {
+        self.inner.enforces_land_by()
+    }
+
+    fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        self.route_batch(batch);
+        self.inner.post(batch)
+    }
+
+    fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
+        self.route_batch(batch);
+        self.inner.post_by(batch, land_by_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Geometry;
+    use crate::fabric::LocalFabric;
+    use crate::layout::region;
+    use crate::replica::View;
+    use crate::Config;
+
+    #[test]
+    fn verbs_to_a_lost_share_reach_its_mirror_and_others_are_untouched() {
+        let config = Config {
+            replicas: 2,
+            index_slots_per_node: 16,
+            data_bytes_per_node: 1 << 16,
+            value_size_max: 256,
+            ..Config::default()
+        };
+        let local: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(3, &crate::store_regions(&config)).unwrap());
+        let views = Arc::new(Views::new(Geometry::new(&config)));
+        let routed = RoutedFabric::new(Arc::clone(&local), Arc::clone(&views));
+        let slot = RemoteAddr::new(2, region::INDEX, 8);
+        let mirror = RemoteAddr::new(0, region::replica(1, region::INDEX), 8);
+        routed.write(slot, &7u64.to_le_bytes()).unwrap();
+        local.write(mirror, &9u64.to_le_bytes()).unwrap();
+        let word = |f: &dyn Fabric, at| {
+            let mut w = [0u8; 8];
+            f.read(at, &mut w).unwrap();
+            u64::from_le_bytes(w)
+        };
+        assert_eq!(word(&routed, slot), 7);
+        views.activate(View::first(3).without(2));
+        assert_eq!(word(&routed, slot), 9, "share 2's primary is node 0 now");
+        assert_eq!(routed.cas(slot, 9, 10).unwrap(), 9);
+        let mut w = [0u8; 8];
+        let mut batch = [Verb::Read {
+            addr: slot,
+            buf: &mut w,
+        }];
+        routed.post(&mut batch).unwrap();
+        assert_eq!(u64::from_le_bytes(w), 10);
+        assert_eq!(word(&*local, slot), 7, "the lost replica is not written");
+    }
+}

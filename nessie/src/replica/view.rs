@@ -1,0 +1,246 @@
+//! The view: which nodes serve, and so which replica of each share is its
+//! primary and which are its mirrors
+//! (docs/replication.md#views-leases-and-the-drain).
+
+use crate::data::Geometry;
+use crate::fabric::{NodeId, RemoteAddr};
+use crate::layout::region;
+use crate::Error;
+use smallvec::SmallVec;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One address per replica of a share, inline for the replica counts
+/// allowed.
+pub(crate) type PerReplica<T> = SmallVec<[T; region::MAX_REPLICAS]>;
+
+/// A view of the cluster: its epoch and the nodes it counts as lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    epoch: u64,
+    lost: Vec<bool>,
+}
+
+impl View {
+    /// The first view of a cluster of `nodes`: every node serves.
+    #[must_use]
+    pub fn first(nodes: usize) -> View {
+        View {
+            epoch: 0,
+            lost: vec![false; nodes],
+        }
+    }
+
+    /// The next view, with `node` lost.
+    #[must_use]
+    pub fn without(&self, node: NodeId) -> View {
+        let mut next = self.clone();
+        next.epoch += 1;
+        if let Some(l) = next.lost.get_mut(node) {
+            *l = true;
+        }
+        next
+    }
+
+    /// The view's number; each change adds one.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether `node` is lost in this view.
+    #[must_use]
+    pub fn is_lost(&self, node: NodeId) -> bool {
+        self.lost.get(node).copied().unwrap_or(false)
+    }
+
+    /// The lost nodes.
+    pub fn lost(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.lost
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l)
+            .map(|(n, _)| n)
+    }
+
+    /// The replica that serves as share `share`'s primary: the first of its
+    /// replicas, in order, on a node that is not lost
+    /// (docs/replication.md#placement); `None` when every one is lost.
+    #[must_use]
+    pub fn primary_replica(&self, share: NodeId, geometry: &Geometry) -> Option<usize> {
+        (0..geometry.replicas()).find(|&j| !self.is_lost((share + j) % geometry.nodes()))
+    }
+}
+
+/// The view a process serves in, shared by its clients, its recycler and
+/// the fabric that routes their verbs.
+#[derive(Debug)]
+pub struct Views {
+    geometry: Geometry,
+    /// Whether the current view counts any node lost: while not, a verb's
+    /// address needs no routing.
+    any_lost: AtomicBool,
+    /// The epoch of a view decided but not yet active (0: none).
+    changing_to: AtomicU64,
+    current: Mutex<Arc<View>>,
+}
+
+impl Views {
+    /// The first view of a cluster with tables of `geometry`.
+    #[must_use]
+    pub fn new(geometry: Geometry) -> Views {
+        Views {
+            current: Mutex::new(Arc::new(View::first(geometry.nodes()))),
+            geometry,
+            any_lost: AtomicBool::new(false),
+            changing_to: AtomicU64::new(0),
+        }
+    }
+
+    /// A view of epoch `epoch` was decided: operations are refused with
+    /// [`Error::ViewChanging`] until it is activated, while those under
+    /// way drain (docs/replication.md#rp0).
+    pub fn begin_change(&self, epoch: u64) {
+        self.changing_to.store(epoch, Ordering::Release);
+    }
+
+    /// Fails with [`Error::ViewChanging`] between a decision and its
+    /// activation.
+    ///
+    /// # Errors
+    /// [`Error::ViewChanging`].
+    pub fn check_serving(&self) -> Result<(), Error> {
+        match self.changing_to.load(Ordering::Acquire) {
+            0 => Ok(()),
+            epoch => Err(Error::ViewChanging { epoch }),
+        }
+    }
+
+    /// The current view.
+    #[must_use]
+    pub fn current(&self) -> Arc<View> {
+        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Makes `view` current: operations from now on run in it. The caller
+    /// has let every operation of the previous view drain
+    /// (docs/replication.md#rp0), so none of its verbs can land after this.
+    pub fn activate(&self, view: View) {
+        let any = view.lost().next().is_some();
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(view);
+        self.any_lost.store(any, Ordering::Release);
+        self.changing_to.store(0, Ordering::Release);
+    }
+
+    /// Where a verb addressed to replica 0 of a share's index or data
+    /// tables goes in the current view: to the share's primary replica.
+    /// Every other address (a mirror's, the META page, another store's
+    /// region) and every address of a share with no replica left is
+    /// unchanged: the fabric refuses a verb to a lost node.
+    pub(crate) fn route(&self, at: RemoteAddr) -> RemoteAddr {
+        if !self.any_lost.load(Ordering::Acquire) || !is_share_region(at) {
+            return at;
+        }
+        let view = self.current();
+        match view.primary_replica(at.node, &self.geometry) {
+            Some(j) if j > 0 => self.geometry.replica_addr(at, j),
+            _ => at,
+        }
+    }
+
+    /// The mirrors, in the current view, of what replica 0 of a share keeps
+    /// at `at`: its replicas after the primary, on nodes not lost.
+    pub(crate) fn mirrors(&self, at: RemoteAddr) -> PerReplica<RemoteAddr> {
+        if !self.any_lost.load(Ordering::Acquire) {
+            return self.geometry.mirrors(at).collect();
+        }
+        let view = self.current();
+        let Some(primary) = view.primary_replica(at.node, &self.geometry) else {
+            return PerReplica::new();
+        };
+        (primary + 1..self.geometry.replicas())
+            .map(|j| self.geometry.replica_addr(at, j))
+            .filter(|m| !view.is_lost(m.node))
+            .collect()
+    }
+}
+
+/// Whether `at` is in replica 0 of a share's index or data tables.
+fn is_share_region(at: RemoteAddr) -> bool {
+    at.region == region::INDEX || region::data_class(at.region).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    fn views(nodes: usize, replicas: usize) -> Views {
+        Views::new(Geometry::new(&Config {
+            nodes,
+            replicas,
+            index_slots_per_node: 64,
+            data_bytes_per_node: 1 << 20,
+            value_size_max: 1024,
+            ..Config::default()
+        }))
+    }
+
+    #[test]
+    fn a_lost_primary_is_served_by_its_next_replica() {
+        let v = views(3, 2);
+        let at = RemoteAddr::new(1, region::INDEX, 64);
+        assert_eq!(v.route(at), at);
+        assert_eq!(
+            v.mirrors(at).as_slice(),
+            &[RemoteAddr::new(2, region::replica(1, region::INDEX), 64)]
+        );
+        v.activate(View::first(3).without(1));
+        assert_eq!(
+            v.route(at),
+            RemoteAddr::new(2, region::replica(1, region::INDEX), 64)
+        );
+        assert!(v.mirrors(at).is_empty(), "r = 2 less one: no mirror left");
+        // Share 0's mirror was on node 1: gone; its primary stays.
+        let zero = RemoteAddr::new(0, region::data(2), 128);
+        assert_eq!(v.route(zero), zero);
+        assert!(v.mirrors(zero).is_empty());
+        // A mirror's address and the META page are never rerouted.
+        let m = RemoteAddr::new(1, region::replica(1, region::INDEX), 8);
+        assert_eq!(v.route(m), m);
+        let meta = RemoteAddr::new(1, region::META, 0);
+        assert_eq!(v.route(meta), meta);
+    }
+
+    #[test]
+    fn with_three_replicas_two_losses_leave_one_copy() {
+        let v = views(5, 3);
+        let at = RemoteAddr::new(4, region::data(0), 0);
+        v.activate(View::first(5).without(4).without(0));
+        assert_eq!(v.current().epoch(), 2);
+        assert_eq!(
+            v.route(at),
+            RemoteAddr::new(1, region::replica(2, region::data(0)), 0)
+        );
+        assert!(v.mirrors(at).is_empty());
+        let three = RemoteAddr::new(3, region::INDEX, 0);
+        assert_eq!(
+            v.mirrors(three).as_slice(),
+            &[] as &[RemoteAddr],
+            "3's mirrors were 4 and 0"
+        );
+        let two = RemoteAddr::new(2, region::INDEX, 0);
+        assert_eq!(
+            v.mirrors(two).as_slice(),
+            &[RemoteAddr::new(3, region::replica(1, region::INDEX), 0)]
+        );
+    }
+
+    #[test]
+    fn a_share_with_every_replica_lost_is_left_to_the_fabric_to_refuse() {
+        let v = views(3, 2);
+        v.activate(View::first(3).without(0).without(1));
+        let at = RemoteAddr::new(0, region::INDEX, 0);
+        assert_eq!(v.route(at), at);
+    }
+}
