@@ -86,7 +86,7 @@ impl Client {
         // One clock read before and after, only with metrics on.
         let started = self.metrics.as_ref().map(|_| Instant::now());
         self.shared.skew(self.ep.node())?;
-        self.shared.views().check_serving()?;
+        self.shared.views().check_serving(self.clock.mono_us())?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {

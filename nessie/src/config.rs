@@ -274,6 +274,17 @@ pub struct Config {
     /// Largest clock difference between nodes the protocol tolerates.
     #[serde(with = "millis")]
     pub max_clock_skew: Duration,
+    /// With replicas: how long a renewal of a node's lease on the current
+    /// view lets it serve; it renews every quarter of it, and a decided
+    /// view is activated this plus the landing bound and the skew after
+    /// it was observed (docs/replication.md#views-leases-and-the-drain).
+    /// More than `op_timeout` plus the landing bound.
+    #[serde(with = "millis")]
+    pub lease: Duration,
+    /// With replicas: a member whose heartbeat has not moved for this long
+    /// is suspected lost (docs/replication.md#failure-detection).
+    #[serde(with = "millis")]
+    pub failure_timeout: Duration,
     /// LRU capacity per client.
     pub cache_entries: usize,
     /// Recursive MIGRATE limit.
@@ -347,6 +358,8 @@ impl Default for Config {
             tombstone_reserve: 1024,
             expiry: Duration::from_secs(1),
             op_timeout: Duration::from_millis(500),
+            lease: Duration::from_secs(2),
+            failure_timeout: Duration::from_secs(1),
             max_clock_skew: Duration::from_millis(10),
             cache_entries: 4096,
             max_migrate_depth: 4,

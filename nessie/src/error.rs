@@ -64,6 +64,17 @@ pub enum Error {
         /// The view being activated.
         epoch: u64,
     },
+    /// This node holds no lease on the current view: it cannot reach a
+    /// majority of the members, or is no longer one of them. It serves
+    /// neither writes nor reads, which could be stale
+    /// (docs/replication.md#views-leases-and-the-drain). Nothing was done.
+    #[error(
+        "no quorum: this node cannot reach a majority of view {epoch}'s members; nothing was done"
+    )]
+    NoQuorum {
+        /// The view the node last served in.
+        epoch: u64,
+    },
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

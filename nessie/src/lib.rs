@@ -90,6 +90,7 @@ mod error;
 pub mod index;
 mod kv;
 pub mod layout;
+mod membership;
 mod metrics;
 mod protocol;
 mod replica;

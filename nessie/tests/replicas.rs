@@ -24,6 +24,7 @@ fn replicated(nodes: usize, replicas: usize) -> Config {
         // is legal after a timeout, and none is expected here.
         op_timeout: Duration::from_secs(5),
         expiry: Duration::from_secs(12),
+        lease: Duration::from_secs(60),
         ..Config::default()
     }
 }

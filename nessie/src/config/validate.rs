@@ -48,15 +48,35 @@ impl Config {
         if self.replicas > 1
             && (self.replicas > self.nodes
                 || self.nodes < 3
+                || self.nodes > layout::membership::MAX_MEMBERS
                 || self.replicas > layout::region::MAX_REPLICAS)
         {
             return Err(bad(format!(
-                "replicas = {} needs at least 3 nodes and no more replicas than nodes \
+                "replicas = {} needs 3 to {} nodes and no more replicas than nodes \
                  (nodes = {}), and at most {} (docs/replication.md#placement)",
                 self.replicas,
+                layout::membership::MAX_MEMBERS,
                 self.nodes,
                 layout::region::MAX_REPLICAS
             )));
+        }
+        if self.replicas > 1 {
+            if self.lease <= self.op_timeout + self.landing_bound() {
+                return Err(bad(format!(
+                    "lease = {:?} must exceed op_timeout + the landing bound ({:?}): an \
+                     operation must fit in one lease",
+                    self.lease,
+                    self.op_timeout + self.landing_bound()
+                )));
+            }
+            let beat = crate::clock::heartbeat_period(self.max_clock_skew);
+            if self.failure_timeout < beat * 4 {
+                return Err(bad(format!(
+                    "failure_timeout = {:?} must be at least four heartbeat periods ({:?})",
+                    self.failure_timeout,
+                    beat * 4
+                )));
+            }
         }
         if self.cluster.is_empty() {
             return Err(bad("cluster must not be empty".into()));

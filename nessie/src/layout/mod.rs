@@ -1,6 +1,6 @@
 //! Every byte layout the store keeps in remote memory: index table entries
-//! (ITEs), data table entries (DTEs), the META region's clock words, and the
-//! ids of the regions that hold them. The fabric's own layouts (region file headers, wire frames)
+//! (ITEs), data table entries (DTEs), the META region's clock words, the
+//! MEMBERSHIP region of a replicated store, and the ids of the regions that hold them. The fabric's own layouts (region file headers, wire frames)
 //! are in [`crate::fabric::wire`]; the baselines' ring frames live with
 //! the baselines, in `nessie-sd`.
 //!
@@ -11,6 +11,7 @@
 
 pub mod dte;
 pub mod ite;
+pub mod membership;
 pub mod meta;
 pub mod region;
 
@@ -23,4 +24,4 @@ pub use nessie_fabric::wire::{read_word, round_up_words, WORD};
 /// Version of the store's layouts (this module) together with the fabric's
 /// ([`nessie_fabric::wire::VERSION`]): bump the first on any change of
 /// bits here.
-pub const FORMAT_VERSION: u32 = 2 << 16 | nessie_fabric::wire::VERSION;
+pub const FORMAT_VERSION: u32 = 3 << 16 | nessie_fabric::wire::VERSION;

@@ -30,6 +30,9 @@ pub(crate) struct Gate<'a> {
     landing_us: u64,
     /// CASes that returned later than the landing bound after their check.
     pub(super) late_cas: u64,
+    /// Whether the deadline is capped by the node's lease, so that a GET
+    /// checks it before answering (docs/replication.md#rp0).
+    leased: bool,
     /// No verb of the operation waits for a silent peer past its deadline
     /// and the landing bound (docs/replication.md#failure-detection).
     _wait: WaitBound,
@@ -43,14 +46,18 @@ impl<'a> Gate<'a> {
         clock: &'a dyn Clock,
         timing: &Timing,
         started_us: u64,
+        lease_until: u64,
     ) -> Gate<'a> {
         Gate {
             ep,
             local,
             clock,
-            deadline: started_us.saturating_add(timing.op_timeout_us),
+            deadline: started_us
+                .saturating_add(timing.op_timeout_us)
+                .min(lease_until),
             landing_us: timing.landing_us,
             late_cas: 0,
+            leased: lease_until != u64::MAX,
             _wait: WaitBound::until(
                 Instant::now()
                     + Duration::from_micros(timing.op_timeout_us.saturating_add(timing.landing_us)),
@@ -78,6 +85,17 @@ impl<'a> Gate<'a> {
     pub(crate) fn check_deadline(&self) -> Result<(), Error> {
         if self.past_deadline() {
             Err(Error::Timeout)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Before a GET answers: under a lease, fails with [`Error::Timeout`]
+    /// once the deadline (capped by the lease) has passed, since the reads
+    /// behind the answer may postdate the lease (docs/replication.md#rp0).
+    pub(crate) fn check_lease(&self) -> Result<(), Error> {
+        if self.leased {
+            self.check_deadline()
         } else {
             Ok(())
         }

@@ -137,7 +137,14 @@ impl<'a> Ctx<'a> {
         let started = env.clock.mono_us();
         let created_at = if writes { env.clock.now_us() } else { 0 };
         Ctx {
-            gate: Gate::new(ep, local, env.clock, &env.timing, started),
+            gate: Gate::new(
+                ep,
+                local,
+                env.clock,
+                &env.timing,
+                started,
+                env.views.lease_until(),
+            ),
             op: Op::new(created_at, started, stats),
             env,
             kept,

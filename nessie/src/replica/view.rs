@@ -42,6 +42,12 @@ impl View {
         next
     }
 
+    /// A view of `epoch` whose lost nodes are those marked in `lost`.
+    #[must_use]
+    pub fn with_lost(epoch: u64, lost: Vec<bool>) -> View {
+        View { epoch, lost }
+    }
+
     /// The view's number; each change adds one.
     #[must_use]
     pub fn epoch(&self) -> u64 {
@@ -82,6 +88,9 @@ pub struct Views {
     any_lost: AtomicBool,
     /// The epoch of a view decided but not yet active (0: none).
     changing_to: AtomicU64,
+    /// Monotonic µs until which the node's lease lasts (`u64::MAX` where no
+    /// membership runs: a single process, or one replica).
+    lease_until: AtomicU64,
     current: Mutex<Arc<View>>,
 }
 
@@ -94,7 +103,19 @@ impl Views {
             geometry,
             any_lost: AtomicBool::new(false),
             changing_to: AtomicU64::new(0),
+            lease_until: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// The node's lease now lasts until monotonic time `until_us`.
+    pub(crate) fn set_lease_until(&self, until_us: u64) {
+        self.lease_until.store(until_us, Ordering::Release);
+    }
+
+    /// Monotonic µs at which the node's lease ends: no operation issues a
+    /// CAS or answers after it (docs/replication.md#rp0).
+    pub(crate) fn lease_until(&self) -> u64 {
+        self.lease_until.load(Ordering::Acquire)
     }
 
     /// A view of epoch `epoch` was decided: operations are refused with
@@ -104,14 +125,18 @@ impl Views {
         self.changing_to.store(epoch, Ordering::Release);
     }
 
-    /// Fails with [`Error::ViewChanging`] between a decision and its
-    /// activation.
+    /// Whether an operation may start at monotonic time `now_us`: not
+    /// between a decision and its activation ([`Error::ViewChanging`]), and
+    /// only under a lease ([`Error::NoQuorum`]).
     ///
     /// # Errors
-    /// [`Error::ViewChanging`].
-    pub fn check_serving(&self) -> Result<(), Error> {
+    /// [`Error::ViewChanging`], [`Error::NoQuorum`].
+    pub fn check_serving(&self, now_us: u64) -> Result<(), Error> {
         match self.changing_to.load(Ordering::Acquire) {
-            0 => Ok(()),
+            0 if now_us < self.lease_until() => Ok(()),
+            0 => Err(Error::NoQuorum {
+                epoch: self.current().epoch(),
+            }),
             epoch => Err(Error::ViewChanging { epoch }),
         }
     }

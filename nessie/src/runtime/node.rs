@@ -3,6 +3,7 @@
 use crate::bootstrap::Launch;
 use crate::client::Client;
 use crate::fabric::{Fabric, NodeId, TcpStats};
+use crate::membership::Membership;
 use crate::metrics::MetricsServer;
 use crate::runtime::store::{store_regions, Shared};
 use crate::runtime::watch::ClockWatch;
@@ -20,6 +21,9 @@ pub struct Node {
     // Field order is drop order: the metrics endpoint stops first, the
     // watch before the recycler.
     metrics: Option<MetricsServer>,
+    /// With replicas: the membership thread (before the watch, whose
+    /// heartbeats it reads).
+    _membership: Option<Membership>,
     _watch: ClockWatch,
     hosting: Hosting,
 }
@@ -85,12 +89,24 @@ impl Node {
         let seed = 0x6e6f_6465 ^ (node_id as u64) << 32 ^ u64::from(std::process::id());
         let shared = Arc::new(Shared::new(&hosting, seed));
         let watch = ClockWatch::start(Arc::clone(&shared), vec![node_id])?;
+        let membership = if shared.config().replicas > 1 {
+            Some(Membership::start(
+                node_id,
+                shared.config(),
+                Arc::clone(shared.fabric()),
+                Arc::clone(shared.clock(node_id)),
+                Arc::clone(shared.views()),
+            )?)
+        } else {
+            None
+        };
         let tcp = hosting.tcp().cloned();
         let metrics = MetricsServer::start(Arc::clone(&shared), node_id, tcp)?;
         Ok(Node {
             shared,
             id: node_id,
             metrics,
+            _membership: membership,
             _watch: watch,
             hosting,
         })

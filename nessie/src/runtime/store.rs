@@ -31,6 +31,12 @@ pub fn store_regions(config: &Config) -> Vec<RegionSpec> {
     ];
     regions.extend(geometry.data_regions());
     regions.extend(geometry.mirror_regions());
+    if config.replicas > 1 {
+        regions.push(RegionSpec {
+            id: crate::layout::membership::MEMBERSHIP,
+            len: crate::layout::membership::region_bytes(config.nodes),
+        });
+    }
     regions
 }
 

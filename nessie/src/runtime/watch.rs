@@ -7,11 +7,12 @@
 use crate::clock::{
     alarms, heartbeat_period, verdict, SkewVerdict, ALARMS_OFFSET, HEARTBEAT_OFFSET,
 };
-use crate::fabric::{Fabric, NodeId, RemoteAddr};
+use crate::fabric::{Fabric, NodeId, RemoteAddr, WaitBound};
 use crate::layout::region;
 use crate::runtime::periodic::Periodic;
 use crate::runtime::store::Shared;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A running clock watch; stops and joins its thread when dropped.
 #[derive(Debug)]
@@ -88,6 +89,10 @@ impl ClockWatch {
         let period = heartbeat_period(shared.config().max_clock_skew);
         let fabric = Arc::clone(shared.scan_fabric());
         let thread = Periodic::start("nessie-clock-watch", period, move || {
+            // A silent peer must not hold this node's heartbeat back, or
+            // the members would suspect this node
+            // (docs/replication.md#failure-detection).
+            let _wait = WaitBound::until(Instant::now() + period);
             for &node in &hosted {
                 check(&shared, fabric.as_ref(), node);
             }

@@ -1,0 +1,357 @@
+//! One instance of Disk Paxos whose disks are the members' MEMBERSHIP
+//! regions (docs/replication.md#views-leases-and-the-drain): instance e
+//! decides view e + 1 among the disks of view e.
+
+use crate::fabric::{Fabric, NodeId, RemoteAddr, Verb};
+use crate::layout::membership::{
+    block_offset, block_words, parity_offset, view_words, Block, ViewRecord, DECISION_OFFSET,
+    INCARNATION_OFFSET, MEMBERSHIP,
+};
+use crate::layout::WORD;
+
+/// What one disk showed in one READ of it.
+#[derive(Debug, Clone)]
+pub(crate) struct DiskRead {
+    /// The decided view it records, if any (M4).
+    pub(crate) decision: Option<ViewRecord>,
+    /// The blocks of the instance read, per proposer (blocks of other
+    /// instances read as absent).
+    pub(crate) blocks: Vec<Option<Block>>,
+}
+
+/// The members' disks as view `view` names them.
+pub(crate) struct Disks<'a> {
+    pub(crate) fabric: &'a dyn Fabric,
+    pub(crate) view: &'a ViewRecord,
+}
+
+impl Disks<'_> {
+    fn nodes(&self) -> usize {
+        self.view.members.len()
+    }
+
+    /// A majority of the view's disks.
+    pub(crate) fn majority(&self) -> usize {
+        self.view.disks().count() / 2 + 1
+    }
+
+    /// Reads every disk: its incarnation, its decision and the blocks of
+    /// `instance`. `None` for a disk that failed: a verb error, a torn
+    /// block, or an incarnation other than the view's, which is another
+    /// memory than the one the view counts (M3).
+    pub(crate) fn read_all(&self, instance: u64) -> Vec<(NodeId, Option<DiskRead>)> {
+        let n = self.nodes();
+        let head_len = (1 + view_words(n)) * WORD;
+        let blocks_len = n * block_words(n) * WORD;
+        let disks: Vec<NodeId> = self.view.disks().collect();
+        let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = disks
+            .iter()
+            .map(|_| (vec![0u8; head_len], vec![0u8; blocks_len]))
+            .collect();
+        let each = |fabric: &dyn Fabric, d: NodeId, head: &mut [u8], blocks: &mut [u8]| {
+            let mut batch = [
+                Verb::Read {
+                    addr: RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
+                    buf: head,
+                },
+                Verb::Read {
+                    addr: RemoteAddr::new(d, MEMBERSHIP, parity_offset(n, instance % 2)),
+                    buf: blocks,
+                },
+            ];
+            fabric.post(&mut batch).is_ok()
+        };
+        // One round trip to every disk while they all answer; disk by disk
+        // to learn which failed otherwise.
+        let mut ok = vec![true; disks.len()];
+        let together = {
+            let mut batch: Vec<Verb<'_>> = Vec::new();
+            for (&d, (head, blocks)) in disks.iter().zip(bufs.iter_mut()) {
+                batch.push(Verb::Read {
+                    addr: RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
+                    buf: head,
+                });
+                batch.push(Verb::Read {
+                    addr: RemoteAddr::new(d, MEMBERSHIP, parity_offset(n, instance % 2)),
+                    buf: blocks,
+                });
+            }
+            self.fabric.post(&mut batch).is_ok()
+        };
+        if !together {
+            for (i, (&d, (head, blocks))) in disks.iter().zip(bufs.iter_mut()).enumerate() {
+                ok[i] = each(self.fabric, d, head, blocks);
+            }
+        }
+        disks
+            .iter()
+            .zip(bufs)
+            .zip(ok)
+            .map(|((&d, (head, blocks)), ok)| {
+                let read = ok
+                    .then(|| self.parse(d, instance, &head, &blocks))
+                    .flatten();
+                (d, read)
+            })
+            .collect()
+    }
+
+    fn parse(&self, disk: NodeId, instance: u64, head: &[u8], blocks: &[u8]) -> Option<DiskRead> {
+        let n = self.nodes();
+        let incarnation = crate::layout::read_word(head, 0);
+        if incarnation != self.view.members[disk].1 {
+            return None;
+        }
+        let decision = ViewRecord::decode(&head[WORD..], n);
+        let size = block_words(n) * WORD;
+        let blocks = blocks
+            .chunks_exact(size)
+            .map(|b| Block::decode(b, n).map(|b| b.filter(|b| b.instance == instance)))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        Some(DiskRead { decision, blocks })
+    }
+
+    /// Writes `block` as proposer `me`'s to every disk; the disks it
+    /// reached.
+    pub(crate) fn write_block(&self, me: usize, block: &Block) -> Vec<NodeId> {
+        let bytes = block.encode();
+        let at = block_offset(self.nodes(), block.instance, me);
+        self.write_everywhere(at, &bytes)
+    }
+
+    /// Writes the decided view into every reachable disk's decision record
+    /// (M4).
+    pub(crate) fn write_decision(&self, decided: &ViewRecord) {
+        self.write_everywhere(DECISION_OFFSET, &decided.encode());
+    }
+
+    fn write_everywhere(&self, offset: u64, bytes: &[u8]) -> Vec<NodeId> {
+        let disks: Vec<NodeId> = self.view.disks().collect();
+        let mut batch: Vec<Verb<'_>> = disks
+            .iter()
+            .map(|&d| Verb::Write {
+                addr: RemoteAddr::new(d, MEMBERSHIP, offset),
+                data: bytes,
+            })
+            .collect();
+        if self.fabric.post(&mut batch).is_ok() {
+            return disks;
+        }
+        disks
+            .into_iter()
+            .filter(|&d| {
+                self.fabric
+                    .write(RemoteAddr::new(d, MEMBERSHIP, offset), bytes)
+                    .is_ok()
+            })
+            .collect()
+    }
+}
+
+/// How a ballot ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ballot {
+    /// A majority accepted this view.
+    Decided(ViewRecord),
+    /// A higher ballot was seen: retry above it, or learn its outcome.
+    Preempted {
+        /// The highest ballot seen.
+        mbal: u64,
+    },
+    /// Fewer than a majority of disks answered.
+    NoMajority,
+}
+
+/// A proposer's memory of one instance: the value it accepted last.
+#[derive(Debug, Clone)]
+pub(crate) struct Proposer {
+    /// Its index: its block on every disk.
+    pub(crate) me: usize,
+    /// The instance.
+    pub(crate) instance: u64,
+    /// Ballot and value last accepted (0: none).
+    pub(crate) bal: u64,
+    pub(crate) inp: ViewRecord,
+}
+
+impl Proposer {
+    /// A ballot above `above` that only this proposer uses.
+    pub(crate) fn ballot_above(&self, above: u64, members: usize) -> u64 {
+        let m = members as u64;
+        (above / m + 1) * m + self.me as u64 + 1
+    }
+
+    /// One ballot `b`: phase 1 (announce `b`, read every block, adopt the
+    /// value of the highest accepted ballot), phase 2 (accept, read again).
+    pub(crate) fn run(&mut self, disks: &Disks<'_>, b: u64) -> Ballot {
+        let phase1 = Block {
+            instance: self.instance,
+            mbal: b,
+            bal: self.bal,
+            inp: self.inp.clone(),
+        };
+        let (reads, highest) = match self.phase(disks, &phase1) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        // Adopt the value of the highest accepted ballot, our own included.
+        if let Some(best) = reads
+            .iter()
+            .flat_map(|r| r.blocks.iter().flatten())
+            .filter(|blk| blk.bal > 0)
+            .max_by_key(|blk| blk.bal)
+        {
+            self.inp = best.inp.clone();
+        }
+        debug_assert!(highest <= b);
+        self.bal = b;
+        let phase2 = Block {
+            instance: self.instance,
+            mbal: b,
+            bal: b,
+            inp: self.inp.clone(),
+        };
+        match self.phase(disks, &phase2) {
+            Ok(_) => Ballot::Decided(self.inp.clone()),
+            Err(e) => e,
+        }
+    }
+
+    /// WRITE `block` everywhere, then READ every disk: the reads of a
+    /// majority that saw no ballot above ours, and the highest seen.
+    fn phase(&self, disks: &Disks<'_>, block: &Block) -> Result<(Vec<DiskRead>, u64), Ballot> {
+        let written = disks.write_block(self.me, block);
+        let reads: Vec<DiskRead> = disks
+            .read_all(self.instance)
+            .into_iter()
+            .filter(|(d, _)| written.contains(d))
+            .filter_map(|(_, r)| r)
+            .collect();
+        if reads.len() < disks.majority() {
+            return Err(Ballot::NoMajority);
+        }
+        let highest = reads
+            .iter()
+            .flat_map(|r| r.blocks.iter().flatten())
+            .map(|blk| blk.mbal)
+            .max()
+            .unwrap_or(0);
+        if highest > block.mbal {
+            return Err(Ballot::Preempted { mbal: highest });
+        }
+        Ok((reads, highest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{LocalFabric, RegionSpec};
+    use crate::layout::membership::{region_bytes, MemberState};
+    use std::sync::Arc;
+
+    fn disks_of(nodes: usize) -> Arc<LocalFabric> {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(nodes),
+        };
+        Arc::new(LocalFabric::new(nodes, &[spec]).unwrap())
+    }
+
+    fn without(view: &ViewRecord, node: usize) -> ViewRecord {
+        let mut next = view.clone();
+        next.epoch += 1;
+        next.members[node].0 = MemberState::Lost;
+        next
+    }
+
+    #[test]
+    fn racing_proposers_decide_one_view() {
+        for round in 0..40 {
+            let fabric = disks_of(3);
+            let view = ViewRecord::first(3);
+            let decided: Vec<Option<ViewRecord>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..3)
+                    .map(|me| {
+                        let (fabric, view) = (Arc::clone(&fabric), view.clone());
+                        s.spawn(move || {
+                            let disks = Disks {
+                                fabric: fabric.as_ref(),
+                                view: &view,
+                            };
+                            let mut p = Proposer {
+                                me,
+                                instance: 0,
+                                bal: 0,
+                                inp: without(&view, (me + 1 + round % 2) % 3),
+                            };
+                            let mut above = 0;
+                            for _ in 0..50 {
+                                match p.run(&disks, p.ballot_above(above, 3)) {
+                                    Ballot::Decided(v) => return Some(v),
+                                    Ballot::Preempted { mbal } => above = mbal,
+                                    Ballot::NoMajority => return None,
+                                }
+                                std::thread::yield_now();
+                            }
+                            None
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let values: Vec<&ViewRecord> = decided.iter().flatten().collect();
+            assert!(!values.is_empty(), "round {round}: nobody decided");
+            assert!(
+                values.iter().all(|v| *v == values[0]),
+                "round {round}: two views decided for one epoch: {values:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_proposer_adopts_a_decided_value_and_a_minority_decides_nothing() {
+        let fabric = disks_of(3);
+        let view = ViewRecord::first(3);
+        let disks = Disks {
+            fabric: fabric.as_ref(),
+            view: &view,
+        };
+        let mut first = Proposer {
+            me: 0,
+            instance: 0,
+            bal: 0,
+            inp: without(&view, 2),
+        };
+        let chosen = first.run(&disks, first.ballot_above(0, 3));
+        assert_eq!(chosen, Ballot::Decided(without(&view, 2)));
+        let mut second = Proposer {
+            me: 1,
+            instance: 0,
+            bal: 0,
+            inp: without(&view, 0),
+        };
+        assert_eq!(second.run(&disks, second.ballot_above(5, 3)), chosen);
+        // A memory that comes back with another incarnation is another
+        // disk (M3): with two of three such, there is no majority.
+        for d in [1, 2] {
+            fabric
+                .write(
+                    RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
+                    &7u64.to_le_bytes(),
+                )
+                .unwrap();
+        }
+        let mut third = Proposer {
+            me: 2,
+            instance: 0,
+            bal: 0,
+            inp: without(&view, 1),
+        };
+        assert_eq!(
+            third.run(&disks, third.ballot_above(20, 3)),
+            Ballot::NoMajority
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! The membership thread of a node of a replicated store: it renews the
+//! node's lease, learns decided views and activates them after the drain,
+//! suspects members whose heartbeats stop, proposes views without them,
+//! and takes over an instance whose proposer went quiet
+//! (docs/replication.md#a-view-change-step-by-step).
+
+use super::agreement::{Ballot, Disks, Proposer};
+use crate::clock::{Clock, HEARTBEAT_OFFSET};
+use crate::config::micros;
+use crate::fabric::{Fabric, NodeId, RemoteAddr, Verb, WaitBound};
+use crate::layout::membership::{MemberState, ViewRecord};
+use crate::layout::region;
+use crate::replica::{View, Views};
+use crate::runtime::periodic::Periodic;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A running membership thread; stops when dropped.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    _thread: Periodic,
+}
+
+/// The time bounds of the agreement, in µs.
+#[derive(Debug, Clone, Copy)]
+#[expect(clippy::struct_field_names, reason = "the unit is part of each name")]
+struct Bounds {
+    lease_us: u64,
+    failure_us: u64,
+    /// From a decision observed to its activation: lease + Δ₀ + σ (RP0).
+    drain_us: u64,
+}
+
+/// What the thread keeps between rounds.
+struct Member {
+    me: NodeId,
+    fabric: Arc<dyn Fabric>,
+    clock: Arc<dyn Clock>,
+    views: Arc<Views>,
+    bounds: Bounds,
+    /// The active view.
+    view: ViewRecord,
+    /// A decided view and the monotonic time it may be activated.
+    pending: Option<(ViewRecord, u64)>,
+    /// Per node: its last heartbeat and when it last changed.
+    beats: Vec<(u64, u64)>,
+    /// Since when a ballot of the current instance has been visible.
+    ballot_since: Option<u64>,
+    /// This node's proposer of the current instance, once it proposed.
+    proposer: Option<Proposer>,
+    /// The highest ballot seen in the current instance.
+    highest: u64,
+    /// This node is not a member of the active view: it serves nothing.
+    evicted: bool,
+}
+
+impl Membership {
+    /// Starts the thread of node `me`, renewing every `lease / 4`.
+    pub(crate) fn start(
+        me: NodeId,
+        config: &crate::Config,
+        fabric: Arc<dyn Fabric>,
+        clock: Arc<dyn Clock>,
+        views: Arc<Views>,
+    ) -> std::io::Result<Membership> {
+        let bounds = Bounds {
+            lease_us: micros(config.lease),
+            failure_us: micros(config.failure_timeout),
+            drain_us: micros(config.lease + config.landing_bound() + config.max_clock_skew),
+        };
+        let now = clock.mono_us();
+        let mut member = Member {
+            me,
+            view: ViewRecord::first(config.nodes),
+            pending: None,
+            beats: vec![(0, now); config.nodes],
+            ballot_since: None,
+            proposer: None,
+            highest: 0,
+            evicted: false,
+            fabric,
+            clock,
+            views,
+            bounds,
+        };
+        // Serving starts with the first renewal.
+        member.views.set_lease_until(0);
+        member.round();
+        let period = config.lease / 4;
+        let thread = Periodic::start("nessie-membership", period, move || member.round())?;
+        Ok(Membership { _thread: thread })
+    }
+}
+
+impl Member {
+    fn round(&mut self) {
+        if self.evicted {
+            return;
+        }
+        let period = Duration::from_micros(self.bounds.lease_us / 4);
+        // A silent peer holds no verb of this round past its period
+        // (docs/replication.md#failure-detection).
+        let _wait = WaitBound::until(Instant::now() + period);
+        let now = self.clock.mono_us();
+        if let Some((_, at)) = &self.pending {
+            if now < *at {
+                return;
+            }
+            self.activate(now);
+        }
+        self.renew(now);
+        if self.pending.is_some() || self.evicted {
+            return;
+        }
+        let suspects = self.suspects(now);
+        if !suspects.is_empty() && self.ballot_since.is_none() {
+            let mut next = self.next_view();
+            for s in suspects {
+                next.members[s].0 = MemberState::Lost;
+            }
+            tracing::warn!(
+                node = self.me,
+                epoch = next.epoch,
+                "proposing a view without unresponsive members"
+            );
+            self.propose(next, now);
+        }
+    }
+
+    /// The current view with the next epoch.
+    fn next_view(&self) -> ViewRecord {
+        ViewRecord {
+            epoch: self.view.epoch + 1,
+            members: self.view.members.clone(),
+        }
+    }
+
+    /// Reads every disk: learns a decision, renews the lease while no
+    /// ballot of the current instance is visible on a majority, and takes
+    /// over an instance stuck longer than `failure_timeout`.
+    fn renew(&mut self, began: u64) {
+        let disks = Disks {
+            fabric: self.fabric.as_ref(),
+            view: &self.view,
+        };
+        let reads = disks.read_all(self.view.epoch);
+        let majority = disks.majority();
+        let good: Vec<_> = reads.iter().filter_map(|(_, r)| r.as_ref()).collect();
+        if let Some(decided) = good
+            .iter()
+            .filter_map(|r| r.decision.clone())
+            .filter(|d| d.epoch > self.view.epoch)
+            .max_by_key(|d| d.epoch)
+        {
+            self.learn(decided, began);
+            return;
+        }
+        let ballot = good
+            .iter()
+            .flat_map(|r| r.blocks.iter().flatten())
+            .map(|b| b.mbal)
+            .max()
+            .unwrap_or(0);
+        self.highest = self.highest.max(ballot);
+        if ballot == 0 {
+            self.ballot_since = None;
+            if good.len() >= majority {
+                self.views.set_lease_until(began + self.bounds.lease_us);
+            }
+            return;
+        }
+        let since = *self.ballot_since.get_or_insert(began);
+        if self.clock.mono_us().saturating_sub(since) > self.bounds.failure_us {
+            // Its proposer went quiet: finish the instance, adopting any
+            // value a majority may have accepted.
+            let proposal = self
+                .proposer
+                .as_ref()
+                .map_or_else(|| self.next_view(), |p| p.inp.clone());
+            self.propose(proposal, began);
+        }
+    }
+
+    /// Runs one ballot of the current instance for `proposal`.
+    fn propose(&mut self, proposal: ViewRecord, now: u64) {
+        let instance = self.view.epoch;
+        let me = self.me;
+        let proposer = self.proposer.get_or_insert(Proposer {
+            me,
+            instance,
+            bal: 0,
+            inp: proposal,
+        });
+        let b = proposer.ballot_above(self.highest, self.view.members.len());
+        self.highest = b;
+        let disks = Disks {
+            fabric: self.fabric.as_ref(),
+            view: &self.view,
+        };
+        match proposer.run(&disks, b) {
+            Ballot::Decided(decided) => {
+                disks.write_decision(&decided);
+                tracing::warn!(node = me, epoch = decided.epoch, "view decided");
+                self.learn(decided, now);
+            }
+            Ballot::Preempted { mbal } => self.highest = self.highest.max(mbal),
+            Ballot::NoMajority => {}
+        }
+    }
+
+    /// A decided view: operations stop now and resume in it after the
+    /// drain (docs/replication.md#rp0).
+    fn learn(&mut self, decided: ViewRecord, now: u64) {
+        if decided.members.get(self.me).map(|m| m.0) == Some(MemberState::Lost) {
+            tracing::error!(
+                node = self.me,
+                epoch = decided.epoch,
+                "this node is not a member of the new view; it serves nothing from now on"
+            );
+            self.views.set_lease_until(0);
+            self.evicted = true;
+            return;
+        }
+        self.views.begin_change(decided.epoch);
+        self.views.set_lease_until(0);
+        self.pending = Some((decided, now + self.bounds.drain_us));
+    }
+
+    fn activate(&mut self, now: u64) {
+        let Some((decided, _)) = self.pending.take() else {
+            return;
+        };
+        let lost = decided
+            .members
+            .iter()
+            .map(|m| m.0 == MemberState::Lost)
+            .collect();
+        self.views.activate(View::with_lost(decided.epoch, lost));
+        tracing::warn!(node = self.me, epoch = decided.epoch, "view active");
+        self.view = decided;
+        self.proposer = None;
+        self.highest = 0;
+        self.ballot_since = None;
+        for b in &mut self.beats {
+            b.1 = now;
+        }
+    }
+
+    /// Members whose heartbeat has not moved for `failure_timeout`.
+    fn suspects(&mut self, now: u64) -> Vec<NodeId> {
+        let others: Vec<NodeId> = self.view.disks().filter(|&n| n != self.me).collect();
+        let mut words = vec![[0u8; 8]; others.len()];
+        let mut batch: Vec<Verb<'_>> = others
+            .iter()
+            .zip(words.iter_mut())
+            .map(|(&n, w)| Verb::Read {
+                addr: RemoteAddr::new(n, region::META, HEARTBEAT_OFFSET),
+                buf: &mut w[..],
+            })
+            .collect();
+        let together = self.fabric.post(&mut batch).is_ok();
+        drop(batch);
+        let mut out = Vec::new();
+        for (i, &n) in others.iter().enumerate() {
+            let beat = if together {
+                Some(u64::from_le_bytes(words[i]))
+            } else {
+                let mut w = [0u8; 8];
+                self.fabric
+                    .read(RemoteAddr::new(n, region::META, HEARTBEAT_OFFSET), &mut w)
+                    .ok()
+                    .map(|()| u64::from_le_bytes(w))
+            };
+            let (last, changed) = &mut self.beats[n];
+            if let Some(beat) = beat.filter(|b| b != last) {
+                *last = beat;
+                *changed = now;
+            } else if now.saturating_sub(*changed) > self.bounds.failure_us {
+                out.push(n);
+            }
+        }
+        out
+    }
+}
