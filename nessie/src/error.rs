@@ -75,6 +75,15 @@ pub enum Error {
         /// The view the node last served in.
         epoch: u64,
     },
+    /// A replacement node could not join: the cluster keeps one copy of
+    /// each share (nothing to restore from, so joining empty would lose
+    /// the node's share), its id is still a member, or the copy failed
+    /// (docs/replication.md#restore).
+    #[error("rejoin refused: {reason}")]
+    RejoinRefused {
+        /// Why.
+        reason: String,
+    },
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

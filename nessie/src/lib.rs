@@ -107,7 +107,7 @@ pub use error::Error;
 pub use kv::KvClient;
 /// One-sided verbs on other nodes' memory: the `nessie-fabric` crate.
 pub use nessie_fabric as fabric;
-pub use replica::{View, Views};
+pub use replica::{RestoreFigures, View, Views};
 pub use runtime::cluster::{Cluster, ClusterBuilder};
 pub use runtime::node::Node;
 pub use runtime::store::store_regions;

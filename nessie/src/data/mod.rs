@@ -54,6 +54,7 @@ mod figures;
 mod geometry;
 mod reclaim;
 mod recycler;
+mod restored;
 mod scan;
 mod stagings;
 

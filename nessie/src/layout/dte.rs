@@ -67,6 +67,11 @@ pub enum DteStatus {
 pub struct DteState(pub u64);
 
 impl DteState {
+    /// What a restoring mirror's state word holds until its slot is
+    /// copied: generation 0 (no entry has it) with both status bits set
+    /// (docs/replication.md#restore).
+    pub const UNSET: DteState = DteState(STATUS_MASK);
+
     /// A new INVALID state word.
     #[must_use]
     pub fn new(

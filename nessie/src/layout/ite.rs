@@ -126,6 +126,12 @@ impl Ite {
     /// The fresh empty entry of a zeroed table.
     pub const ZERO: Ite = Ite(0);
 
+    /// What a restoring mirror's index slot holds until it is copied: an
+    /// occupied value of generation 0, which no primary ever holds, so
+    /// that no late mirror CAS from a value a primary did hold can match
+    /// it (docs/replication.md#restore).
+    pub const UNCOPIED: Ite = Ite(LIVE);
+
     fn fields(dte: SlotRef, filter: u8) -> u64 {
         debug_assert!((dte.node as usize) < MAX_NODES);
         debug_assert!((dte.class as usize) < MAX_CLASSES);

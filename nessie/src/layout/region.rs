@@ -34,6 +34,24 @@ pub const fn replica(j: usize, of: RegionId) -> RegionId {
     RegionId(REPLICA_STRIDE * j as u16 + of.0)
 }
 
+/// First id of the aliases of replica 0's regions: a verb to
+/// `aliased(x)` reaches region `x` of its node as addressed, where a verb to
+/// `x` itself goes to the share's primary (a restoring node's own tables
+/// are a mirror of its share, docs/replication.md#restore).
+const ALIAS_BASE: u16 = REPLICA_STRIDE * MAX_REPLICAS as u16;
+
+/// The alias of replica 0's region `of`.
+#[must_use]
+pub const fn aliased(of: RegionId) -> RegionId {
+    RegionId(ALIAS_BASE + of.0)
+}
+
+/// The region an alias names, if `id` is one.
+#[must_use]
+pub fn unaliased(id: RegionId) -> Option<RegionId> {
+    (id.0 >= ALIAS_BASE && id.0 < ALIAS_BASE + REPLICA_STRIDE).then(|| RegionId(id.0 - ALIAS_BASE))
+}
+
 /// The size class whose data table `region` is, if it is one.
 #[must_use]
 pub fn data_class(region: RegionId) -> Option<u8> {
@@ -65,6 +83,9 @@ mod tests {
             None,
             "a mirror is no primary table"
         );
-        assert!(u16::try_from(usize::from(REPLICA_STRIDE) * MAX_REPLICAS).is_ok());
+        assert!(u16::try_from(usize::from(REPLICA_STRIDE) * (MAX_REPLICAS + 1)).is_ok());
+        assert_eq!(unaliased(aliased(data(2))), Some(data(2)));
+        assert_eq!(unaliased(data(2)), None);
+        assert_eq!(unaliased(replica(3, data(2))), None);
     }
 }

@@ -12,12 +12,13 @@ use crate::layout::membership::{MemberState, ViewRecord};
 use crate::layout::region;
 use crate::replica::{View, Views};
 use crate::runtime::periodic::Periodic;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A running membership thread; stops when dropped.
 #[derive(Debug)]
 pub(crate) struct Membership {
+    wish: Arc<Mutex<Option<(MemberState, u64)>>>,
     _thread: Periodic,
 }
 
@@ -52,16 +53,21 @@ struct Member {
     highest: u64,
     /// This node is not a member of the active view: it serves nothing.
     evicted: bool,
+    /// The state and incarnation this node asks to have in the view (a
+    /// replacement's join, then its switch to active).
+    wish: Arc<Mutex<Option<(MemberState, u64)>>>,
 }
 
 impl Membership {
-    /// Starts the thread of node `me`, renewing every `lease / 4`.
+    /// Starts the thread of node `me` in the active view `view`, renewing
+    /// every `lease / 4`.
     pub(crate) fn start(
         me: NodeId,
         config: &crate::Config,
         fabric: Arc<dyn Fabric>,
         clock: Arc<dyn Clock>,
         views: Arc<Views>,
+        view: ViewRecord,
     ) -> std::io::Result<Membership> {
         let bounds = Bounds {
             lease_us: micros(config.lease),
@@ -69,9 +75,11 @@ impl Membership {
             drain_us: micros(config.lease + config.landing_bound() + config.max_clock_skew),
         };
         let now = clock.mono_us();
+        let wish = Arc::new(Mutex::new(None));
         let mut member = Member {
             me,
-            view: ViewRecord::first(config.nodes),
+            view,
+            wish: Arc::clone(&wish),
             pending: None,
             beats: vec![(0, now); config.nodes],
             ballot_since: None,
@@ -88,7 +96,16 @@ impl Membership {
         member.round();
         let period = config.lease / 4;
         let thread = Periodic::start("nessie-membership", period, move || member.round())?;
-        Ok(Membership { _thread: thread })
+        Ok(Membership {
+            wish,
+            _thread: thread,
+        })
+    }
+
+    /// Asks for a view in which this node has `state` and `incarnation`:
+    /// the thread proposes it while the active view says otherwise.
+    pub(crate) fn wish(&self, state: MemberState, incarnation: u64) {
+        *self.wish.lock().unwrap_or_else(PoisonError::into_inner) = Some((state, incarnation));
     }
 }
 
@@ -112,8 +129,19 @@ impl Member {
         if self.pending.is_some() || self.evicted {
             return;
         }
+        if self.ballot_since.is_some() {
+            return;
+        }
+        let wish = *self.wish.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(wish) = wish.filter(|&w| self.view.members.get(self.me) != Some(&w)) {
+            let mut next = self.next_view();
+            next.members[self.me] = wish;
+            tracing::warn!(node = self.me, epoch = next.epoch, state = ?wish.0, "proposing a view with this node's new state");
+            self.propose(next, now);
+            return;
+        }
         let suspects = self.suspects(now);
-        if !suspects.is_empty() && self.ballot_since.is_none() {
+        if !suspects.is_empty() {
             let mut next = self.next_view();
             for s in suspects {
                 next.members[s].0 = MemberState::Lost;
@@ -164,7 +192,8 @@ impl Member {
         self.highest = self.highest.max(ballot);
         if ballot == 0 {
             self.ballot_since = None;
-            if good.len() >= majority {
+            let active = self.view.members.get(self.me).map(|m| m.0) == Some(MemberState::Active);
+            if good.len() >= majority && active {
                 self.views.set_lease_until(began + self.bounds.lease_us);
             }
             return;
@@ -211,7 +240,12 @@ impl Member {
     /// A decided view: operations stop now and resume in it after the
     /// drain (docs/replication.md#rp0).
     fn learn(&mut self, decided: ViewRecord, now: u64) {
-        if decided.members.get(self.me).map(|m| m.0) == Some(MemberState::Lost) {
+        let wished = self
+            .wish
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        if decided.members.get(self.me).map(|m| m.0) == Some(MemberState::Lost) && !wished {
             tracing::error!(
                 node = self.me,
                 epoch = decided.epoch,
@@ -230,12 +264,9 @@ impl Member {
         let Some((decided, _)) = self.pending.take() else {
             return;
         };
-        let lost = decided
-            .members
-            .iter()
-            .map(|m| m.0 == MemberState::Lost)
-            .collect();
-        self.views.activate(View::with_lost(decided.epoch, lost));
+        let states = decided.members.iter().map(|m| m.0).collect();
+        self.views
+            .activate(View::with_states(decided.epoch, states));
         tracing::warn!(node = self.me, epoch = decided.epoch, "view active");
         self.view = decided;
         self.proposer = None;

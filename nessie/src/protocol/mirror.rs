@@ -7,8 +7,8 @@ use super::Ctx;
 use crate::fabric::{RemoteAddr, Verb};
 use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{DteState, DteStatus};
-use crate::layout::Ite;
 use crate::layout::SlotRef;
+use crate::layout::{read_word, Ite, WORD};
 use crate::replica::{sync_mirror, PerReplica, SyncVerbs};
 use crate::Error;
 
@@ -193,24 +193,12 @@ impl Ctx<'_> {
                 .collect();
             self.gate.cas_batch(&mut batch)?;
             for verb in &batch {
-                let Verb::Cas { old, .. } = *verb else {
+                let Verb::Cas { addr, old, .. } = *verb else {
                     continue;
                 };
-                if old == invalid.0 || old == valid.0 {
-                    continue;
-                }
-                if DteState(old) == state.with_status(DteStatus::Aborted) {
-                    // A helper aborted the primary, then the mirrors
-                    // (docs/replication.md#rp3b): the primary says so too.
+                if self.mirror_committed(at, addr, DteState(old), state)? == Commit::Aborted {
                     return Ok(Commit::Aborted);
                 }
-                return Err(Error::Corrupt {
-                    entry: Some(at),
-                    what: format!(
-                        "a mirror of the entry holds state {old:#x}, not the {:#x} its image was written with",
-                        invalid.0
-                    ),
-                });
             }
         }
         let found = self.cas_state(at, state, DteStatus::Valid)?;
@@ -219,6 +207,63 @@ impl Ctx<'_> {
         } else {
             Commit::Done
         })
+    }
+
+    /// After the commit CAS on the mirror at `mirror` found `found`: the
+    /// entry is VALID there now, or a helper aborted it (then the primary
+    /// says so too, docs/replication.md#rp3b). A restoring mirror that has
+    /// not copied the slot yet gets it from the primary first, then the
+    /// CAS again (the checker's flaw 6).
+    fn mirror_committed(
+        &mut self,
+        at: SlotRef,
+        mirror: RemoteAddr,
+        mut found: DteState,
+        state: DteState,
+    ) -> Result<Commit, Error> {
+        let invalid = state.with_status(DteStatus::Invalid);
+        let valid = state.with_status(DteStatus::Valid);
+        for _ in 0..3 {
+            if found == valid {
+                return Ok(Commit::Done);
+            }
+            if found == state.with_status(DteStatus::Aborted) {
+                return Ok(Commit::Aborted);
+            }
+            if found != invalid {
+                self.bring_mirror(at, mirror, found)?;
+            }
+            found = DteState(self.gate.cas(mirror, invalid.0, valid.0)?);
+            if found == invalid {
+                return Ok(Commit::Done);
+            }
+        }
+        Err(Error::Corrupt {
+            entry: Some(at),
+            what: format!(
+                "a mirror of the entry holds state {:#x}, not the {:#x} its image was written with",
+                found.0, invalid.0
+            ),
+        })
+    }
+
+    /// Copies the entry `at` from its primary to a restoring mirror whose
+    /// state word holds `found`: the slot but its state word, then the
+    /// state word from UNSET (docs/replication.md#restore).
+    fn bring_mirror(
+        &mut self,
+        at: SlotRef,
+        mirror: RemoteAddr,
+        found: DteState,
+    ) -> Result<(), Error> {
+        let primary = self.dte_state_addr(at)?;
+        let mut slot = vec![0u8; self.env.geometry().slot_bytes(at.class)];
+        self.gate.read(primary, &mut slot)?;
+        self.gate.write(mirror.add(WORD as u64), &slot[WORD..])?;
+        if found == DteState::UNSET {
+            self.gate.cas(mirror, found.0, read_word(&slot, 0))?;
+        }
+        Ok(())
     }
 
     /// Marks every mirror's copy of the aborted entry `at` (written with
@@ -243,6 +288,8 @@ impl Ctx<'_> {
             })
             .collect();
         self.gate.cas_batch(&mut batch)?;
+        // A restoring mirror that has not copied the slot yet (UNSET) gets
+        // the primary's ABORTED from its restorer.
         for verb in batch {
             if let Verb::Cas { addr, old, .. } = verb {
                 if old == valid {

@@ -5,9 +5,12 @@
 //! Where the replicas live is [`crate::data::Geometry::replica_addr`];
 //! which of them serve is the current [`View`].
 
+mod restore;
 mod routed;
 mod view;
 
+pub use restore::RestoreFigures;
+pub(crate) use restore::{copy_all, prepare};
 pub(crate) use routed::RoutedFabric;
 pub(crate) use view::PerReplica;
 pub use view::{View, Views};

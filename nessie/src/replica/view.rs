@@ -4,6 +4,7 @@
 
 use crate::data::Geometry;
 use crate::fabric::{NodeId, RemoteAddr};
+use crate::layout::membership::MemberState;
 use crate::layout::region;
 use crate::Error;
 use smallvec::SmallVec;
@@ -14,11 +15,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// allowed.
 pub(crate) type PerReplica<T> = SmallVec<[T; region::MAX_REPLICAS]>;
 
-/// A view of the cluster: its epoch and the nodes it counts as lost.
+/// A view of the cluster: its epoch and each node's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct View {
     epoch: u64,
-    lost: Vec<bool>,
+    states: Vec<MemberState>,
 }
 
 impl View {
@@ -27,25 +28,31 @@ impl View {
     pub fn first(nodes: usize) -> View {
         View {
             epoch: 0,
-            lost: vec![false; nodes],
+            states: vec![MemberState::Active; nodes],
         }
+    }
+
+    /// A view of `epoch` with these per-node states.
+    #[must_use]
+    pub fn with_states(epoch: u64, states: Vec<MemberState>) -> View {
+        View { epoch, states }
     }
 
     /// The next view, with `node` lost.
     #[must_use]
     pub fn without(&self, node: NodeId) -> View {
-        let mut next = self.clone();
-        next.epoch += 1;
-        if let Some(l) = next.lost.get_mut(node) {
-            *l = true;
-        }
-        next
+        self.next_with(node, MemberState::Lost)
     }
 
-    /// A view of `epoch` whose lost nodes are those marked in `lost`.
+    /// The next view, with `node` in `state`.
     #[must_use]
-    pub fn with_lost(epoch: u64, lost: Vec<bool>) -> View {
-        View { epoch, lost }
+    pub fn next_with(&self, node: NodeId, state: MemberState) -> View {
+        let mut next = self.clone();
+        next.epoch += 1;
+        if let Some(s) = next.states.get_mut(node) {
+            *s = state;
+        }
+        next
     }
 
     /// The view's number; each change adds one.
@@ -54,27 +61,36 @@ impl View {
         self.epoch
     }
 
+    /// `node`'s state in this view.
+    #[must_use]
+    pub fn state(&self, node: NodeId) -> MemberState {
+        self.states.get(node).copied().unwrap_or(MemberState::Lost)
+    }
+
     /// Whether `node` is lost in this view.
     #[must_use]
     pub fn is_lost(&self, node: NodeId) -> bool {
-        self.lost.get(node).copied().unwrap_or(false)
+        self.state(node) == MemberState::Lost
     }
 
     /// The lost nodes.
     pub fn lost(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.lost
-            .iter()
-            .enumerate()
-            .filter(|(_, &l)| l)
-            .map(|(n, _)| n)
+        (0..self.states.len()).filter(|&n| self.is_lost(n))
+    }
+
+    /// Whether every node is active.
+    #[must_use]
+    pub fn all_active(&self) -> bool {
+        self.states.iter().all(|&s| s == MemberState::Active)
     }
 
     /// The replica that serves as share `share`'s primary: the first of its
-    /// replicas, in order, on a node that is not lost
-    /// (docs/replication.md#placement); `None` when every one is lost.
+    /// replicas, in order, on an active node
+    /// (docs/replication.md#placement); `None` when there is none.
     #[must_use]
     pub fn primary_replica(&self, share: NodeId, geometry: &Geometry) -> Option<usize> {
-        (0..geometry.replicas()).find(|&j| !self.is_lost((share + j) % geometry.nodes()))
+        (0..geometry.replicas())
+            .find(|&j| self.state((share + j) % geometry.nodes()) == MemberState::Active)
     }
 }
 
@@ -83,8 +99,8 @@ impl View {
 #[derive(Debug)]
 pub struct Views {
     geometry: Geometry,
-    /// Whether the current view counts any node lost: while not, a verb's
-    /// address needs no routing.
+    /// Whether the current view has a node that is not active: while not,
+    /// a verb's address needs no routing.
     any_lost: AtomicBool,
     /// The epoch of a view decided but not yet active (0: none).
     changing_to: AtomicU64,
@@ -151,7 +167,7 @@ impl Views {
     /// has let every operation of the previous view drain
     /// (docs/replication.md#rp0), so none of its verbs can land after this.
     pub fn activate(&self, view: View) {
-        let any = view.lost().next().is_some();
+        let any = !view.all_active();
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(view);
         self.any_lost.store(any, Ordering::Release);
         self.changing_to.store(0, Ordering::Release);
@@ -160,9 +176,13 @@ impl Views {
     /// Where a verb addressed to replica 0 of a share's index or data
     /// tables goes in the current view: to the share's primary replica.
     /// Every other address (a mirror's, the META page, another store's
-    /// region) and every address of a share with no replica left is
-    /// unchanged: the fabric refuses a verb to a lost node.
+    /// region) and every address of a share with no active replica is
+    /// unchanged: the fabric refuses a verb to a lost node. An address of
+    /// replica 0 named as a mirror ([`Views::mirrors`]) goes to replica 0.
     pub(crate) fn route(&self, at: RemoteAddr) -> RemoteAddr {
+        if let Some(own) = region::unaliased(at.region) {
+            return RemoteAddr::new(at.node, own, at.offset);
+        }
         if !self.any_lost.load(Ordering::Acquire) || !is_share_region(at) {
             return at;
         }
@@ -174,7 +194,9 @@ impl Views {
     }
 
     /// The mirrors, in the current view, of what replica 0 of a share keeps
-    /// at `at`: its replicas after the primary, on nodes not lost.
+    /// at `at`: every replica but the primary on a node not lost (a
+    /// restoring replica 0 included, named so that routing leaves it
+    /// there).
     pub(crate) fn mirrors(&self, at: RemoteAddr) -> PerReplica<RemoteAddr> {
         if !self.any_lost.load(Ordering::Acquire) {
             return self.geometry.mirrors(at).collect();
@@ -183,9 +205,17 @@ impl Views {
         let Some(primary) = view.primary_replica(at.node, &self.geometry) else {
             return PerReplica::new();
         };
-        (primary + 1..self.geometry.replicas())
+        (0..self.geometry.replicas())
+            .filter(|&j| j != primary)
             .map(|j| self.geometry.replica_addr(at, j))
             .filter(|m| !view.is_lost(m.node))
+            .map(|m| {
+                if m.region.0 < region::REPLICA_STRIDE {
+                    RemoteAddr::new(m.node, region::aliased(m.region), m.offset)
+                } else {
+                    m
+                }
+            })
             .collect()
     }
 }

@@ -3,7 +3,11 @@
 use crate::bootstrap::Launch;
 use crate::client::Client;
 use crate::fabric::{Fabric, NodeId, TcpStats};
+use crate::layout::membership::ViewRecord;
 use crate::membership::Membership;
+use crate::replica::RestoreFigures;
+
+mod rejoin;
 use crate::metrics::MetricsServer;
 use crate::runtime::store::{store_regions, Shared};
 use crate::runtime::watch::ClockWatch;
@@ -23,9 +27,11 @@ pub struct Node {
     metrics: Option<MetricsServer>,
     /// With replicas: the membership thread (before the watch, whose
     /// heartbeats it reads).
-    _membership: Option<Membership>,
+    membership: Option<Membership>,
     _watch: ClockWatch,
     hosting: Hosting,
+    /// What this node's restore copied, if it joined as a replacement.
+    restored: Option<RestoreFigures>,
 }
 
 impl Node {
@@ -45,7 +51,8 @@ impl Node {
     /// and tables.
     pub fn start(config: Config, node_id: NodeId) -> Result<Node, Error> {
         let regions = store_regions(&config);
-        Node::run(Hosting::node(config, node_id, regions)?, node_id)
+        let view = ViewRecord::first(config.nodes);
+        Node::run(Hosting::node(config, node_id, regions)?, node_id, view)
     }
 
     /// Starts this process's node of a job a launcher started (Slurm, Open
@@ -81,10 +88,11 @@ impl Node {
         node_id: NodeId,
         fabric: Arc<dyn Fabric>,
     ) -> Result<Node, Error> {
-        Node::run(Hosting::node_on(config, node_id, fabric)?, node_id)
+        let view = ViewRecord::first(config.nodes);
+        Node::run(Hosting::node_on(config, node_id, fabric)?, node_id, view)
     }
 
-    fn run(hosting: Hosting, node_id: NodeId) -> Result<Node, Error> {
+    fn run(hosting: Hosting, node_id: NodeId, view: ViewRecord) -> Result<Node, Error> {
         // Back-off jitter differs between the processes of one host.
         let seed = 0x6e6f_6465 ^ (node_id as u64) << 32 ^ u64::from(std::process::id());
         let shared = Arc::new(Shared::new(&hosting, seed));
@@ -96,6 +104,7 @@ impl Node {
                 Arc::clone(shared.fabric()),
                 Arc::clone(shared.clock(node_id)),
                 Arc::clone(shared.views()),
+                view,
             )?)
         } else {
             None
@@ -106,9 +115,10 @@ impl Node {
             shared,
             id: node_id,
             metrics,
-            _membership: membership,
+            membership,
             _watch: watch,
             hosting,
+            restored: None,
         })
     }
 

@@ -1,0 +1,326 @@
+//! The copy a restoring node makes of every replica it holds, while the
+//! cluster serves (docs/replication.md#restore): index slots by the mirror
+//! sync from a value no primary holds, entries by copy-then-verify with
+//! state words moved forward only.
+
+use super::{sync_mirror, SyncVerbs};
+use crate::data::Geometry;
+use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
+use crate::layout::dte::{DteState, DteStatus, EXPIRES_AT_OFFSET};
+use crate::layout::{read_word, region, Ite, WORD};
+use crate::Error;
+
+/// Bytes a restorer reads from a primary in one READ.
+const CHUNK_BYTES: usize = 64 << 10;
+/// Passes over one chunk before the restorer gives up on a slot that keeps
+/// changing under it.
+const MAX_PASSES: usize = 64;
+
+/// What a restore copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestoreFigures {
+    /// Index slots copied.
+    pub index_slots: u64,
+    /// Data slots copied (every slot of every table, used or not).
+    pub data_slots: u64,
+    /// Bytes read from the primaries.
+    pub bytes_read: u64,
+    /// Chunks copied again because a slot changed between the copy and
+    /// its verification.
+    pub recopies: u64,
+}
+
+/// The regions node `me` holds a replica in, with the share each
+/// replicates and the replica's index: (share, j).
+fn held(geometry: &Geometry, me: NodeId) -> impl Iterator<Item = (NodeId, usize)> + '_ {
+    let n = geometry.nodes();
+    (0..geometry.replicas()).map(move |j| ((me + n - j) % n, j))
+}
+
+/// Fills `me`'s index tables with [`Ite::UNCOPIED`] and its data tables'
+/// state words with [`DteState::UNSET`], on its own memory `local`, before
+/// any view names it restoring.
+///
+/// # Errors
+/// A failed local WRITE.
+pub(crate) fn prepare(
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    me: NodeId,
+) -> Result<(), FabricError> {
+    let unset = DteState::UNSET.0.to_le_bytes();
+    for (_, j) in held(geometry, me) {
+        let index = region::replica(j, region::INDEX);
+        let slots = geometry.index_slots() as usize;
+        let words: Vec<u8> = (0..slots)
+            .flat_map(|_| Ite::UNCOPIED.0.to_le_bytes())
+            .collect();
+        local.write(RemoteAddr::new(me, index, 0), &words)?;
+        for class in 0..geometry.classes() as u8 {
+            let table = region::replica(j, region::data(class));
+            let bytes = geometry.slot_bytes(class) as u64;
+            for slot in 0..geometry.slots(class) as u64 {
+                local.write(RemoteAddr::new(me, table, slot * bytes), &unset)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A restorer's sync of one index slot: the primary through the routed
+/// fabric, the copy on its own memory.
+struct Slot<'a> {
+    cluster: &'a dyn Fabric,
+    local: &'a dyn Fabric,
+    primary: RemoteAddr,
+    mine: RemoteAddr,
+}
+
+impl SyncVerbs for Slot<'_> {
+    type Error = FabricError;
+
+    fn read_primary(&mut self) -> Result<u64, FabricError> {
+        word_at(self.cluster, self.primary)
+    }
+
+    fn cas_mirror(&mut self, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.local.cas(self.mine, expected, new)
+    }
+}
+
+fn word_at(fabric: &dyn Fabric, at: RemoteAddr) -> Result<u64, FabricError> {
+    let mut w = [0u8; WORD];
+    fabric.read(at, &mut w)?;
+    Ok(u64::from_le_bytes(w))
+}
+
+/// Copies every replica `me` holds from its primary: `cluster` routes
+/// verbs to replica 0 of a share to its primary in the current view (one
+/// that names `me` restoring), `local` reaches `me`'s own memory.
+///
+/// # Errors
+/// A failed verb, or a slot that kept changing for [`MAX_PASSES`] passes
+/// ([`Error::RejoinRefused`]).
+pub(crate) fn copy_all(
+    cluster: &dyn Fabric,
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    me: NodeId,
+) -> Result<RestoreFigures, Error> {
+    let mut figures = RestoreFigures::default();
+    for (share, j) in held(geometry, me) {
+        copy_index(cluster, local, geometry, (share, j), me, &mut figures)?;
+        for class in 0..geometry.classes() as u8 {
+            copy_table(
+                cluster,
+                local,
+                geometry,
+                (share, j, class),
+                me,
+                &mut figures,
+            )?;
+        }
+    }
+    Ok(figures)
+}
+
+fn copy_index(
+    cluster: &dyn Fabric,
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    (share, j): (NodeId, usize),
+    me: NodeId,
+    figures: &mut RestoreFigures,
+) -> Result<(), FabricError> {
+    let slots = geometry.index_slots();
+    let per_chunk = (CHUNK_BYTES / WORD) as u64;
+    let mine_region = region::replica(j, region::INDEX);
+    let mut start = 0;
+    while start < slots {
+        let count = per_chunk.min(slots - start);
+        let mut chunk = vec![0u8; count as usize * WORD];
+        cluster.read(
+            RemoteAddr::new(share, region::INDEX, start * WORD as u64),
+            &mut chunk,
+        )?;
+        figures.bytes_read += chunk.len() as u64;
+        for i in 0..count {
+            let offset = (start + i) * WORD as u64;
+            let seen = read_word(&chunk, i as usize * WORD);
+            let mut slot = Slot {
+                cluster,
+                local,
+                primary: RemoteAddr::new(share, region::INDEX, offset),
+                mine: RemoteAddr::new(me, mine_region, offset),
+            };
+            let was = slot.cas_mirror(Ite::UNCOPIED.0, seen)?;
+            sync_mirror(Ite::UNCOPIED.0, seen, was, &mut slot)?;
+        }
+        figures.index_slots += count;
+        start += count;
+    }
+    Ok(())
+}
+
+fn copy_table(
+    cluster: &dyn Fabric,
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    (share, j, class): (NodeId, usize, u8),
+    me: NodeId,
+    figures: &mut RestoreFigures,
+) -> Result<(), Error> {
+    let bytes = geometry.slot_bytes(class);
+    let slots = geometry.slots(class);
+    if bytes == 0 {
+        return Ok(());
+    }
+    let per_chunk = (CHUNK_BYTES / bytes).max(1);
+    let table = Table {
+        cluster,
+        local,
+        primary: (share, region::data(class)),
+        mine: (me, region::replica(j, region::data(class))),
+        bytes,
+    };
+    let mut start = 0;
+    while start < slots {
+        let count = per_chunk.min(slots - start);
+        table.copy_chunk(start, count, figures)?;
+        figures.data_slots += count as u64;
+        start += count;
+    }
+    Ok(())
+}
+
+/// One data table's primary and the restorer's copy of it.
+struct Table<'a> {
+    cluster: &'a dyn Fabric,
+    local: &'a dyn Fabric,
+    primary: (NodeId, RegionId),
+    mine: (NodeId, RegionId),
+    bytes: usize,
+}
+
+impl Table<'_> {
+    fn at(&self, (node, region): (NodeId, RegionId), slot: usize) -> RemoteAddr {
+        RemoteAddr::new(node, region, (slot * self.bytes) as u64)
+    }
+
+    /// Copy-then-verify of `count` slots from `start`: READ them from the
+    /// primary, WRITE each slot but its state word, move the state word
+    /// forward, READ the primary again; copy again while a state word or
+    /// `expires_at` changed between the two READs.
+    fn copy_chunk(
+        &self,
+        start: usize,
+        count: usize,
+        figures: &mut RestoreFigures,
+    ) -> Result<(), Error> {
+        let len = count * self.bytes;
+        let mut copied = vec![0u8; len];
+        self.cluster
+            .read(self.at(self.primary, start), &mut copied)?;
+        figures.bytes_read += len as u64;
+        for pass in 0.. {
+            for i in 0..count {
+                let slot = &copied[i * self.bytes..(i + 1) * self.bytes];
+                let mine = self.at(self.mine, start + i);
+                self.local.write(mine.add(WORD as u64), &slot[WORD..])?;
+                forward_state(self.local, mine, DteState(read_word(slot, 0)))?;
+            }
+            let mut again = vec![0u8; len];
+            self.cluster
+                .read(self.at(self.primary, start), &mut again)?;
+            figures.bytes_read += len as u64;
+            let moved = (0..count).any(|i| {
+                let (a, b) = (i * self.bytes, i * self.bytes + EXPIRES_AT_OFFSET);
+                read_word(&copied, a) != read_word(&again, a)
+                    || read_word(&copied, b) != read_word(&again, b)
+            });
+            if !moved {
+                return Ok(());
+            }
+            if pass == MAX_PASSES {
+                return Err(Error::RejoinRefused {
+                    reason: format!(
+                        "a slot of node {}'s table {} kept changing while it was copied",
+                        self.primary.0, self.primary.1
+                    ),
+                });
+            }
+            figures.recopies += 1;
+            copied = again;
+        }
+        Ok(())
+    }
+}
+
+/// Moves the state word at `mine` towards `target`, forward only: from
+/// UNSET to anything, and from INVALID to VALID or ABORTED of the same
+/// entry. A mirror already at or past `target` is left alone: an owner's or
+/// a helper's CAS got there first (docs/replication.md#restore).
+fn forward_state(
+    local: &dyn Fabric,
+    mine: RemoteAddr,
+    target: DteState,
+) -> Result<(), FabricError> {
+    let mut cur = DteState(word_at(local, mine)?);
+    loop {
+        let forward = cur == DteState::UNSET
+            || (cur.status() == DteStatus::Invalid
+                && target.status() != DteStatus::Invalid
+                && cur.with_status(DteStatus::Invalid) == target.with_status(DteStatus::Invalid));
+        if cur == target || !forward {
+            return Ok(());
+        }
+        let was = DteState(local.cas(mine, cur.0, target.0)?);
+        if was == cur {
+            return Ok(());
+        }
+        cur = was;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::LocalFabric;
+
+    fn state_at(f: &dyn Fabric, at: RemoteAddr) -> DteState {
+        DteState(word_at(f, at).unwrap())
+    }
+
+    #[test]
+    fn a_state_word_moves_forward_only() {
+        let f = LocalFabric::new(
+            1,
+            &[crate::fabric::RegionSpec {
+                id: region::data(0),
+                len: 64,
+            }],
+        )
+        .unwrap();
+        let at = RemoteAddr::new(0, region::data(0), 0);
+        let invalid = DteState::new(3, 4, 10, false, false);
+        let valid = invalid.with_status(DteStatus::Valid);
+        f.write(at, &DteState::UNSET.0.to_le_bytes()).unwrap();
+        forward_state(&f, at, invalid).unwrap();
+        assert_eq!(state_at(&f, at), invalid, "from UNSET to anything");
+        forward_state(&f, at, valid).unwrap();
+        assert_eq!(
+            state_at(&f, at),
+            valid,
+            "INVALID to VALID of the same entry"
+        );
+        forward_state(&f, at, invalid).unwrap();
+        assert_eq!(state_at(&f, at), valid, "never back (the checker's flaw 5)");
+        let next = DteState::new(4, 4, 10, false, false);
+        forward_state(&f, at, next).unwrap();
+        assert_eq!(
+            state_at(&f, at),
+            valid,
+            "another entry's state is the copy's to bring, by a new image"
+        );
+    }
+}
