@@ -224,19 +224,15 @@ impl Ctx<'_> {
         let invalid = state.with_status(DteStatus::Invalid);
         let valid = state.with_status(DteStatus::Valid);
         for _ in 0..3 {
-            if found == valid {
+            // INVALID: the CAS took effect; VALID: it had already.
+            if found == invalid || found == valid {
                 return Ok(Commit::Done);
             }
             if found == state.with_status(DteStatus::Aborted) {
                 return Ok(Commit::Aborted);
             }
-            if found != invalid {
-                self.bring_mirror(at, mirror, found)?;
-            }
+            self.bring_mirror(at, mirror, found)?;
             found = DteState(self.gate.cas(mirror, invalid.0, valid.0)?);
-            if found == invalid {
-                return Ok(Commit::Done);
-            }
         }
         Err(Error::Corrupt {
             entry: Some(at),
