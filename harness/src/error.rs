@@ -11,6 +11,20 @@ pub enum HarnessError {
     /// A flag or parameter combination that cannot be run.
     #[error("invalid parameters: {0}")]
     Usage(String),
+    /// `--replicas` asks for a replication the cluster cannot hold: r > 1
+    /// needs at least three nodes and no more replicas than nodes.
+    #[error(
+        "--replicas {replicas} with --nodes {nodes}: the client-driven store keeps r copies on \
+         r consecutive nodes, so r > 1 needs at least 3 nodes, no more replicas than nodes and \
+         r <= {max} (r = 1, unreplicated, runs on any number of nodes)",
+        max = nessie::layout::region::MAX_REPLICAS
+    )]
+    Replicas {
+        /// The copies asked for.
+        replicas: usize,
+        /// The cluster's node processes.
+        nodes: usize,
+    },
     /// The store rejected an operation or configuration.
     #[error("store: {0}")]
     Store(#[from] nessie::Error),

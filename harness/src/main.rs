@@ -100,7 +100,7 @@ fn main() {
             );
             std::process::exit(130);
         }
-        Err(e @ HarnessError::Usage(_)) => {
+        Err(e @ (HarnessError::Usage(_) | HarnessError::Replicas { .. })) => {
             eprintln!("nessie-bench: {e}");
             std::process::exit(2);
         }

@@ -90,6 +90,12 @@ pub struct RunSpec {
     /// What carries the verbs between the nodes.
     #[serde(default)]
     pub fabric: Fabric,
+    /// Copies of every entry and index slot of the client-driven store
+    /// ([`Config::replicas`]), when the experiment was asked for them
+    /// (`--replicas`); `None` leaves the store's default, 1. The other
+    /// systems are unreplicated and ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<usize>,
 }
 
 impl RunSpec {
@@ -113,6 +119,7 @@ impl RunSpec {
             lmdb: None,
             measure_power: false,
             fabric: Fabric::Shm,
+            replicas: None,
         }
     }
 
@@ -134,9 +141,13 @@ impl RunSpec {
     /// Checks the spec.
     ///
     /// # Errors
-    /// [`HarnessError::Usage`] naming the problem.
+    /// [`HarnessError::Usage`] naming the problem;
+    /// [`HarnessError::Replicas`] for a replication the nodes cannot hold.
     pub fn validate(&self) -> Result<()> {
         self.workload.validate()?;
+        if let Some(r) = self.replicas {
+            check_replicas(r, self.nodes)?;
+        }
         let bad = |m: String| Err(HarnessError::Usage(m));
         if self.nodes == 0 || self.nodes > 64 {
             return bad(format!("{} nodes: use 1 to 64", self.nodes));
@@ -201,12 +212,35 @@ impl RunSpec {
             fabric: self.fabric.config(cluster, threads),
             ..Config::default()
         };
+        if let (StoreKind::Cd, Some(r)) = (self.system, self.replicas) {
+            c.replicas = r;
+        }
         size_tables(&mut c, &self.workload, self.nodes, self.load_factor);
         // The store's cache is per client; the paper's is per node.
         let per_node = (self.workload.keys as f64 * PAPER_CACHE_SHARE).ceil();
         c.cache_entries = ((per_node / self.clients_per_node as f64).ceil() as usize).max(1);
         launcher::checkable(&c).validate()?;
         Ok(c)
+    }
+}
+
+/// Checks that `nodes` node processes can hold `replicas` copies of the
+/// client-driven store's shares: r = 1 always, r > 1 with at least three
+/// nodes, no more copies than nodes, and at most the store's
+/// [`nessie::layout::region::MAX_REPLICAS`].
+///
+/// # Errors
+/// [`HarnessError::Replicas`] saying what the store needs.
+pub fn check_replicas(replicas: usize, nodes: usize) -> Result<()> {
+    let fits = replicas == 1
+        || (replicas > 1
+            && nodes >= 3
+            && replicas <= nodes
+            && replicas <= nessie::layout::region::MAX_REPLICAS);
+    if fits {
+        Ok(())
+    } else {
+        Err(HarnessError::Replicas { replicas, nodes })
     }
 }
 
@@ -264,6 +298,47 @@ mod tests {
             );
             assert_eq!(c.cache_entries, 13, "0.5 % of 5000 keys over 2 clients");
         }
+    }
+
+    #[test]
+    fn replicas_reach_only_the_client_driven_config() {
+        let w = WorkloadSpec {
+            keys: 1000,
+            ..WorkloadSpec::default()
+        };
+        for system in [StoreKind::Cd, StoreKind::Sd, StoreKind::Hy] {
+            let mut spec = RunSpec::new("r", system, w.clone());
+            assert_eq!(spec.config("bench-r").unwrap().replicas, 1);
+            spec.replicas = Some(2);
+            spec.validate().unwrap();
+            let want = if system == StoreKind::Cd { 2 } else { 1 };
+            assert_eq!(spec.config("bench-r").unwrap().replicas, want, "{system}");
+        }
+        // Without the flag, spec.json and results.json do not name it.
+        let plain = serde_json::to_value(RunSpec::new("p", StoreKind::Cd, w)).unwrap();
+        assert!(plain.get("replicas").is_none());
+    }
+
+    #[test]
+    fn replication_needs_three_nodes_and_no_more_copies_than_nodes() {
+        for (r, nodes) in [(1, 1), (1, 2), (2, 3), (3, 3), (4, 5)] {
+            check_replicas(r, nodes).unwrap();
+        }
+        for (r, nodes) in [(2, 2), (2, 1), (4, 3), (5, 8), (0, 3)] {
+            let e = check_replicas(r, nodes).unwrap_err();
+            assert!(matches!(e, HarnessError::Replicas { .. }), "{e}");
+            assert!(e.to_string().contains("at least 3 nodes"), "{e}");
+        }
+        let mut spec = RunSpec::new("r", StoreKind::Cd, WorkloadSpec::default());
+        spec.nodes = 2;
+        spec.replicas = Some(2);
+        assert!(matches!(
+            spec.validate(),
+            Err(HarnessError::Replicas {
+                replicas: 2,
+                nodes: 2
+            })
+        ));
     }
 
     #[test]

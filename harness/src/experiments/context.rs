@@ -30,6 +30,17 @@ impl Done {
     pub fn figures(&self) -> Option<&RunFigures> {
         self.record.figures.as_ref()
     }
+
+    /// The run's name in tables and figures: its system's label, or its
+    /// own label (e.g. `CD r=2`) for a CD run given a replica count.
+    #[must_use]
+    pub fn name(&self) -> String {
+        if self.record.spec.replicas.is_some() {
+            self.record.label.clone()
+        } else {
+            self.record.system.label().to_owned()
+        }
+    }
 }
 
 /// An experiment in progress: flags, output directory, progress bar.

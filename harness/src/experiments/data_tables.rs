@@ -36,7 +36,7 @@ pub(crate) fn data_tables_table(done: &[Done]) -> Option<Table> {
             for c in &n.tables {
                 let rule = live + n.put_ops_s * c.reuse_after.as_secs_f64();
                 t.rows.push(vec![
-                    d.record.system.to_string(),
+                    d.name(),
                     n.node.to_string(),
                     c.value_capacity.to_string(),
                     c.slots.to_string(),

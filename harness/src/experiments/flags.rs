@@ -131,6 +131,22 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
     }
 }
 
+/// Parses `--replicas`: a copy count from 1 to the store's most
+/// ([`nessie::layout::region::MAX_REPLICAS`]). Whether the nodes can hold
+/// them is checked with the node count ([`crate::spec::check_replicas`]).
+///
+/// # Errors
+/// A message for clap.
+pub fn parse_replicas(s: &str) -> std::result::Result<usize, String> {
+    let max = nessie::layout::region::MAX_REPLICAS;
+    match s.trim().parse::<usize>() {
+        Ok(r) if (1..=max).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "`{s}` is not a replica count from 1 (unreplicated) to {max}"
+        )),
+    }
+}
+
 /// Parses a positive rate (operations per second).
 ///
 /// # Errors
@@ -181,5 +197,7 @@ mod tests {
         assert!(parse_fraction("x").is_err());
         assert_eq!(parse_rate("2500"), Ok(2500.0));
         assert!(parse_rate("0").is_err() && parse_rate("inf").is_err());
+        assert_eq!(parse_replicas("2"), Ok(2));
+        assert!(parse_replicas("0").is_err() && parse_replicas("5").is_err());
     }
 }

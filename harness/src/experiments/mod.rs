@@ -11,6 +11,7 @@ mod data_tables;
 pub mod energy;
 pub mod job;
 pub mod peers;
+pub mod replication;
 pub mod sweep;
 mod tails;
 pub mod zipf;
@@ -20,6 +21,7 @@ pub use compare::CompareArgs;
 pub use contention::ContentionArgs;
 pub use energy::EnergyArgs;
 pub use peers::PeersArgs;
+pub use replication::Replication;
 pub use sweep::SweepArgs;
 pub use zipf::ZipfArgs;
 mod context;
@@ -27,7 +29,9 @@ mod flags;
 mod summary;
 
 pub use context::{Ctx, Done};
-pub use flags::{parse_fraction, parse_rate, parse_size, Common, GridArgs, OutputArgs, PointArgs};
+pub use flags::{
+    parse_fraction, parse_rate, parse_replicas, parse_size, Common, GridArgs, OutputArgs, PointArgs,
+};
 pub use summary::{
     add_latency_cdfs, add_summary, latency_cdfs, run_at, runs_of, summary_figures, summary_table,
     throughput_of,

@@ -5,7 +5,7 @@
 //! LMDB when a launcher may place nodes on other hosts. The paper has no
 //! such experiment; this places the store among familiar ones.
 
-use super::{add_latency_cdfs, add_summary, Common, Ctx, PointArgs};
+use super::{add_latency_cdfs, add_summary, Common, Ctx, PointArgs, Replication};
 use crate::error::Result;
 use crate::workload::KeyDistribution;
 use nessie_examples::StoreKind;
@@ -19,6 +19,11 @@ pub struct PeersArgs {
     /// The workload point.
     #[command(flatten)]
     pub point: PointArgs,
+    /// Copies of every CD entry and index slot (r > 1 needs --nodes 3 or
+    /// more and at most that many copies); Redis, memcached and LMDB keep
+    /// one.
+    #[arg(long, value_name = "N", value_parser = super::parse_replicas)]
+    pub replicas: Option<usize>,
 }
 
 /// The systems `peers` runs without `--systems`.
@@ -35,7 +40,8 @@ pub const LMDB_NOTE: &str = "LMDB runs inside the node processes: one environmen
 /// Runs `peers`; returns the exit code.
 ///
 /// # Errors
-/// Ctrl-C or a report that cannot be written.
+/// [`crate::HarnessError::Replicas`] for `--replicas` the nodes cannot
+/// hold; Ctrl-C or a report that cannot be written.
 pub fn run(args: PeersArgs) -> Result<i32> {
     let mut ctx = Ctx::new("peers", args.common)?;
     let workload = ctx.point_workload(&args.point, KeyDistribution::Uniform)?;
@@ -51,7 +57,17 @@ pub fn run(args: PeersArgs) -> Result<i32> {
         },
         workload.describe()
     );
-    let (mut report, specs) = ctx.one_run_each("peers", &title, &workload, &systems, duration);
+    let (mut report, specs) = match args.replicas {
+        None => ctx.one_run_each("peers", &title, &workload, &systems, duration),
+        Some(r) => Replication::only(r, usize::from(ctx.common.nodes), &systems)?.plan(
+            &ctx,
+            "peers",
+            &format!("{title}; CD with r = {r}"),
+            &workload,
+            &systems,
+            duration,
+        ),
+    };
     let done = ctx.run_all(specs, &mut report)?;
     add_summary(&mut report, &workload, &done);
     add_latency_cdfs(&mut report, "", &done);
@@ -90,5 +106,8 @@ mod tests {
             Some(vec![StoreKind::Cd, StoreKind::Lmdb])
         );
         assert_eq!("lmdb".parse::<StoreKind>().ok(), Some(StoreKind::Lmdb));
+        let cli = Cli::try_parse_from(["peers", "--replicas", "2"]).unwrap();
+        assert_eq!(cli.args.replicas, Some(2));
+        assert!(Cli::try_parse_from(["peers", "--replicas", "0"]).is_err());
     }
 }

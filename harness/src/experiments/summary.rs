@@ -47,11 +47,23 @@ pub fn add_summary(report: &mut Report, workload: &WorkloadSpec, done: &[Done]) 
     report.figures.extend(summary_figures("", done));
 }
 
+/// The replica column's cell of `d`: CD's copy count, or that the system
+/// keeps a single copy.
+fn replicas_cell(d: &Done) -> String {
+    match (d.record.system, d.record.spec.replicas) {
+        (StoreKind::Cd, r) => r.unwrap_or(1).to_string(),
+        _ => "1 (unreplicated)".to_owned(),
+    }
+}
+
 /// The summary table of a set of runs (compare, peers): throughput,
 /// goodput, latency, cost per operation, CPU; the CSV also has the tail
-/// figures (preemption, the slowest 1 % and 0.1 %), after those.
+/// figures (preemption, the slowest 1 % and 0.1 %), after those. When a
+/// run was given a replica count (`--replicas`), an `r` column after the
+/// system says how many copies each system keeps.
 #[must_use]
 pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
+    let with_r = done.iter().any(|d| d.record.spec.replicas.is_some());
     let mut t = Table::new(
         name,
         title,
@@ -77,39 +89,51 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
     let tail = tails::summary_columns();
     t.csv_only = tail.len();
     t.columns.extend(tail);
+    if with_r {
+        t.columns.insert(1, "r".to_owned());
+    }
     for d in done {
+        let head: Vec<String> = std::iter::once(d.name())
+            .chain(with_r.then(|| replicas_cell(d)))
+            .collect();
         let Some(f) = d.figures() else {
             let why = match d.record.status {
                 RunStatus::Skipped => "not available",
                 _ => "failed",
             };
-            let mut row = vec![d.record.system.label().to_owned(), why.to_owned()];
+            let mut row = head;
+            row.push(why.to_owned());
             row.resize(t.columns.len(), "-".into());
             t.row(row);
             continue;
         };
         t.row(
-            vec![
-                d.record.system.label().to_owned(),
-                num(f.throughput_ops_s / 1e3),
-                num(f.goodput_mb_s),
-                num(f.get.p50_us),
-                num(f.get.p99_us),
-                num(f.get.p999_us),
-                num(f.put.p50_us),
-                num(f.put.p99_us),
-                num(f.put.p999_us),
-                num(f.get.verbs_per_op),
-                num(f.put.verbs_per_op),
-                num(f.get.remote_bytes_per_op),
-                num(f.put.remote_bytes_per_op),
-                num(f.cpu_us_per_op),
-                num(f.cpu_util_per_node),
-                f.all.errors.to_string(),
-            ]
-            .into_iter()
-            .chain(tails::summary_cells(f))
-            .collect(),
+            head.into_iter()
+                .chain([
+                    num(f.throughput_ops_s / 1e3),
+                    num(f.goodput_mb_s),
+                    num(f.get.p50_us),
+                    num(f.get.p99_us),
+                    num(f.get.p999_us),
+                    num(f.put.p50_us),
+                    num(f.put.p99_us),
+                    num(f.put.p999_us),
+                    num(f.get.verbs_per_op),
+                    num(f.put.verbs_per_op),
+                    num(f.get.remote_bytes_per_op),
+                    num(f.put.remote_bytes_per_op),
+                    num(f.cpu_us_per_op),
+                    num(f.cpu_util_per_node),
+                    f.all.errors.to_string(),
+                ])
+                .chain(tails::summary_cells(f))
+                .collect(),
+        );
+    }
+    if with_r {
+        t.notes.push(
+            "r: copies of every entry and index slot. CD keeps r on consecutive nodes and a PUT writes them all; the other systems are unreplicated (one copy)."
+                .to_owned(),
         );
     }
     t
@@ -119,11 +143,11 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
 /// operation, one bar group per measured run.
 #[must_use]
 pub fn summary_figures(prefix: &str, done: &[Done]) -> Vec<Figure> {
-    let measured: Vec<(&str, &RunFigures)> = done
+    let measured: Vec<(String, &RunFigures)> = done
         .iter()
-        .filter_map(|d| d.figures().map(|f| (d.record.system.label(), f)))
+        .filter_map(|d| d.figures().map(|f| (d.name(), f)))
         .collect();
-    let categories: Vec<String> = measured.iter().map(|(l, _)| (*l).to_owned()).collect();
+    let categories: Vec<String> = measured.iter().map(|(l, _)| l.clone()).collect();
     let points = |get: &dyn Fn(&RunFigures) -> f64| -> Vec<(f64, f64)> {
         measured
             .iter()
@@ -194,7 +218,7 @@ pub fn latency_cdfs(prefix: &str, done: &[Done]) -> Vec<Figure> {
                     .into_iter()
                     .map(|(ns, q)| (ns / 1e3, q))
                     .collect();
-                fig.series(d.record.system.label(), points);
+                fig.series(d.name(), points);
             }
             fig
         })
@@ -221,6 +245,18 @@ fn thin(points: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
     kept
 }
 
+/// The median of `values` (the mean of the middle two of an even count);
+/// 0 for none.
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => f64::midpoint(values[n / 2 - 1], values[n / 2]),
+    }
+}
+
 /// Throughput of the first measured run of `system` among `done`.
 #[must_use]
 pub fn throughput_of(done: &[Done], system: StoreKind) -> Option<f64> {
@@ -243,6 +279,13 @@ mod tests {
         let names: Vec<&str> = cdfs.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["latency-cdf-get", "latency-cdf-put"]);
         assert!(cdfs.iter().all(|f| f.log_x() && f.kind == FigureKind::Cdf));
+    }
+
+    #[test]
+    fn medians_take_the_middle() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 
     #[test]

@@ -25,10 +25,10 @@ fn slices(k: &KindSummary) -> [(&'static str, &TailSlice); 2] {
     ]
 }
 
-/// The measured runs with their system's label.
-fn measured(done: &[Done]) -> impl Iterator<Item = (&'static str, &RunFigures)> {
+/// The measured runs with their names ([`Done::name`]).
+fn measured(done: &[Done]) -> impl Iterator<Item = (String, &RunFigures)> {
     done.iter()
-        .filter_map(|d| d.figures().map(|f| (d.record.system.label(), f)))
+        .filter_map(|d| d.figures().map(|f| (d.name(), f)))
 }
 
 /// Where the slowest operations spend their time: per system, kind and
@@ -71,7 +71,7 @@ pub(crate) fn tail_table(done: &[Done]) -> Table {
                     |c| format!("{c} ({})", share(s.top_cause_share)),
                 );
                 t.row(vec![
-                    system.to_owned(),
+                    system.clone(),
                     op.name().to_owned(),
                     label.to_owned(),
                     s.ops.to_string(),
@@ -127,7 +127,7 @@ pub(crate) fn preemption_table(done: &[Done]) -> Table {
             }
             let s = &k.slowest_0_1pct;
             t.row(vec![
-                system.to_owned(),
+                system.clone(),
                 op.name().to_owned(),
                 num(k.p50_us),
                 num(k.p999_us),
@@ -137,7 +137,7 @@ pub(crate) fn preemption_table(done: &[Done]) -> Table {
                 percent(k.preempted_share),
                 percent(s.preempted_share),
             ]);
-            t.notes.push(sentence(system, op, k));
+            t.notes.push(sentence(&system, op, k));
         }
     }
     if yielders {

@@ -78,6 +78,10 @@ pub struct JobArgs {
     /// Give up on a store's run after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
+    /// Copies of every CD entry and index slot (r > 1 needs --nodes 3 or
+    /// more and at most that many copies); SD, HY and Redis keep one.
+    #[arg(long, value_name = "N", value_parser = crate::experiments::parse_replicas)]
+    pub replicas: Option<usize>,
 }
 
 /// How one store's run ended.
@@ -130,6 +134,8 @@ struct Plan {
     max_value: usize,
     server_workers: usize,
     in_process: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<usize>,
     #[serde(skip)]
     timeout: Duration,
 }
@@ -137,7 +143,8 @@ struct Plan {
 /// Runs `job`; returns the exit code (1 if a store's run failed).
 ///
 /// # Errors
-/// Ctrl-C, bad flags, or a report that cannot be written.
+/// Ctrl-C, bad flags ([`HarnessError::Replicas`] for `--replicas` the
+/// nodes cannot hold), or a report that cannot be written.
 pub fn run(args: JobArgs) -> Result<i32> {
     let out = args.output.dir("job");
     cluster::sweep_stale_shm();
@@ -160,6 +167,15 @@ pub fn run(args: JobArgs) -> Result<i32> {
             nessie_examples::job::MAX_VALUE >> 20
         )));
     }
+    if let Some(r) = args.replicas {
+        crate::spec::check_replicas(r, usize::from(args.nodes))?;
+        if !args.stores.contains(&StoreKind::Cd) {
+            return Err(HarnessError::Usage(
+                "--replicas sets the client-driven store's copies, and --stores leaves CD out"
+                    .into(),
+            ));
+        }
+    }
     let plan = Plan {
         app: args.app,
         nodes: usize::from(args.nodes),
@@ -171,6 +187,7 @@ pub fn run(args: JobArgs) -> Result<i32> {
         max_value: args.max_value,
         server_workers: usize::from(args.server_workers),
         in_process: args.in_process,
+        replicas: args.replicas,
         timeout: Duration::from_secs(args.timeout_s.max(1)),
     };
     let mut stores: Vec<StoreKind> = Vec::new();
@@ -267,10 +284,15 @@ impl Drop for Guard {
     }
 }
 
-/// The store's configuration for this plan: shm fabric (or local), tables
-/// sized for the job.
-fn store_config(plan: &Plan, cluster_name: String) -> Result<Config> {
+/// The configuration of `store` for this plan: shm fabric (or local),
+/// tables sized for the job, and CD's replicas when the plan has them.
+fn store_config(plan: &Plan, store: StoreKind, cluster_name: String) -> Result<Config> {
+    let replicas = match (store, plan.replicas) {
+        (StoreKind::Cd, Some(r)) => r,
+        _ => 1,
+    };
     let base = Config {
+        replicas,
         cluster: cluster_name,
         nodes: plan.nodes,
         server_workers: plan.server_workers,
@@ -307,7 +329,7 @@ fn run_store(
     // Named like the harness's other clusters, so that a killed harness's
     // leftovers are swept by `cluster::sweep_stale_shm`.
     let name = format!("bench-{}-{}", std::process::id(), 9000 + index);
-    let config = store_config(plan, name)?;
+    let config = store_config(plan, store, name)?;
     let stage = format!("{}-{}", plan.app.name(), std::process::id());
     let spec = JobSpec {
         max_value: plan.max_value,

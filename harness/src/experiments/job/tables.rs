@@ -248,6 +248,11 @@ pub(super) fn report(plan: &Plan, runs: &[StoreRun]) -> Report {
         if plan.app == super::App::Sort { ", globally sorted" } else { "" },
         n = plan.nodes,
     ));
+    if let Some(r) = plan.replicas {
+        report.notes.push(format!(
+            "CD keeps r = {r} copies of every entry and index slot on consecutive nodes (a PUT writes them all, a GET reads the primary); SD, HY and Redis are unreplicated."
+        ));
+    }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     if !plan.in_process && plan.nodes >= cores {
         report.notes.push(format!(
