@@ -278,7 +278,8 @@ pub struct Config {
     /// view lets it serve; it renews every quarter of it, and a decided
     /// view is activated this plus the landing bound and the skew after
     /// it was observed (docs/replication.md#views-leases-and-the-drain).
-    /// More than `op_timeout` plus the landing bound.
+    /// More than `op_timeout` plus the landing bound; 0 (the default)
+    /// takes twice that, and at least 2 s ([`Config::effective_lease`]).
     #[serde(with = "millis")]
     pub lease: Duration,
     /// With replicas: a member whose heartbeat has not moved for this long
@@ -358,7 +359,7 @@ impl Default for Config {
             tombstone_reserve: 1024,
             expiry: Duration::from_secs(1),
             op_timeout: Duration::from_millis(500),
-            lease: Duration::from_secs(2),
+            lease: Duration::ZERO,
             failure_timeout: Duration::from_secs(1),
             max_clock_skew: Duration::from_millis(10),
             cache_entries: 4096,
@@ -461,6 +462,18 @@ impl Config {
     /// [`Error::Config`] if serialisation fails (it does not for valid values).
     pub fn to_toml(&self) -> Result<String, Error> {
         toml::to_string(self).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The lease a node of a replicated cluster holds on its view: `lease`,
+    /// or when it is 0, twice `op_timeout` plus the landing bound and at
+    /// least 2 s (docs/replication.md#views-leases-and-the-drain).
+    #[must_use]
+    pub fn effective_lease(&self) -> Duration {
+        if self.lease.is_zero() {
+            ((self.op_timeout + self.landing_bound()) * 2).max(Duration::from_secs(2))
+        } else {
+            self.lease
+        }
     }
 
     /// The landing bound Δ₀ (docs/design.md#the-landing-bound): from an

@@ -301,3 +301,33 @@ fn after_a_lost_node_the_survivors_serve_every_acknowledged_value() {
         }
     }
 }
+
+#[test]
+fn a_lease_must_outlast_an_operation_and_failure_detection_four_heartbeats() {
+    let base = replicated(3, 2);
+    let short = Config {
+        lease: base.op_timeout,
+        ..base.clone()
+    };
+    assert!(short.validate().unwrap_err().to_string().contains("lease"));
+    let hasty = Config {
+        failure_timeout: Duration::from_millis(1),
+        ..base.clone()
+    };
+    assert!(hasty
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("failure_timeout"));
+    // 0 (the default) derives the lease from the operation's bound.
+    let auto = Config {
+        lease: Duration::ZERO,
+        ..base
+    };
+    assert!(auto.validate().is_ok());
+    assert_eq!(
+        auto.effective_lease(),
+        ((auto.op_timeout + auto.landing_bound()) * 2).max(Duration::from_secs(2))
+    );
+    assert!(auto.effective_lease() > auto.op_timeout + auto.landing_bound());
+}

@@ -61,7 +61,7 @@ impl Config {
             )));
         }
         if self.replicas > 1 {
-            if self.lease <= self.op_timeout + self.landing_bound() {
+            if !self.lease.is_zero() && self.lease <= self.op_timeout + self.landing_bound() {
                 return Err(bad(format!(
                     "lease = {:?} must exceed op_timeout + the landing bound ({:?}): an \
                      operation must fit in one lease",

@@ -70,9 +70,11 @@ impl Membership {
         view: ViewRecord,
     ) -> std::io::Result<Membership> {
         let bounds = Bounds {
-            lease_us: micros(config.lease),
+            lease_us: micros(config.effective_lease()),
             failure_us: micros(config.failure_timeout),
-            drain_us: micros(config.lease + config.landing_bound() + config.max_clock_skew),
+            drain_us: micros(
+                config.effective_lease() + config.landing_bound() + config.max_clock_skew,
+            ),
         };
         let now = clock.mono_us();
         let wish = Arc::new(Mutex::new(None));
@@ -94,7 +96,7 @@ impl Membership {
         // Serving starts with the first renewal.
         member.views.set_lease_until(0);
         member.round();
-        let period = config.lease / 4;
+        let period = config.effective_lease() / 4;
         let thread = Periodic::start("nessie-membership", period, move || member.round())?;
         Ok(Membership {
             wish,
