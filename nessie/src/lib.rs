@@ -74,9 +74,12 @@
 //! An operation that returns `Ok` has taken effect exactly once. One that
 //! returns [`Error::Timeout`] (or whose process dies) may or may not have;
 //! its half-done entries are finished or undone by whichever client meets
-//! them once its owner is past `op_timeout + 2·max_clock_skew`. Data lives in
-//! the memory of the node that wrote it: losing a host loses its entries
-//! (there is no replication).
+//! them once its owner is past `op_timeout + 2·max_clock_skew`. With
+//! `Config::replicas` = 1 (the default) data lives in the memory of the node
+//! that wrote it, and losing a host loses its entries; with r ≥ 2 every
+//! entry and index slot is on r nodes, the survivors of a lost host agree on
+//! a view without it and serve its shares, and [`Node::rejoin`] restores a
+//! replacement (docs/replication.md).
 
 #![deny(missing_docs)]
 
