@@ -12,13 +12,17 @@ use std::time::{Duration, Instant};
 const NODES: usize = 3;
 
 fn tcp_config() -> Config {
-    let ls: Vec<_> = (0..NODES)
+    sized(NODES, 2)
+}
+
+fn sized(nodes: usize, replicas: usize) -> Config {
+    let ls: Vec<_> = (0..nodes)
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
     Config {
         cluster: "tcp-replicas".into(),
-        nodes: NODES,
-        replicas: 2,
+        nodes,
+        replicas,
         index_slots_per_node: 4096,
         data_bytes_per_node: 8 << 20,
         value_size_max: 4096,
@@ -40,10 +44,14 @@ fn tcp_config() -> Config {
 }
 
 fn start_nodes() -> (Config, Vec<Node>) {
+    start_sized(NODES, 2)
+}
+
+fn start_sized(nodes: usize, replicas: usize) -> (Config, Vec<Node>) {
     for _ in 0..5 {
-        let config = tcp_config();
+        let config = sized(nodes, replicas);
         let started: Result<Vec<Node>, Error> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..NODES)
+            let handles: Vec<_> = (0..nodes)
                 .map(|n| {
                     let c = config.clone();
                     s.spawn(move || Node::start(c, n))
@@ -198,4 +206,26 @@ fn a_rejoin_is_refused_with_one_replica_or_while_the_node_is_a_member() {
     // is right; neither may succeed.)
     assert!(Node::rejoin(config, 1).is_err());
     drop(nodes);
+}
+
+#[test]
+fn with_three_replicas_on_five_nodes_two_simultaneous_losses_lose_nothing() {
+    let (_, mut nodes) = start_sized(5, 3);
+    let mut model = HashMap::new();
+    {
+        let mut writers: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+        for i in 0..250u32 {
+            let key = format!("key-{}", i % 100);
+            let value = vec![i as u8; (i as usize * 41) % 2000];
+            writers[i as usize % 5].put(key.as_bytes(), &value).unwrap();
+            model.insert(key, value);
+        }
+    }
+    // Nodes 1 and 2 go at once: every share keeps one copy, and three of
+    // five members are a majority.
+    drop(nodes.remove(2));
+    drop(nodes.remove(1));
+    let limit = Instant::now() + Duration::from_secs(40);
+    let mut survivors: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    all_served(&mut survivors, &model, limit);
 }
