@@ -119,6 +119,7 @@ fn store_on_verbs_issues_the_same_verbs_as_on_shm() {
                         regions: regions.clone(),
                     },
                     attach_timeout: Duration::from_secs(10),
+                    replace: false,
                 };
                 s.spawn(move || ShmFabric::open(&o).unwrap())
             })

@@ -126,6 +126,7 @@ fn shm(c: &mut Criterion) {
                     dir: scratch.path().to_path_buf(),
                     membership: membership(node),
                     attach_timeout: Duration::from_secs(10),
+                    replace: false,
                 };
                 s.spawn(move || Arc::new(ShmFabric::open(&options).expect("open shm node")))
             })

@@ -197,6 +197,14 @@ pub enum FabricError {
         #[source]
         source: io::Error,
     },
+    /// The node's host is lost (emulated on `shm`: its regions were wiped
+    /// and every verb to it is refused until a replacement takes them).
+    /// The verb did not execute.
+    #[error("node {node}'s host is lost: its memory is gone")]
+    Lost {
+        /// The lost node.
+        node: NodeId,
+    },
     /// A CAS reached its target after its land-by time (its deadline check
     /// plus the landing bound, on the target's clock): the target refused
     /// it, so it did not execute. The protocol reports this as a timeout.

@@ -24,6 +24,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 pub(crate) struct RegionMemory {
     base: *mut u64,
     words: usize,
+    /// A word that says the node's host is lost (a region file's header on
+    /// `shm`, where a lost host is emulated): nonzero refuses every verb.
+    lost: Option<*mut u64>,
 }
 
 // SAFETY: the memory is only ever accessed through 64-bit atomics, so sharing
@@ -42,7 +45,32 @@ impl RegionMemory {
     /// other accesses to that memory must be atomic too.
     pub(crate) unsafe fn new(base: *mut u64, words: usize) -> RegionMemory {
         debug_assert!(base as usize % WORD == 0);
-        RegionMemory { base, words }
+        RegionMemory {
+            base,
+            words,
+            lost: None,
+        }
+    }
+
+    /// The same memory, refused while the word at `lost` is nonzero.
+    ///
+    /// # Safety
+    /// `lost` must be 8-byte aligned, valid for as long as the returned
+    /// value lives, and accessed only atomically.
+    pub(crate) unsafe fn with_lost_word(self, lost: *mut u64) -> RegionMemory {
+        debug_assert!(lost as usize % WORD == 0);
+        RegionMemory {
+            lost: Some(lost),
+            ..self
+        }
+    }
+
+    /// Whether the node's host is lost (emulated; `shm` only).
+    fn is_lost(&self) -> bool {
+        self.lost.is_some_and(|w| {
+            // SAFETY: aligned, alive and atomic only (`with_lost_word`).
+            unsafe { AtomicU64::from_ptr(w) }.load(Ordering::Acquire) != 0
+        })
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -256,6 +284,9 @@ impl MemoryMap {
     /// index of its first word.
     fn resolve(&self, addr: RemoteAddr, len: u64) -> Result<(&RegionMemory, usize), FabricError> {
         let mem = self.region(addr.node, addr.region)?;
+        if mem.is_lost() {
+            return Err(FabricError::Lost { node: addr.node });
+        }
         check_bounds(addr, len, mem.len())?;
         Ok((mem, (addr.offset / WORD as u64) as usize))
     }

@@ -19,7 +19,9 @@
 use super::memory::{impl_fabric_for_memory_map, MemoryMap, RegionMemory};
 use super::{FabricError, HandshakeFailure, NodeId, RegionSpec};
 use crate::membership::{Membership, PeerClaim};
-use crate::wire::region::{RegionHeader, REGION_HEADER_BYTES, REGION_HEADER_USED, REGION_MAGIC};
+use crate::wire::region::{
+    RegionHeader, REGION_HEADER_BYTES, REGION_HEADER_USED, REGION_LOST_OFFSET, REGION_MAGIC,
+};
 use crate::wire::WORD;
 use crate::RegionId;
 use memmap2::{MmapOptions, MmapRaw};
@@ -27,6 +29,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How to open a node's view of a shared-memory cluster.
@@ -39,6 +42,10 @@ pub struct ShmOptions {
     pub membership: Membership,
     /// How long to wait for peers' regions to appear.
     pub attach_timeout: Duration,
+    /// Whether this node replaces a lost one: it takes the lost node's
+    /// region files (which every peer has mapped), wiped, instead of
+    /// creating new ones.
+    pub replace: bool,
 }
 
 /// A node's view of a shared-memory cluster.
@@ -83,7 +90,10 @@ impl ShmFabric {
         let mut uid = None;
         for spec in &me.regions {
             let path = Self::region_path(&options.dir, me.node, spec.id);
-            let file = create_region(&path, options, *spec)?;
+            let file = match options.replace {
+                true if path.exists() => take_region(&path, options, *spec)?,
+                _ => create_region(&path, options, *spec)?,
+            };
             uid = Some(file.metadata().map_err(io(&path))?.uid());
             fabric.own_files.push(path.clone());
             fabric.map_file(&file, &path, me.node, *spec)?;
@@ -122,12 +132,14 @@ impl ShmFabric {
         // SAFETY: the mapping is page aligned and `check_region` (or
         // `create_region`) established it spans the header plus `len`
         // bytes; it stays mapped until `self` drops (after `map`), and the
-        // region memory is accessed only atomically, in every process.
+        // region memory and the header's lost word are accessed only
+        // atomically, in every process.
         let memory = unsafe {
             RegionMemory::new(
                 mapping.as_mut_ptr().add(REGION_HEADER_BYTES).cast::<u64>(),
                 words,
             )
+            .with_lost_word(mapping.as_mut_ptr().add(REGION_LOST_OFFSET).cast::<u64>())
         };
         self.map.insert(node, spec.id, memory);
         self.mappings.push(mapping);
@@ -139,17 +151,138 @@ impl ShmFabric {
     fn memory_map(&self) -> &MemoryMap {
         &self.map
     }
+
+    /// Emulates the loss of `node`'s host on a shared-memory cluster
+    /// (docs/replication.md#what-it-guarantees): marks each of its region
+    /// files lost, so that every process refuses verbs to it
+    /// ([`FabricError::Lost`]); waits `grace` for verbs that passed the
+    /// check before; then wipes the regions. The files stay for a
+    /// replacement ([`ShmOptions::replace`]). Missing files are skipped.
+    ///
+    /// # Errors
+    /// I/O errors opening, mapping or wiping a file.
+    pub fn lose(
+        dir: &Path,
+        node: NodeId,
+        regions: &[RegionSpec],
+        grace: Duration,
+    ) -> Result<(), FabricError> {
+        let mut maps = Vec::new();
+        for spec in regions {
+            let path = Self::region_path(dir, node, spec.id);
+            let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+                continue;
+            };
+            let map = MmapOptions::new()
+                .map_raw(&file)
+                .map_err(|source| FabricError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            set_lost(&map, 1);
+            maps.push(map);
+        }
+        std::thread::sleep(grace);
+        for map in &maps {
+            wipe(map);
+        }
+        Ok(())
+    }
+}
+
+/// Stores `value` into the lost word of a mapped region file.
+fn set_lost(map: &MmapRaw, value: u64) {
+    if map.len() < REGION_HEADER_BYTES {
+        return;
+    }
+    // SAFETY: the mapping spans at least the header (checked), the offset
+    // is word aligned inside it, and every process accesses the word
+    // atomically only.
+    unsafe {
+        AtomicU64::from_ptr(map.as_mut_ptr().add(REGION_LOST_OFFSET).cast::<u64>())
+            .store(value, Ordering::Release);
+    }
+}
+
+/// Whether a mapped region file is marked lost.
+fn is_lost(map: &MmapRaw) -> bool {
+    map.len() >= REGION_HEADER_BYTES
+        // SAFETY: as in `set_lost`.
+        && unsafe {
+            AtomicU64::from_ptr(map.as_mut_ptr().add(REGION_LOST_OFFSET).cast::<u64>())
+                .load(Ordering::Acquire)
+        } != 0
+}
+
+/// Zeroes the body of a mapped region file, word by word, atomically.
+fn wipe(map: &MmapRaw) {
+    let words = map.len().saturating_sub(REGION_HEADER_BYTES) / WORD;
+    for i in 0..words {
+        // SAFETY: word `i` of the body is inside the mapping (bounded by
+        // its length) and aligned; every process accesses it atomically.
+        unsafe {
+            AtomicU64::from_ptr(
+                map.as_mut_ptr()
+                    .add(REGION_HEADER_BYTES)
+                    .cast::<u64>()
+                    .add(i),
+            )
+            .store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for ShmFabric {
     fn drop(&mut self) {
         self.map = MemoryMap::default();
         // Peers keep their own mappings; removing the names only stops new
-        // attachers from finding a node that is gone.
-        for path in &self.own_files {
-            let _ = fs::remove_file(path);
+        // attachers from finding a node that is gone. A lost node's files
+        // stay for its replacement, which every peer has mapped already.
+        let lost = self.mappings.iter().any(is_lost);
+        if !lost {
+            for path in &self.own_files {
+                let _ = fs::remove_file(path);
+            }
         }
     }
+}
+
+/// A replacement takes a lost node's region file: the header must be the
+/// same node's and region's, and marked lost; its body is wiped again and
+/// the mark cleared (nothing routes verbs to the node before a view names
+/// it restoring).
+fn take_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<File, FabricError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|source| FabricError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let uid = file
+        .metadata()
+        .map_err(|source| FabricError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .uid();
+    check_region(&file, path, options, options.membership.node, spec, uid)?;
+    let map = MmapOptions::new()
+        .map_raw(&file)
+        .map_err(|source| FabricError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if !is_lost(&map) {
+        return Err(FabricError::Refused {
+            node: options.membership.node,
+            reason: "the node's region files are in use: a replacement takes only a lost node's",
+        });
+    }
+    wipe(&map);
+    set_lost(&map, 0);
+    Ok(file)
 }
 
 impl_fabric_for_memory_map!(ShmFabric);

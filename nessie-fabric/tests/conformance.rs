@@ -59,6 +59,7 @@ fn open_shm_cluster(dir: PathBuf, cluster_id: u64, spec: &ClusterSpec) -> Vec<Ar
                     dir: dir.clone(),
                     membership: membership(spec, cluster_id, node),
                     attach_timeout: Duration::from_secs(10),
+                    replace: false,
                 };
                 s.spawn(move || ShmFabric::open(&options))
             })

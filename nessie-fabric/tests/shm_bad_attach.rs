@@ -83,6 +83,7 @@ fn open_node0(dir: &Path, attach_timeout: Duration) -> FabricError {
             }],
         },
         attach_timeout,
+        replace: false,
     });
     let own = ShmFabric::region_path(dir, 0, INDEX);
     match result {
@@ -120,6 +121,7 @@ fn a_well_formed_peer_file_attaches() {
             }],
         },
         attach_timeout: Duration::from_secs(5),
+        replace: false,
     })
     .expect("attach to a well-formed peer file");
     drop(fabric);

@@ -215,6 +215,7 @@ fn child_node() {
             regions: regions(),
         },
         attach_timeout: Duration::from_secs(20),
+        replace: false,
     })
     .expect("open the shm fabric");
     let f: &dyn Fabric = &fabric;

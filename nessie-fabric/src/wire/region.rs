@@ -10,6 +10,12 @@ pub const REGION_HEADER_BYTES: usize = 4096;
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"NESSIERG");
 /// Bytes of the header that carry fields.
 pub const REGION_HEADER_USED: usize = 6 * WORD;
+/// Offset in the header of the word that marks the node's host lost (on
+/// `shm`, where the loss of a host is emulated): 0 while the node serves.
+/// Written after the header, by whoever declares the loss and by the
+/// replacement.
+pub const REGION_LOST_OFFSET: usize = REGION_HEADER_USED;
+const _: () = assert!(REGION_LOST_OFFSET + WORD <= REGION_HEADER_BYTES);
 
 /// The header of a region file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

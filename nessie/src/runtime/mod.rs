@@ -142,7 +142,24 @@ impl Hosting {
     ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
         memory::check_dense(&config, 1)?;
-        let opened = open_fabric(&config, node_id, regions)?;
+        let opened = open_fabric(&config, node_id, regions, false)?;
+        Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
+    }
+
+    /// As [`Hosting::node`], for a replacement of the lost node `node_id`:
+    /// on `shm` it takes the lost node's wiped region files, which every
+    /// peer has mapped (docs/replication.md#restore).
+    ///
+    /// # Errors
+    /// As [`Hosting::node`].
+    pub fn replacement(
+        config: Config,
+        node_id: NodeId,
+        regions: Vec<RegionSpec>,
+    ) -> Result<Hosting, Error> {
+        check_node(&config, node_id)?;
+        memory::check_dense(&config, 1)?;
+        let opened = open_fabric(&config, node_id, regions, true)?;
         Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
     }
 
@@ -341,6 +358,7 @@ fn open_fabric(
     config: &Config,
     node_id: NodeId,
     regions: Vec<RegionSpec>,
+    replace: bool,
 ) -> Result<Opened, Error> {
     let membership = membership(config, node_id, regions);
     match &config.fabric {
@@ -349,6 +367,7 @@ fn open_fabric(
                 dir: config.shm_dir(),
                 membership,
                 attach_timeout: config.attach_timeout,
+                replace,
             })?;
             Ok(Opened::plain(Arc::new(shm)))
         }

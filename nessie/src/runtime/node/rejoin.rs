@@ -44,7 +44,7 @@ impl Node {
         }
         let wait = config.attach_timeout;
         let regions = store_regions(&config);
-        let hosting = Hosting::node(config, node_id, regions)?;
+        let hosting = Hosting::replacement(config, node_id, regions)?;
         let geometry = Geometry::new(hosting.config());
         let local = std::sync::Arc::clone(hosting.local_fabric());
         prepare(local.as_ref(), &geometry, node_id)?;
