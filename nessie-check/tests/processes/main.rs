@@ -1,5 +1,6 @@
 //! The store as users run it, in real OS processes: node processes on `shm`
-//! with one killed mid-run, a peer killed on `tcp`, `tcp` nodes in network
+//! with one killed mid-run, a peer killed on `tcp` (without and with
+//! replicas), `tcp` nodes in network
 //! namespaces, and the bounded chaos run. One test binary, so that it links
 //! once; each module's node processes are this binary again, running that
 //! module's ignored child test (`process::workload::test_name`).
@@ -8,3 +9,4 @@ mod chaos;
 mod linearizable_processes;
 mod netns_cluster;
 mod peer_death;
+mod replicated_kill;
