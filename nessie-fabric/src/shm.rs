@@ -90,9 +90,10 @@ impl ShmFabric {
         let mut uid = None;
         for spec in &me.regions {
             let path = Self::region_path(&options.dir, me.node, spec.id);
-            let file = match options.replace {
-                true if path.exists() => take_region(&path, options, *spec)?,
-                _ => create_region(&path, options, *spec)?,
+            let file = if options.replace && path.exists() {
+                take_region(&path, options, *spec)?
+            } else {
+                create_region(&path, options, *spec)?
             };
             uid = Some(file.metadata().map_err(io(&path))?.uid());
             fabric.own_files.push(path.clone());
@@ -190,45 +191,39 @@ impl ShmFabric {
     }
 }
 
+/// Word `i` of a mapped region file (`None` past its end).
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "a mapping is page aligned and every word offset a multiple of 8"
+)]
+fn file_word(map: &MmapRaw, i: usize) -> Option<&AtomicU64> {
+    (map.len() >= (i + 1) * WORD).then(|| {
+        // SAFETY: word `i` lies inside the mapping (checked) and is 8-byte
+        // aligned (page-aligned base); it lives as long as `map`, and every
+        // process accesses region files atomically only.
+        unsafe { AtomicU64::from_ptr(map.as_mut_ptr().cast::<u64>().add(i)) }
+    })
+}
+
 /// Stores `value` into the lost word of a mapped region file.
 fn set_lost(map: &MmapRaw, value: u64) {
-    if map.len() < REGION_HEADER_BYTES {
-        return;
-    }
-    // SAFETY: the mapping spans at least the header (checked), the offset
-    // is word aligned inside it, and every process accesses the word
-    // atomically only.
-    unsafe {
-        AtomicU64::from_ptr(map.as_mut_ptr().add(REGION_LOST_OFFSET).cast::<u64>())
-            .store(value, Ordering::Release);
+    if let Some(w) = file_word(map, REGION_LOST_OFFSET / WORD) {
+        w.store(value, Ordering::Release);
     }
 }
 
 /// Whether a mapped region file is marked lost.
 fn is_lost(map: &MmapRaw) -> bool {
-    map.len() >= REGION_HEADER_BYTES
-        // SAFETY: as in `set_lost`.
-        && unsafe {
-            AtomicU64::from_ptr(map.as_mut_ptr().add(REGION_LOST_OFFSET).cast::<u64>())
-                .load(Ordering::Acquire)
-        } != 0
+    file_word(map, REGION_LOST_OFFSET / WORD).is_some_and(|w| w.load(Ordering::Acquire) != 0)
 }
 
 /// Zeroes the body of a mapped region file, word by word, atomically.
 fn wipe(map: &MmapRaw) {
-    let words = map.len().saturating_sub(REGION_HEADER_BYTES) / WORD;
-    for i in 0..words {
-        // SAFETY: word `i` of the body is inside the mapping (bounded by
-        // its length) and aligned; every process accesses it atomically.
-        unsafe {
-            AtomicU64::from_ptr(
-                map.as_mut_ptr()
-                    .add(REGION_HEADER_BYTES)
-                    .cast::<u64>()
-                    .add(i),
-            )
-            .store(0, Ordering::Relaxed);
-        }
+    let first = REGION_HEADER_BYTES / WORD;
+    let mut i = first;
+    while let Some(w) = file_word(map, i) {
+        w.store(0, Ordering::Relaxed);
+        i += 1;
     }
 }
 

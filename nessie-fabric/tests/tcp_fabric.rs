@@ -636,6 +636,66 @@ fn a_silent_peer_holds_a_verb_only_until_its_wait_bound() {
     assert!(f[0].stats().connections_broken >= 1);
 }
 
+/// A verb that must open a new connection to a silent peer (its pooled one
+/// was dropped) waits no longer than its wait bound either: the handshake
+/// that the peer never answers ends there, and so does another thread's
+/// wait for that connection. Nothing was sent, so each verb's outcome is
+/// known (it did not execute). Before the fix, the first verb waited for
+/// the handshake timeout and the second for the first.
+/// docs/replication.md#failure-detection
+#[test]
+fn a_silent_peer_holds_a_verb_that_must_reconnect_only_until_its_wait_bound() {
+    let (ls, addrs) = listeners(2);
+    let relay = Relay::to(addrs[1].clone());
+    let mut via_relay = options(0, &[addrs[0].clone(), relay.addr.clone()]);
+    // Long enough that only the wait bound can end the waits below; one
+    // connection per peer, so the second verb waits for the first's.
+    via_relay.io_timeout = Duration::from_secs(30);
+    via_relay.handshake_timeout = Duration::from_secs(30);
+    via_relay.threads = 1;
+    let f = open_all(vec![via_relay, options(1, &addrs)], ls);
+    let word = RemoteAddr::new(1, SMALL, 8);
+    f[0].write(word, &5u64.to_le_bytes()).unwrap();
+    relay.go_silent(true);
+    {
+        // The pooled connection goes at the first bound.
+        let _bound = nessie_fabric::WaitBound::until(Instant::now() + Duration::from_millis(100));
+        let mut b = [0u8; 8];
+        f[0].read(word, &mut b).unwrap_err();
+    }
+    let bound = Duration::from_millis(300);
+    let waits: Vec<(FabricError, Duration)> = std::thread::scope(|s| {
+        let verbs: Vec<_> = (0..2)
+            .map(|_| {
+                let f = &f[0];
+                s.spawn(move || {
+                    let started = Instant::now();
+                    let _bound = nessie_fabric::WaitBound::until(started + bound);
+                    let mut b = [0u8; 8];
+                    let e = f.read(word, &mut b).unwrap_err();
+                    (e, started.elapsed())
+                })
+            })
+            .collect();
+        verbs.into_iter().map(|v| v.join().unwrap()).collect()
+    });
+    for (e, waited) in &waits {
+        assert!(
+            *waited < Duration::from_secs(5),
+            "waited {waited:?} for a silent peer ({e})"
+        );
+        assert!(!e.may_have_executed(), "nothing was sent: {e}");
+    }
+    relay.go_silent(false);
+    let mut b = [0u8; 8];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = f[0].read(word, &mut b) {
+        assert!(Instant::now() < deadline, "never reconnected: {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(u64::from_le_bytes(b), 5);
+}
+
 /// Without a wait bound, the I/O timeout ends the wait for a silent peer,
 /// and the error says which of the two did.
 #[test]

@@ -1,6 +1,8 @@
 //! Histories recorded by separate OS processes: one line per invocation and
 //! per response, flushed before the operation starts, so a process killed
-//! with SIGKILL leaves its in-flight operation as an unknown outcome.
+//! with SIGKILL leaves its in-flight operation as an unknown outcome. A call
+//! the store refused without doing anything (a view change, no quorum) is
+//! marked so and left out of the history.
 //!
 //! Timestamps are wall-clock nanoseconds, which all processes of one host
 //! share.
@@ -92,11 +94,22 @@ impl ProcLog {
         let line = format!("R {} {id} {} {what}\n", self.client, now_ns());
         self.file.write_all(line.as_bytes())
     }
+
+    /// Logs that invocation `id` was refused and did nothing (the store
+    /// said so: `ViewChanging`, `NoQuorum`): [`read_logs`] drops it.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn refused(&mut self, id: u64) -> std::io::Result<()> {
+        let line = format!("N {} {id} {}\n", self.client, now_ns());
+        self.file.write_all(line.as_bytes())
+    }
 }
 
 /// Reads every log in `dir` whose name starts with `hist-` into one
-/// history. Invocations without a response are unknown outcomes; a torn
-/// last line (the writer was killed mid-write) is ignored.
+/// history. Invocations without a response are unknown outcomes, refused
+/// ones ([`ProcLog::refused`]) are left out; a torn last line (the writer
+/// was killed mid-write) is ignored.
 ///
 /// # Errors
 /// I/O errors.
@@ -143,6 +156,9 @@ pub fn read_logs(dir: &Path) -> std::io::Result<History> {
                         _ => continue,
                     };
                     rets.insert((c, id), (ret, t));
+                }
+                (Some("N"), Some(c), Some(id), Some(_)) => {
+                    calls.remove(&(c, id));
                 }
                 _ => {}
             }

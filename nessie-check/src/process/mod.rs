@@ -5,11 +5,14 @@
 //!   clients work, with the history checked for linearizability.
 //! * [`peer_death`]: a peer killed mid-run; what the survivors can still do.
 //! * [`history`]: histories recorded by node processes, merged and checked.
+//! * [`replicated`]: workers of a replicated cluster whose view changes
+//!   under them (typed refusals, unknown outcomes, the gap in service).
 //! * [`workload`]: the workload a node process runs for those checks.
 //! * [`stress`]: threads of one process hammering a small cluster.
 
 pub mod chaos;
 pub mod history;
 pub mod peer_death;
+pub mod replicated;
 pub mod stress;
 pub mod workload;

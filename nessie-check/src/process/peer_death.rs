@@ -3,7 +3,10 @@
 //! with SIGKILL; the two survivors then GET and PUT every key. Every
 //! operation returns: the ones that need node 2's memory with a typed
 //! error within about `op_timeout`, the others with success. (A restarted
-//! node cannot rejoin: that needs a membership design of its own.)
+//! node cannot rejoin: that needs a membership design of its own.) This is
+//! r = 1; with r = 2 the survivors serve the dead node's share again from
+//! its replicas ([`crate::process::replicated`],
+//! `tests/processes/replicated_kill.rs`).
 //!
 //! A test supplies the configuration ([`Fabric`]) and names the child test
 //! that runs [`child`]; [`run`] is the parent.

@@ -22,7 +22,7 @@ const THREADS: usize = 2;
 const OPS_PER_THREAD: usize = 500;
 const CHILD_ENV: &str = "NESSIE_NETNS_TEST_CHILD";
 /// The script's exit status for "cannot run here".
-const SKIP_STATUS: i32 = 77;
+pub(crate) const SKIP_STATUS: i32 = 77;
 
 fn config(peers: Vec<String>, cluster: &str) -> Config {
     Config {
@@ -51,7 +51,7 @@ fn skip(why: &str) {
 }
 
 /// Whether the effective uid is 0 (from `/proc/self/status`: "Uid: real effective ...").
-fn runs_as_root() -> bool {
+pub(crate) fn runs_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()

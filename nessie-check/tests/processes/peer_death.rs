@@ -1,7 +1,10 @@
 //! A peer killed on the `tcp` fabric (three node processes meeting through
 //! the rendezvous on 127.0.0.1): the survivors' operations all return,
 //! those that need the dead node's memory with typed errors within about
-//! `op_timeout`, the others with success.
+//! `op_timeout`, the others with success. This is a cluster without
+//! replicas (r = 1): the dead node's share is gone with it. With r = 2 the
+//! survivors take its share over and serve every key again; that is
+//! `replicated_kill.rs`.
 
 use nessie::{Config, FabricConfig};
 use nessie_check::process::peer_death;

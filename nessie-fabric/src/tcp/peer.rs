@@ -11,6 +11,12 @@
 //! after a peer restarts, one verb fails (`Disconnected`) and the next one
 //! reconnects. A failed connection attempt starts a back-off (10 ms,
 //! doubling up to 1 s) during which verbs fail fast with `Unreachable`.
+//! Opening a connection (the dial and the handshake) and waiting for one to
+//! come back to the pool end at the thread's [`WaitBound`] like an
+//! exchange's reads do: a silent peer that must be dialled again holds a
+//! verb no longer than one it is already connected to.
+//!
+//! [`WaitBound`]: crate::WaitBound
 
 use super::super::{FabricError, HandshakeFailure, NodeId, RegionId, RemoteAddr, Verb};
 use super::handshake::{self, Identity};
@@ -152,8 +158,13 @@ impl Peer {
             s.set_write_timeout(Some(t))
         };
         stream.set_nodelay(true).map_err(unreachable)?;
-        // The whole handshake within one deadline, however the peer paces it.
-        let mut timed = Deadline::new(&stream, Instant::now() + link.handshake_timeout);
+        // The whole handshake within one deadline, however the peer paces
+        // it, and not past the thread's wait bound.
+        let mut until = Instant::now() + link.handshake_timeout;
+        if let Some(bound) = crate::wait_bound::current() {
+            until = until.min(bound);
+        }
+        let mut timed = Deadline::new(&stream, until);
         let peer_limit =
             handshake::client(&mut timed, &link.identity, self.node).map_err(|reason| {
                 FabricError::Handshake {
@@ -183,12 +194,26 @@ impl Peer {
     }
 
     /// A connection for one exchange: idle, new, or returned by another
-    /// thread.
+    /// thread; opening one or waiting for one ends at the thread's wait
+    /// bound (then nothing was sent: `Unreachable` with `TimedOut`).
     pub(super) fn acquire(&self, link: &Link) -> Result<Conn, FabricError> {
+        let bound = crate::wait_bound::current();
+        let left = || bound.map(|at| at.saturating_duration_since(Instant::now()));
+        let too_late = || FabricError::Unreachable {
+            node: self.node,
+            addr: self.addr.clone(),
+            source: io::Error::new(
+                ErrorKind::TimedOut,
+                "no connection to the peer before the operation's wait bound",
+            ),
+        };
         let mut st = lock(&self.state);
         loop {
             if let Some(conn) = st.idle.pop() {
                 return Ok(conn);
+            }
+            if left().is_some_and(|l| l.is_zero()) {
+                return Err(too_late());
             }
             if st.open < link.connections_per_peer {
                 if st.retry_at.is_some_and(|at| Instant::now() < at) {
@@ -204,7 +229,8 @@ impl Peer {
                 st.open += 1;
                 let generation = st.generation;
                 drop(st);
-                let result = self.connect(link, link.handshake_timeout);
+                let dial = left().map_or(link.handshake_timeout, |l| l.min(link.handshake_timeout));
+                let result = self.connect(link, dial);
                 let mut st = lock(&self.state);
                 return match result {
                     Ok(mut conn) => {
@@ -231,10 +257,18 @@ impl Peer {
                     }
                 };
             }
-            st = self
-                .returned
-                .wait(st)
-                .unwrap_or_else(PoisonError::into_inner);
+            st = match left() {
+                None => self
+                    .returned
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(l) => {
+                    self.returned
+                        .wait_timeout(st, l)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
         }
     }
 
