@@ -1,0 +1,114 @@
+//! Replication on `shm`, where the loss of a host is emulated: node 1's
+//! regions are declared lost (every process refuses its verbs, its memory is
+//! wiped) and its `Node` goes; the survivors agree on a view without it and
+//! serve every acknowledged value; a replacement takes node 1's files, copies
+//! its replicas back, and the next loss (node 2) loses nothing
+//! (docs/replication.md#restore).
+
+use nessie::fabric::ShmFabric;
+use nessie::{Config, Error, FabricConfig, Node};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const NODES: usize = 3;
+
+fn config(dir: &std::path::Path) -> Config {
+    Config {
+        cluster: format!("shm-replicas-{}", std::process::id()),
+        nodes: NODES,
+        replicas: 2,
+        index_slots_per_node: 2048,
+        data_bytes_per_node: 4 << 20,
+        value_size_max: 4096,
+        op_timeout: Duration::from_millis(300),
+        lease: Duration::from_millis(1500),
+        failure_timeout: Duration::from_millis(400),
+        attach_timeout: Duration::from_secs(20),
+        fabric: FabricConfig::Shm {
+            dir: Some(dir.to_path_buf()),
+        },
+        ..Config::default()
+    }
+}
+
+fn until_served<T>(limit: Instant, mut op: impl FnMut() -> Result<T, Error>) -> T {
+    loop {
+        match op() {
+            Ok(v) => return v,
+            Err(
+                e @ (Error::ViewChanging { .. }
+                | Error::NoQuorum { .. }
+                | Error::Timeout
+                | Error::Fabric(_)),
+            ) => {
+                assert!(Instant::now() < limit, "not served again in time: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+fn all_served(nodes: &[Node], model: &HashMap<String, Vec<u8>>) {
+    let limit = Instant::now() + Duration::from_secs(30);
+    for node in nodes {
+        let mut c = node.client().unwrap();
+        for (key, value) in model {
+            let got = until_served(limit, || c.get(key.as_bytes()));
+            assert_eq!(
+                got.as_deref(),
+                Some(&value[..]),
+                "{key} on node {}",
+                node.id()
+            );
+        }
+    }
+}
+
+/// Declares `node`'s host lost and drops its `Node`.
+fn lose(config: &Config, nodes: &mut Vec<Node>, node: usize) {
+    let at = nodes.iter().position(|n| n.id() == node).unwrap();
+    ShmFabric::lose(
+        &config.shm_dir(),
+        node,
+        &nessie::store_regions(config),
+        Duration::from_millis(20),
+    )
+    .unwrap();
+    drop(nodes.remove(at));
+}
+
+#[test]
+fn a_lost_shm_node_is_survived_restored_and_the_next_loss_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let mut nodes: Vec<Node> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..NODES)
+            .map(|n| {
+                let c = config.clone();
+                s.spawn(move || Node::start(c, n).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut model = HashMap::new();
+    {
+        let mut writers: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+        for i in 0..200u32 {
+            let key = format!("key-{}", i % 70);
+            let value = vec![i as u8; (i as usize * 53) % 3000];
+            writers[i as usize % NODES]
+                .put(key.as_bytes(), &value)
+                .unwrap();
+            model.insert(key, value);
+        }
+    }
+    lose(&config, &mut nodes, 1);
+    all_served(&nodes, &model);
+    let replacement = Node::rejoin(config.clone(), 1).expect("rejoin on shm");
+    assert!(replacement.restore_figures().unwrap().data_slots > 0);
+    nodes.insert(1, replacement);
+    all_served(&nodes, &model);
+    lose(&config, &mut nodes, 2);
+    all_served(&nodes, &model);
+}
