@@ -100,7 +100,9 @@ def sync(x, s, frm, to):
         if found == p:
             return
         got = x.mcas(s, found, p)
-        found = p if got == found else got
+        if got == found:                        # p was read after `to`: done
+            return
+        found = got
 
 
 _Ctx, _World = mc.Ctx, mc.World

@@ -177,9 +177,22 @@ fn a_replacement_restores_every_copy_and_the_next_loss_loses_nothing() {
     let figures = replacement.restore_figures().unwrap();
     eprintln!("restored in {:?}: {figures:?}", rejoined_at.elapsed());
     assert!(figures.index_slots > 0 && figures.data_slots > 0);
+    assert!(
+        figures.entries_adopted > 0,
+        "the allocator takes back the restored entries"
+    );
     nodes.insert(1, replacement);
     let mut all: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
     let limit = Instant::now() + Duration::from_secs(30);
+    all_served(&mut all, &model, limit);
+    // The replacement's own clients write again: its allocator must hand
+    // out only slots no restored entry holds.
+    for i in 0..120u32 {
+        let key = format!("new-{i}");
+        let value = vec![0x5a ^ i as u8; 200 + (i as usize * 13) % 1500];
+        until_served(limit, || all[1].put(key.as_bytes(), &value));
+        model.insert(key, value);
+    }
     all_served(&mut all, &model, limit);
     // Two copies of everything again: node 2 may go now.
     drop(all);

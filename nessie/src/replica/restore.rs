@@ -28,6 +28,8 @@ pub struct RestoreFigures {
     /// Chunks copied again because a slot changed between the copy and
     /// its verification.
     pub recopies: u64,
+    /// Data slots the node's allocator took back as in use after the copy.
+    pub entries_adopted: u64,
 }
 
 /// The regions node `me` holds a replica in, with the share each

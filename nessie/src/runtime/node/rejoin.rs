@@ -78,7 +78,7 @@ impl Node {
         membership.wish(MemberState::Restoring, incarnation);
         node.await_state(MemberState::Restoring, wait)?;
         let started = Instant::now();
-        let figures = copy_all(
+        let mut figures = copy_all(
             node.shared.fabric().as_ref(),
             local.as_ref(),
             &geometry,
@@ -90,13 +90,14 @@ impl Node {
             .ok_or_else(|| Error::RejoinRefused {
                 reason: "the node's tables are not hosted here".into(),
             })?;
-        data.adopt_restored(local.as_ref())?;
+        figures.entries_adopted = data.adopt_restored(local.as_ref())?;
         tracing::warn!(
             node = node_id,
             copied_ms = started.elapsed().as_millis() as u64,
             index_slots = figures.index_slots,
             data_slots = figures.data_slots,
             bytes = figures.bytes_read,
+            entries = figures.entries_adopted,
             "replicas restored; asking to be active"
         );
         membership.wish(MemberState::Active, incarnation);
