@@ -108,6 +108,18 @@ typedef enum {
    * A bug inside the library (a Rust panic, caught at the boundary).
    */
   NESSIE_PANIC = 17,
+  /**
+   * The cluster is changing its view; nothing was done: retry shortly.
+   */
+  NESSIE_VIEW_CHANGING = 18,
+  /**
+   * This node cannot reach a majority of the members; nothing was done.
+   */
+  NESSIE_NO_QUORUM = 19,
+  /**
+   * A replacement node could not join.
+   */
+  NESSIE_REJOIN_REFUSED = 20,
 } NessieStatus;
 
 /**

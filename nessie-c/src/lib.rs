@@ -87,11 +87,17 @@ pub enum NessieStatus {
     NessieOther = 16,
     /// A bug inside the library (a Rust panic, caught at the boundary).
     NessiePanic = 17,
+    /// The cluster is changing its view; nothing was done: retry shortly.
+    NessieViewChanging = 18,
+    /// This node cannot reach a majority of the members; nothing was done.
+    NessieNoQuorum = 19,
+    /// A replacement node could not join.
+    NessieRejoinRefused = 20,
 }
 
 impl NessieStatus {
     /// Every status, in code order.
-    const ALL: [NessieStatus; 18] = [
+    const ALL: [NessieStatus; 21] = [
         NessieStatus::NessieOk,
         NessieStatus::NessieNotFound,
         NessieStatus::NessieInvalidArgument,
@@ -110,6 +116,9 @@ impl NessieStatus {
         NessieStatus::NessieIo,
         NessieStatus::NessieOther,
         NessieStatus::NessiePanic,
+        NessieStatus::NessieViewChanging,
+        NessieStatus::NessieNoQuorum,
+        NessieStatus::NessieRejoinRefused,
     ];
 
     /// The status of a store error.
@@ -129,6 +138,9 @@ impl NessieStatus {
             E::Fabric(_) => NessieStatus::NessieFabric,
             E::Corrupt { .. } => NessieStatus::NessieCorrupt,
             E::Io(_) => NessieStatus::NessieIo,
+            E::ViewChanging { .. } => NessieStatus::NessieViewChanging,
+            E::NoQuorum { .. } => NessieStatus::NessieNoQuorum,
+            E::RejoinRefused { .. } => NessieStatus::NessieRejoinRefused,
             _ => NessieStatus::NessieOther,
         }
     }
@@ -154,6 +166,9 @@ impl NessieStatus {
             NessieStatus::NessieIo => c"NESSIE_IO",
             NessieStatus::NessieOther => c"NESSIE_OTHER",
             NessieStatus::NessiePanic => c"NESSIE_PANIC",
+            NessieStatus::NessieViewChanging => c"NESSIE_VIEW_CHANGING",
+            NessieStatus::NessieNoQuorum => c"NESSIE_NO_QUORUM",
+            NessieStatus::NessieRejoinRefused => c"NESSIE_REJOIN_REFUSED",
         }
     }
 }

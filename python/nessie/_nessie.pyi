@@ -49,6 +49,15 @@ class StoreIoError(NessieError): ...
 class StoppedError(NessieError):
     """A call on a stopped node or cluster."""
 
+class ViewChangingError(NessieError):
+    """The cluster is changing its view; nothing was done: retry shortly."""
+
+class NoQuorumError(NessieError):
+    """This node cannot reach a majority of the members; nothing was done."""
+
+class RejoinRefusedError(NessieError):
+    """A replacement node could not join."""
+
 class Client:
     """A client of the store on one node; safe to share between threads."""
 

@@ -43,6 +43,9 @@ errors! {
     CorruptError: "An entry failed its checksum or sanity checks on every retry.",
     StoreIoError: "The store cannot run here (e.g. a background thread failed to start).",
     StoppedError: "The node or cluster was stopped (not a Rust error: the Python objects outlive it).",
+    ViewChangingError: "The cluster is changing its view (a node was lost or is joining); nothing was done: retry shortly.",
+    NoQuorumError: "This node cannot reach a majority of the cluster's members (or is no longer one); nothing was done.",
+    RejoinRefusedError: "A replacement node could not join (one replica only, its id still a member, or the copy failed).",
 }
 
 /// The Python exception for `err`, with its message (and, for
@@ -72,6 +75,9 @@ pub(crate) fn to_py(err: nessie::Error) -> PyErr {
         E::Fabric(_) => FabricError::new_err(msg),
         E::Corrupt { .. } => CorruptError::new_err(msg),
         E::Io(_) => StoreIoError::new_err(msg),
+        E::ViewChanging { .. } => ViewChangingError::new_err(msg),
+        E::NoQuorum { .. } => NoQuorumError::new_err(msg),
+        E::RejoinRefused { .. } => RejoinRefusedError::new_err(msg),
         // A variant added later: still a NessieError, with its message.
         _ => NessieError::new_err(msg),
     }

@@ -23,6 +23,9 @@ SUBCLASSES = [
     nessie.CorruptError,
     nessie.StoreIoError,
     nessie.StoppedError,
+    nessie.ViewChangingError,
+    nessie.NoQuorumError,
+    nessie.RejoinRefusedError,
 ]
 
 
