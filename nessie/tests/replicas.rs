@@ -331,3 +331,126 @@ fn a_lease_must_outlast_an_operation_and_failure_detection_four_heartbeats() {
     );
     assert!(auto.effective_lease() > auto.op_timeout + auto.landing_bound());
 }
+
+/// A mirror left behind by a sync that met its deadline (modelled by
+/// putting an index slot's mirror back to an older value) is brought up to
+/// date by the next winner of that slot, through the sync's loop
+/// (docs/replication.md#rp2).
+#[test]
+fn the_next_winner_of_a_slot_brings_a_lagging_mirror_forward() {
+    let cluster = Cluster::local(replicated(3, 2)).unwrap();
+    let config = cluster.config().clone();
+    let geometry = Geometry::new(&config);
+    let fabric = cluster.fabric();
+    let mut c = cluster.client(0).unwrap();
+    let mut lagged = 0;
+    let index = |f: &dyn Fabric| -> Vec<(RemoteAddr, u64)> {
+        (0..config.nodes)
+            .flat_map(|node| (0..geometry.index_slots()).map(move |slot| (node, slot)))
+            .map(|(node, slot)| {
+                let at = geometry.index_slot(node as u16, slot).unwrap();
+                (at, word(f, at))
+            })
+            .collect()
+    };
+    for i in 0..40u32 {
+        let key = format!("lag-{i}");
+        let before = index(&*fabric);
+        c.put(key.as_bytes(), b"first").unwrap();
+        // The slot this PUT linked: its mirror goes back to the old value,
+        // as if the link's sync had met its deadline.
+        for ((at, old), (_, new)) in before.iter().zip(index(&*fabric)) {
+            if *old != new {
+                for mirror in geometry.mirrors(*at) {
+                    assert_eq!(word(&*fabric, mirror), new);
+                    fabric.write(mirror, &old.to_le_bytes()).unwrap();
+                    lagged += 1;
+                }
+            }
+        }
+        c.put(key.as_bytes(), b"second").unwrap();
+        assert_eq!(
+            c.get(key.as_bytes()).unwrap().as_deref(),
+            Some(&b"second"[..])
+        );
+    }
+    assert!(lagged >= 40, "{lagged} mirrors put back");
+    // Every overwrite's sync found its mirror behind and caught it up.
+    audit_mirrors(&cluster);
+}
+
+/// A fabric on which each mirror's copy of an entry reads as never copied
+/// (UNSET) when its commit CAS arrives, as on a restoring mirror that joined
+/// after the entry's image was written.
+#[derive(Debug)]
+struct MissedImages {
+    inner: std::sync::Arc<dyn Fabric>,
+    missed: std::sync::atomic::AtomicU64,
+    seen: std::sync::Mutex<std::collections::HashSet<(usize, u16, u64, u64)>>,
+}
+
+impl Fabric for MissedImages {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+    fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+    fn read(&self, at: RemoteAddr, buf: &mut [u8]) -> Result<(), nessie::fabric::FabricError> {
+        self.inner.read(at, buf)
+    }
+    fn write(&self, at: RemoteAddr, data: &[u8]) -> Result<(), nessie::fabric::FabricError> {
+        self.inner.write(at, data)
+    }
+    fn cas(
+        &self,
+        at: RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, nessie::fabric::FabricError> {
+        let mirror_entry =
+            at.region.0 >= region::REPLICA_STRIDE && at.region != region::replica(1, region::INDEX);
+        let commit = nessie::layout::DteState(expected).status() == DteStatus::Invalid
+            && nessie::layout::DteState(new).status() == DteStatus::Valid;
+        let first = mirror_entry
+            && commit
+            && self
+                .seen
+                .lock()
+                .unwrap()
+                .insert((at.node, at.region.0, at.offset, expected));
+        if first {
+            self.inner
+                .write(at, &nessie::layout::DteState::UNSET.0.to_le_bytes())?;
+            self.missed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.cas(at, expected, new)
+    }
+}
+
+#[test]
+fn a_commit_that_finds_its_mirror_uncopied_copies_the_entry_first() {
+    let config = replicated(3, 2);
+    let local: std::sync::Arc<dyn Fabric> = std::sync::Arc::new(
+        nessie::fabric::LocalFabric::new(3, &nessie::store_regions(&config)).unwrap(),
+    );
+    let wrapper = std::sync::Arc::new(MissedImages {
+        inner: local,
+        missed: std::sync::atomic::AtomicU64::new(0),
+        seen: std::sync::Mutex::default(),
+    });
+    let counted = std::sync::Arc::clone(&wrapper);
+    let cluster = Cluster::builder(config)
+        .wrap_fabric(move |_| wrapper as std::sync::Arc<dyn Fabric>)
+        .recycler(false)
+        .build()
+        .unwrap();
+    let mut c = cluster.client(1).unwrap();
+    for i in 0..30u32 {
+        c.put(format!("k{i}").as_bytes(), &vec![i as u8; 100 + i as usize])
+            .unwrap();
+    }
+    assert!(counted.missed.load(std::sync::atomic::Ordering::Relaxed) >= 30);
+    audit_mirrors(&cluster);
+}
