@@ -5,8 +5,11 @@
 //! its replicas back, and the next loss (node 2) loses nothing
 //! (docs/replication.md#restore).
 
+mod common;
+
+use common::all_served;
 use nessie::fabric::ShmFabric;
-use nessie::{Config, Error, FabricConfig, Node};
+use nessie::{Config, FabricConfig, Node};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -31,38 +34,10 @@ fn config(dir: &std::path::Path) -> Config {
     }
 }
 
-fn until_served<T>(limit: Instant, mut op: impl FnMut() -> Result<T, Error>) -> T {
-    loop {
-        match op() {
-            Ok(v) => return v,
-            Err(
-                e @ (Error::ViewChanging { .. }
-                | Error::NoQuorum { .. }
-                | Error::Timeout
-                | Error::Fabric(_)),
-            ) => {
-                assert!(Instant::now() < limit, "not served again in time: {e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
-fn all_served(nodes: &[Node], model: &HashMap<String, Vec<u8>>) {
+fn every_node_serves(nodes: &[Node], model: &HashMap<String, Vec<u8>>) {
     let limit = Instant::now() + Duration::from_secs(30);
-    for node in nodes {
-        let mut c = node.client().unwrap();
-        for (key, value) in model {
-            let got = until_served(limit, || c.get(key.as_bytes()));
-            assert_eq!(
-                got.as_deref(),
-                Some(&value[..]),
-                "{key} on node {}",
-                node.id()
-            );
-        }
-    }
+    let mut clients: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    all_served(&mut clients, model, limit);
 }
 
 /// Declares `node`'s host lost and drops its `Node`.
@@ -104,11 +79,11 @@ fn a_lost_shm_node_is_survived_restored_and_the_next_loss_loses_nothing() {
         }
     }
     lose(&config, &mut nodes, 1);
-    all_served(&nodes, &model);
+    every_node_serves(&nodes, &model);
     let replacement = Node::rejoin(config.clone(), 1).expect("rejoin on shm");
     assert!(replacement.restore_figures().unwrap().data_slots > 0);
     nodes.insert(1, replacement);
-    all_served(&nodes, &model);
+    every_node_serves(&nodes, &model);
     lose(&config, &mut nodes, 2);
-    all_served(&nodes, &model);
+    every_node_serves(&nodes, &model);
 }

@@ -4,6 +4,9 @@
 //! heartbeat, agree on a view without it, drain, and serve every
 //! acknowledged value again (docs/replication.md#a-view-change-step-by-step).
 
+mod common;
+
+use common::{all_served, until_served};
 use nessie::{Config, Error, FabricConfig, Node};
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -67,26 +70,6 @@ fn start_sized(nodes: usize, replicas: usize) -> (Config, Vec<Node>) {
     panic!("could not start a tcp cluster");
 }
 
-/// Retries `op` while the cluster changes its view; panics on anything else
-/// or after `limit`.
-fn until_served<T>(limit: Instant, mut op: impl FnMut() -> Result<T, Error>) -> T {
-    loop {
-        match op() {
-            Ok(v) => return v,
-            Err(
-                e @ (Error::ViewChanging { .. }
-                | Error::NoQuorum { .. }
-                | Error::Timeout
-                | Error::Fabric(_)),
-            ) => {
-                assert!(Instant::now() < limit, "not served again in time: {e}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 #[test]
 fn the_survivors_of_a_lost_node_agree_on_a_view_and_serve_every_acknowledged_value() {
     let (_, mut nodes) = start_nodes();
@@ -124,17 +107,6 @@ fn the_survivors_of_a_lost_node_agree_on_a_view_and_serve_every_acknowledged_val
         until_served(limit, || readers[i % 2].put(key.as_bytes(), &value));
         let back = until_served(limit, || readers[(i + 1) % 2].get(key.as_bytes()));
         assert_eq!(back, Some(value));
-    }
-}
-
-/// Waits until every client of `clients` reads every key of `model` with
-/// its value.
-fn all_served(clients: &mut [nessie::Client], model: &HashMap<String, Vec<u8>>, limit: Instant) {
-    for (key, value) in model {
-        for c in clients.iter_mut() {
-            let got = until_served(limit, || c.get(key.as_bytes()));
-            assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
-        }
     }
 }
 

@@ -92,19 +92,20 @@ impl Ctx<'_> {
     }
 
     fn sync_mirrors_now(&mut self, slot: RemoteAddr, x: u64, y: u64) -> Result<(), Error> {
-        let mut batch = self.first_sync_cases(slot, x, y);
+        let mut batch = self.mirror_cases(slot, x, y);
         self.gate.cas_batch(&mut batch)?;
         self.finish_sync(slot, x, y, &batch)
     }
 
-    /// The first CAS of a sync of `slot` after `x → y`, one per mirror.
-    fn first_sync_cases(&self, slot: RemoteAddr, x: u64, y: u64) -> PerReplica<Verb<'static>> {
-        self.mirrors_of(slot)
+    /// One CAS `expected → new` on every mirror of what replica 0 keeps
+    /// at `at` (a sync's first step, a commit's or an abort's).
+    fn mirror_cases(&self, at: RemoteAddr, expected: u64, new: u64) -> PerReplica<Verb<'static>> {
+        self.mirrors_of(at)
             .into_iter()
             .map(|addr| Verb::Cas {
                 addr,
-                expected: x,
-                new: y,
+                expected,
+                new,
                 old: 0,
             })
             .collect()
@@ -149,7 +150,7 @@ impl Ctx<'_> {
             return self.read_ites(cands, true);
         }
         let mut words = [[0u8; 8]; MAX_HASHES];
-        let cases = self.first_sync_cases(slot, x, y);
+        let cases = self.mirror_cases(slot, x, y);
         let mirrors = cases.len();
         let mut batch: Vec<Verb<'_>> = cases.into_iter().collect();
         batch.extend(cands.iter().zip(words.iter_mut()).map(|(c, w)| Verb::Read {
@@ -181,16 +182,7 @@ impl Ctx<'_> {
         let valid = state.with_status(DteStatus::Valid);
         if self.mirrored() {
             let primary = self.dte_state_addr(at)?;
-            let mut batch: PerReplica<Verb<'_>> = self
-                .mirrors_of(primary)
-                .into_iter()
-                .map(|addr| Verb::Cas {
-                    addr,
-                    expected: invalid.0,
-                    new: valid.0,
-                    old: 0,
-                })
-                .collect();
+            let mut batch = self.mirror_cases(primary, invalid.0, valid.0);
             self.gate.cas_batch(&mut batch)?;
             for verb in &batch {
                 let Verb::Cas { addr, old, .. } = *verb else {
@@ -273,16 +265,8 @@ impl Ctx<'_> {
         let aborted = state.with_status(DteStatus::Aborted).0;
         let valid = state.with_status(DteStatus::Valid).0;
         let primary = self.dte_state_addr(at)?;
-        let mut batch: PerReplica<Verb<'_>> = self
-            .mirrors_of(primary)
-            .into_iter()
-            .map(|addr| Verb::Cas {
-                addr,
-                expected: state.with_status(DteStatus::Invalid).0,
-                new: aborted,
-                old: 0,
-            })
-            .collect();
+        let invalid = state.with_status(DteStatus::Invalid).0;
+        let mut batch = self.mirror_cases(primary, invalid, aborted);
         self.gate.cas_batch(&mut batch)?;
         // A restoring mirror that has not copied the slot yet (UNSET) gets
         // the primary's ABORTED from its restorer.

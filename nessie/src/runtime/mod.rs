@@ -140,10 +140,7 @@ impl Hosting {
         node_id: NodeId,
         regions: Vec<RegionSpec>,
     ) -> Result<Hosting, Error> {
-        check_node(&config, node_id)?;
-        memory::check_dense(&config, 1)?;
-        let opened = open_fabric(&config, node_id, regions, false)?;
-        Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
+        Hosting::process_node(config, node_id, regions, false)
     }
 
     /// As [`Hosting::node`], for a replacement of the lost node `node_id`:
@@ -157,9 +154,18 @@ impl Hosting {
         node_id: NodeId,
         regions: Vec<RegionSpec>,
     ) -> Result<Hosting, Error> {
+        Hosting::process_node(config, node_id, regions, true)
+    }
+
+    fn process_node(
+        config: Config,
+        node_id: NodeId,
+        regions: Vec<RegionSpec>,
+        replace: bool,
+    ) -> Result<Hosting, Error> {
         check_node(&config, node_id)?;
         memory::check_dense(&config, 1)?;
-        let opened = open_fabric(&config, node_id, regions, true)?;
+        let opened = open_fabric(&config, node_id, regions, replace)?;
         Hosting::one_node(config, node_id, opened.fabric, opened.tcp)
     }
 
