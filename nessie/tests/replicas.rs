@@ -239,22 +239,31 @@ impl Fabric for Losable {
     }
 }
 
+/// A cluster whose fabric can lose a node, and the handle that loses it.
+fn losable_cluster(config: &Config) -> (Cluster, std::sync::Arc<Losable>) {
+    let slot = std::sync::Arc::new(std::sync::OnceLock::new());
+    let set = std::sync::Arc::clone(&slot);
+    let cluster = Cluster::builder(config.clone())
+        .wrap_fabric(move |inner| {
+            let losable = std::sync::Arc::new(Losable {
+                inner,
+                lost: std::sync::atomic::AtomicUsize::new(Losable::NONE),
+            });
+            let _ = set.set(std::sync::Arc::clone(&losable));
+            losable as std::sync::Arc<dyn Fabric>
+        })
+        .recycler(false)
+        .build()
+        .unwrap();
+    let losable = std::sync::Arc::clone(slot.get().unwrap());
+    (cluster, losable)
+}
+
 #[test]
 fn after_a_lost_node_the_survivors_serve_every_acknowledged_value() {
     for lost in 0..3 {
         let config = replicated(3, 2);
-        let losable = std::sync::Arc::new(Losable {
-            inner: std::sync::Arc::new(
-                nessie::fabric::LocalFabric::new(3, &nessie::store_regions(&config)).unwrap(),
-            ),
-            lost: std::sync::atomic::AtomicUsize::new(Losable::NONE),
-        });
-        let wrapper = std::sync::Arc::clone(&losable);
-        let cluster = Cluster::builder(config.clone())
-            .wrap_fabric(move |_| wrapper as std::sync::Arc<dyn Fabric>)
-            .recycler(false)
-            .build()
-            .unwrap();
+        let (cluster, losable) = losable_cluster(&config);
         let mut clients: Vec<_> = (0..3).map(|n| cluster.client(n).unwrap()).collect();
         let mut model = HashMap::new();
         for i in 0..150u32 {
@@ -432,20 +441,22 @@ impl Fabric for MissedImages {
 #[test]
 fn a_commit_that_finds_its_mirror_uncopied_copies_the_entry_first() {
     let config = replicated(3, 2);
-    let local: std::sync::Arc<dyn Fabric> = std::sync::Arc::new(
-        nessie::fabric::LocalFabric::new(3, &nessie::store_regions(&config)).unwrap(),
-    );
-    let wrapper = std::sync::Arc::new(MissedImages {
-        inner: local,
-        missed: std::sync::atomic::AtomicU64::new(0),
-        seen: std::sync::Mutex::default(),
-    });
-    let counted = std::sync::Arc::clone(&wrapper);
+    let slot = std::sync::Arc::new(std::sync::OnceLock::new());
+    let set = std::sync::Arc::clone(&slot);
     let cluster = Cluster::builder(config)
-        .wrap_fabric(move |_| wrapper as std::sync::Arc<dyn Fabric>)
+        .wrap_fabric(move |inner| {
+            let wrapper = std::sync::Arc::new(MissedImages {
+                inner,
+                missed: std::sync::atomic::AtomicU64::new(0),
+                seen: std::sync::Mutex::default(),
+            });
+            let _ = set.set(std::sync::Arc::clone(&wrapper));
+            wrapper as std::sync::Arc<dyn Fabric>
+        })
         .recycler(false)
         .build()
         .unwrap();
+    let counted = std::sync::Arc::clone(slot.get().unwrap());
     let mut c = cluster.client(1).unwrap();
     for i in 0..30u32 {
         c.put(format!("k{i}").as_bytes(), &vec![i as u8; 100 + i as usize])
@@ -453,4 +464,86 @@ fn a_commit_that_finds_its_mirror_uncopied_copies_the_entry_first() {
     }
     assert!(counted.missed.load(std::sync::atomic::Ordering::Relaxed) >= 30);
     audit_mirrors(&cluster);
+}
+
+#[test]
+fn a_restore_copies_while_writers_go_on_and_the_next_loss_loses_nothing() {
+    use nessie::layout::membership::MemberState;
+    let config = replicated(3, 2);
+    let (cluster, losable) = losable_cluster(&config);
+    let views = cluster.views();
+    // Writer w owns the keys ≡ w (mod 2) and writes through node 2w.
+    let write_round = |round: u32, model: &mut HashMap<String, Option<Vec<u8>>>, w: u32| {
+        let mut c = cluster.client(2 * w as usize).unwrap();
+        for i in 0..60u32 {
+            let key = format!("key-{}", (i % 30) * 2 + w);
+            if (i + round) % 7 == 3 {
+                c.delete(key.as_bytes()).unwrap();
+                model.insert(key, None);
+            } else {
+                let value = vec![(round * 31 + i) as u8; 64 + ((round + i) as usize * 97) % 1500];
+                c.put(key.as_bytes(), &value).unwrap();
+                model.insert(key, Some(value));
+            }
+        }
+    };
+    let mut models = [HashMap::new(), HashMap::new()];
+    for (w, model) in models.iter_mut().enumerate() {
+        write_round(0, model, w as u32);
+    }
+    // Node 1's own entries (its share's data), written before its loss.
+    let mut ones = HashMap::new();
+    let mut c1 = cluster.client(1).unwrap();
+    for i in 0..40u32 {
+        let key = format!("one-{i}");
+        let value = vec![0xc0 ^ i as u8; 100 + i as usize * 30];
+        c1.put(key.as_bytes(), &value).unwrap();
+        ones.insert(key, Some(value));
+    }
+    drop(c1);
+    losable.lose(1, &nessie::store_regions(&config));
+    views.activate(views.current().without(1));
+    for (w, model) in models.iter_mut().enumerate() {
+        write_round(1, model, w as u32);
+    }
+    // The replacement: empty memory, restoring, copies while both writers
+    // go on.
+    losable
+        .lost
+        .store(Losable::NONE, std::sync::atomic::Ordering::SeqCst);
+    cluster.prepare_replacement(1).unwrap();
+    views.activate(views.current().next_with(1, MemberState::Restoring));
+    let figures = std::thread::scope(|s| {
+        let writers: Vec<_> = models
+            .iter_mut()
+            .enumerate()
+            .map(|(w, model)| {
+                s.spawn(move || {
+                    for round in 2..8 {
+                        write_round(round, model, w as u32);
+                    }
+                })
+            })
+            .collect();
+        let figures = cluster.copy_replicas(1).unwrap();
+        for w in writers {
+            w.join().unwrap();
+        }
+        figures
+    });
+    assert!(figures.entries_adopted > 0, "{figures:?}");
+    views.activate(views.current().next_with(1, MemberState::Active));
+    audit_mirrors(&cluster);
+    let check = |nodes: &[usize], models: &[HashMap<String, Option<Vec<u8>>>; 2]| {
+        for &n in nodes {
+            let mut c = cluster.client(n).unwrap();
+            for (key, value) in models.iter().flatten().chain(&ones) {
+                assert_eq!(c.get(key.as_bytes()).unwrap(), *value, "{key} on node {n}");
+            }
+        }
+    };
+    check(&[0, 1, 2], &models);
+    losable.lose(2, &nessie::store_regions(&config));
+    views.activate(views.current().without(2));
+    check(&[0, 1], &models);
 }

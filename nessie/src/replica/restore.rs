@@ -103,7 +103,7 @@ fn word_at(fabric: &dyn Fabric, at: RemoteAddr) -> Result<u64, FabricError> {
 /// # Errors
 /// A failed verb, or a slot that kept changing for [`MAX_PASSES`] passes
 /// ([`Error::RejoinRefused`]).
-pub(crate) fn copy_all(
+fn copy_all(
     cluster: &dyn Fabric,
     local: &dyn Fabric,
     geometry: &Geometry,
@@ -123,6 +123,24 @@ pub(crate) fn copy_all(
             )?;
         }
     }
+    Ok(figures)
+}
+
+/// [`copy_all`], then the node's allocator rebuilt from the copies
+/// (`data`, the node's tables): the whole of a restore between the view
+/// that names `me` restoring and the one that names it active.
+///
+/// # Errors
+/// As [`copy_all`], and a failed READ of the node's own memory.
+pub(crate) fn restore(
+    cluster: &dyn Fabric,
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    data: &crate::data::NodeData,
+    me: NodeId,
+) -> Result<RestoreFigures, Error> {
+    let mut figures = copy_all(cluster, local, geometry, me)?;
+    figures.entries_adopted = data.adopt_restored(local)?;
     Ok(figures)
 }
 

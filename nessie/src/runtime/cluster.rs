@@ -79,6 +79,44 @@ impl Cluster {
         self.shared.views()
     }
 
+    /// Readies node `node`'s memory for a restore after its host was lost
+    /// and a view without it is active: its tables hold values no primary
+    /// holds until copied (docs/replication.md#restore). Then: a view with
+    /// the node restoring (after the drain), [`Cluster::copy_replicas`], a
+    /// view with it active. A cluster of processes does all of this in
+    /// [`crate::Node::rejoin`].
+    ///
+    /// # Errors
+    /// A failed WRITE of the node's memory.
+    pub fn prepare_replacement(&self, node: NodeId) -> Result<(), Error> {
+        let geometry = crate::data::Geometry::new(self.config());
+        Ok(crate::replica::prepare(
+            self.shared.scan_fabric().as_ref(),
+            &geometry,
+            node,
+        )?)
+    }
+
+    /// Copies every replica node `node` holds from the primaries, while
+    /// the cluster serves, and rebuilds its allocator from the copies; the
+    /// active view must name the node restoring.
+    ///
+    /// # Errors
+    /// A failed verb, a slot that kept changing while it was copied
+    /// ([`Error::RejoinRefused`]), or a node this cluster does not host.
+    pub fn copy_replicas(&self, node: NodeId) -> Result<crate::RestoreFigures, Error> {
+        let data = self.shared.data(node).ok_or_else(|| Error::RejoinRefused {
+            reason: format!("node {node} is not in this cluster"),
+        })?;
+        crate::replica::restore(
+            self.shared.fabric().as_ref(),
+            self.shared.scan_fabric().as_ref(),
+            data.geometry(),
+            data,
+            node,
+        )
+    }
+
     /// The fabric every client uses (e.g. to inspect memory in tests).
     #[must_use]
     pub fn fabric(&self) -> Arc<dyn Fabric> {

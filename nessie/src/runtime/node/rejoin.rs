@@ -10,7 +10,7 @@ use crate::layout::membership::{
     view_words, MemberState, ViewRecord, DECISION_OFFSET, INCARNATION_OFFSET, MEMBERSHIP,
 };
 use crate::layout::WORD;
-use crate::replica::{copy_all, prepare, View};
+use crate::replica::{prepare, restore, View};
 use crate::runtime::store::store_regions;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
@@ -78,19 +78,19 @@ impl Node {
         membership.wish(MemberState::Restoring, incarnation);
         node.await_state(MemberState::Restoring, wait)?;
         let started = Instant::now();
-        let mut figures = copy_all(
-            node.shared.fabric().as_ref(),
-            local.as_ref(),
-            &geometry,
-            node_id,
-        )?;
         let data = node
             .shared
             .data(node_id)
             .ok_or_else(|| Error::RejoinRefused {
                 reason: "the node's tables are not hosted here".into(),
             })?;
-        figures.entries_adopted = data.adopt_restored(local.as_ref())?;
+        let figures = restore(
+            node.shared.fabric().as_ref(),
+            local.as_ref(),
+            &geometry,
+            data,
+            node_id,
+        )?;
         tracing::warn!(
             node = node_id,
             copied_ms = started.elapsed().as_millis() as u64,
