@@ -135,4 +135,64 @@ mod tests {
         assert_eq!(u64::from_le_bytes(w), 10);
         assert_eq!(word(&*local, slot), 7, "the lost replica is not written");
     }
+
+    /// A fabric that enforces land-by times and counts its yield points.
+    #[derive(Debug)]
+    struct Strict {
+        inner: LocalFabric,
+        yields: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Fabric for Strict {
+        fn nodes(&self) -> usize {
+            self.inner.nodes()
+        }
+        fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+            self.inner.region_len(node, region)
+        }
+        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+            self.inner.read(addr, buf)
+        }
+        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+            self.inner.write(addr, data)
+        }
+        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+            self.inner.cas(addr, expected, new)
+        }
+        fn enforces_land_by(&self) -> bool {
+            true
+        }
+        fn yield_point(&self) {
+            self.yields
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn what_is_not_an_address_passes_through_unchanged() {
+        let config = Config {
+            replicas: 2,
+            index_slots_per_node: 16,
+            data_bytes_per_node: 1 << 16,
+            value_size_max: 256,
+            ..Config::default()
+        };
+        let strict = Arc::new(Strict {
+            inner: LocalFabric::new(3, &crate::store_regions(&config)).unwrap(),
+            yields: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let views = Arc::new(Views::new(Geometry::new(&config)));
+        let routed = RoutedFabric::new(Arc::clone(&strict) as Arc<dyn Fabric>, views);
+        assert_eq!(routed.nodes(), 3);
+        assert!(routed.enforces_land_by());
+        routed.yield_point();
+        routed.yield_point();
+        assert_eq!(strict.yields.load(std::sync::atomic::Ordering::Relaxed), 2);
+        let local = LocalFabric::new(3, &crate::store_regions(&config)).unwrap();
+        let plain = RoutedFabric::new(
+            Arc::new(local),
+            Arc::new(Views::new(Geometry::new(&config))),
+        );
+        assert!(!plain.enforces_land_by());
+    }
 }
