@@ -80,8 +80,17 @@ fn remove_path(p: &Path) {
     };
 }
 
-/// Removes every `/dev/shm` entry that belongs to cluster `name`.
-fn remove_cluster_shm(name: &str, dir: &Path) {
+/// A fresh cluster name of this harness, `bench-<pid>-<n>` (its shm
+/// directory is then `/dev/shm/nessie-bench-<pid>-<n>`, which
+/// [`sweep_stale_shm`] removes once this process is gone).
+pub(crate) fn cluster_name() -> String {
+    let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+    format!("bench-{}-{n}", std::process::id())
+}
+
+/// Removes every `/dev/shm` entry that belongs to cluster `name`: its
+/// directory `dir` and the files named after it.
+pub(crate) fn remove_cluster_shm(name: &str, dir: &Path) {
     remove_path(dir);
     if let Ok(entries) = std::fs::read_dir("/dev/shm") {
         for e in entries.flatten() {
@@ -539,8 +548,7 @@ fn prepare(
     check_runnable(spec, launching)?;
     let run_dir = &files.dir;
     std::fs::create_dir_all(run_dir).map_err(HarnessError::io("creating", run_dir))?;
-    let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
-    let cluster = format!("bench-{}-{n}", std::process::id());
+    let cluster = cluster_name();
     let mut config = spec.config(&cluster)?;
     let mut guard = ClusterGuard::default();
     let mut spec = spec.clone();

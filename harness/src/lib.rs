@@ -27,10 +27,12 @@
 //! * [`spec`] — one run's parameters and the table sizing rules.
 //! * [`tail`] — latency-bucketed costs of the slowest operations, and
 //!   which operations the kernel preempted.
-//! * [`measure`] — histograms and counters, per node and merged.
+//! * [`measure`] — histograms and counters, per node and merged; per time
+//!   bucket for a time series.
 //! * [`protocol`] — the lines node processes and the harness exchange.
 //! * [`cluster`] — starting, coordinating and tearing down node processes.
-//! * [`node`] — the node process: preload, measured phase, report.
+//! * [`node`] — the node process: preload, measured phase, report; or a
+//!   time series until `stop`, and a replacement that rejoins (`failover`).
 //! * [`report`] — results.json, CSV, SVG/PNG plots and report.md.
 //! * [`paper`] — the paper's published numbers and claims.
 //! * [`experiments`] — the subcommands.

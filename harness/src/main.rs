@@ -6,8 +6,8 @@ use clap::{Parser, Subcommand};
 use harness::experiments::chaos::ChaosArgs;
 use harness::experiments::job::{JobArgs, JobTaskArgs};
 use harness::experiments::{
-    self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, PeersArgs, SweepArgs,
-    ZipfArgs,
+    self, BreakdownArgs, CdfArgs, CompareArgs, ContentionArgs, EnergyArgs, FailoverArgs, PeersArgs,
+    SweepArgs, ZipfArgs,
 };
 use harness::node::{self, NodeArgs};
 use harness::{proc, HarnessError};
@@ -47,6 +47,10 @@ enum Cmd {
     /// under a launcher) and LMDB (one environment in /dev/shm shared by the
     /// node processes), on the same workload.
     Peers(PeersArgs),
+    /// A replicated CD cluster loses a node mid-run and gets it back: the
+    /// time series of throughput, latency and refusals, and the times to
+    /// detect the loss, serve again and restore the copies.
+    Failover(FailoverArgs),
     /// Faults on a multi-process cluster: kills, stalls longer than expiry,
     /// full data tables, a crowded index; checks linearizability and wedges.
     Chaos(ChaosArgs),
@@ -85,6 +89,7 @@ fn main() {
                 Cmd::Energy(a) => experiments::energy::run(a),
                 Cmd::Peers(a) => experiments::peers::run(a),
                 Cmd::Chaos(a) => experiments::chaos::run(a),
+                Cmd::Failover(a) => experiments::failover::run(a),
                 Cmd::Job(a) => experiments::job::run(a),
                 Cmd::Node(_) | Cmd::Hog | Cmd::ChaosNode | Cmd::JobTask(_) => {
                     unreachable!("handled above")

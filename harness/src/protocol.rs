@@ -3,6 +3,7 @@
 //! ([`NodeCommand`]), shared by the harness side ([`crate::cluster`]) and
 //! the node side ([`crate::node`]).
 
+use crate::measure::timeline::{NodeTimeline, RestoreReport};
 use crate::measure::{NodeReport, PreloadReport};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -44,6 +45,18 @@ pub enum NodeEvent {
         /// The JSON file holding its [`NodeReport`].
         file: PathBuf,
     },
+    /// A replacement (`node --rejoin`) restored its copies and is active
+    /// (it says `ready` next).
+    Restored {
+        /// What the restore did and when.
+        restore: RestoreReport,
+    },
+    /// A run measured as a time series: the node's buckets, once it
+    /// stopped (`stop`), or so far (`flush`).
+    Timeline {
+        /// Everything it measured.
+        timeline: Box<NodeTimeline>,
+    },
     /// The node failed.
     Error {
         /// Node id.
@@ -62,6 +75,11 @@ pub enum NodeCommand {
     Run,
     /// Drop the node and exit.
     Exit,
+    /// End a run measured as a time series and report it.
+    Stop,
+    /// Report the buckets of a run measured as a time series so far, and
+    /// go on (the harness asks a node it is about to kill).
+    Flush,
 }
 
 impl NodeCommand {
@@ -72,6 +90,8 @@ impl NodeCommand {
             NodeCommand::Preload => "preload",
             NodeCommand::Run => "run",
             NodeCommand::Exit => "exit",
+            NodeCommand::Stop => "stop",
+            NodeCommand::Flush => "flush",
         }
     }
 
@@ -82,6 +102,8 @@ impl NodeCommand {
             "preload" => Some(NodeCommand::Preload),
             "run" => Some(NodeCommand::Run),
             "exit" => Some(NodeCommand::Exit),
+            "stop" => Some(NodeCommand::Stop),
+            "flush" => Some(NodeCommand::Flush),
             _ => None,
         }
     }
@@ -93,7 +115,13 @@ mod tests {
 
     #[test]
     fn commands_round_trip() {
-        for c in [NodeCommand::Preload, NodeCommand::Run, NodeCommand::Exit] {
+        for c in [
+            NodeCommand::Preload,
+            NodeCommand::Run,
+            NodeCommand::Exit,
+            NodeCommand::Stop,
+            NodeCommand::Flush,
+        ] {
             assert_eq!(NodeCommand::parse(c.word()), Some(c));
         }
         assert_eq!(NodeCommand::parse("bogus"), None);

@@ -96,6 +96,22 @@ pub struct RunSpec {
     /// systems are unreplicated and ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<usize>,
+    /// A run measured as a time series instead of one measured phase
+    /// (`failover`): the nodes record what ended in each time bucket and
+    /// run until the harness says `stop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineSpec>,
+}
+
+/// How a node process measures a run as a time series
+/// ([`RunSpec::timeline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineSpec {
+    /// Width of a time bucket, ms.
+    pub bucket_ms: u64,
+    /// The phase ends by itself this long after it began if no `stop`
+    /// came (a harness that went silent), ms.
+    pub limit_ms: u64,
 }
 
 impl RunSpec {
@@ -120,6 +136,7 @@ impl RunSpec {
             measure_power: false,
             fabric: Fabric::Shm,
             replicas: None,
+            timeline: None,
         }
     }
 
@@ -178,6 +195,11 @@ impl RunSpec {
         if let Load::Open { ops_per_sec } = self.load {
             if !(ops_per_sec.is_finite() && ops_per_sec > 0.0) {
                 return bad(format!("open-loop rate {ops_per_sec}/s is not positive"));
+            }
+        }
+        if let Some(t) = self.timeline {
+            if t.bucket_ms == 0 || t.limit_ms == 0 {
+                return bad("a timeline needs buckets and a limit of at least 1 ms".into());
             }
         }
         Ok(())
@@ -266,6 +288,30 @@ pub fn size_tables(c: &mut Config, w: &WorkloadSpec, nodes: usize, load_factor: 
     let put_share = 1.0 - w.get_ratio;
     let put_rate = (MAX_OPS_PER_SEC_PER_NODE * put_share)
         .min(MAX_PUT_BYTES_PER_SEC_PER_NODE / w.value_size.max(1) as f64);
+    size_data_tables(c, w, nodes, put_rate);
+}
+
+/// [`size_tables`] for a run whose load is known: Poisson arrivals at
+/// `ops_per_sec` over the cluster. The data tables have room for twice
+/// each node's share of those PUTs (bursts, and a worker that catches up
+/// after a stall) instead of the highest rate a node could reach, so they
+/// are far smaller: that matters where something reads or writes every
+/// slot, as a replacement's restore does (`failover`).
+pub fn size_tables_for_rate(
+    c: &mut Config,
+    w: &WorkloadSpec,
+    nodes: usize,
+    load_factor: f64,
+    ops_per_sec: f64,
+) {
+    size_tables(c, w, nodes, load_factor);
+    let put_rate = 2.0 * ops_per_sec.max(0.0) * (1.0 - w.get_ratio) / nodes.max(1) as f64;
+    size_data_tables(c, w, nodes, put_rate);
+}
+
+/// The data tables of [`size_tables`] for `put_rate` PUTs per second and
+/// node.
+fn size_data_tables(c: &mut Config, w: &WorkloadSpec, nodes: usize, put_rate: f64) {
     let live = 2 * (w.keys as usize).div_ceil(nodes.max(1));
     let pending = put_rate * PUT_WINDOW_EXPIRIES * c.expiry.as_secs_f64();
     let slots = ((live as f64 + pending) * 4.0 / 3.0).ceil() as usize + 1024;
@@ -339,6 +385,28 @@ mod tests {
                 nodes: 2
             })
         ));
+    }
+
+    #[test]
+    fn tables_sized_for_a_rate_are_smaller_and_hold_the_keys() {
+        let w = WorkloadSpec {
+            keys: 4096,
+            ..WorkloadSpec::default()
+        };
+        let mut roomy = Config::default();
+        size_tables(&mut roomy, &w, 3, PAPER_LOAD_FACTOR);
+        let mut paced = Config::default();
+        size_tables_for_rate(&mut paced, &w, 3, PAPER_LOAD_FACTOR, 10_000.0);
+        assert_eq!(paced.index_slots_per_node, roomy.index_slots_per_node);
+        assert!(paced.data_bytes_per_node * 4 < roomy.data_bytes_per_node);
+        let class = paced.class_for(w.value_size).unwrap();
+        assert!(paced.class_slots(class) >= 2 * 4096 / 3);
+        let mut spec = RunSpec::new("t", StoreKind::Cd, w);
+        spec.timeline = Some(TimelineSpec {
+            bucket_ms: 0,
+            limit_ms: 1,
+        });
+        assert!(spec.validate().is_err(), "a bucket of 0 ms");
     }
 
     #[test]

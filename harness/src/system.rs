@@ -112,6 +112,34 @@ pub fn start_run_node(
     }
 }
 
+/// Starts a replacement for node `node_id` of the client-driven store,
+/// whose host was lost: [`nessie::Node::rejoin`] joins the current view with
+/// empty memory, restores every copy the node holds and returns once the
+/// node is active. Returns the node and what its restore copied.
+///
+/// # Errors
+/// [`HarnessError::Usage`] for another system than CD (only CD keeps
+/// replicas); the store's error if the rejoin is refused or times out.
+pub fn rejoin_node(
+    system: StoreKind,
+    config: &Config,
+    node_id: usize,
+) -> Result<(Box<dyn NodeHandle>, nessie::RestoreFigures)> {
+    if system != StoreKind::Cd {
+        return Err(HarnessError::Usage(format!(
+            "{system} keeps no replicas, so a lost node of it cannot rejoin"
+        )));
+    }
+    let node = nessie::Node::rejoin(config.clone(), node_id)?;
+    let figures = node.restore_figures().unwrap_or_default();
+    let handle = StoreNode {
+        node,
+        client: |n| Ok(Box::new(n.client()?)),
+        tables: nessie::Node::data_table_figures,
+    };
+    Ok((Box::new(handle), figures))
+}
+
 /// A node of one of the nessie stores (CD, SD, HY) or this process's
 /// handle on the LMDB environment, with how to get a client of it; SD's
 /// and HY's server workers run while it lives.

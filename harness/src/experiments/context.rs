@@ -94,6 +94,19 @@ impl Ctx {
         })
     }
 
+    /// The progress bar (hidden with `--json`), for an experiment that
+    /// drives its run itself.
+    #[must_use]
+    pub fn bar(&self) -> ProgressBar {
+        self.bar.clone()
+    }
+
+    /// This binary, which the node processes run.
+    #[must_use]
+    pub fn exe(&self) -> &std::path::Path {
+        &self.exe
+    }
+
     /// The report of this experiment; its parameters are `params` plus the
     /// common flags, and its setup says where the nodes ran.
     #[must_use]

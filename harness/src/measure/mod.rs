@@ -13,11 +13,15 @@
 //! the kernel did not preempt, and latency-bucketed sums of what the
 //! operations cost ([`crate::tail`]), from which the summary reads what the
 //! slowest 1 % and 0.1 % spent their time on.
+//!
+//! A run measured as a time series (`failover`) records per time bucket
+//! instead ([`timeline`]).
 
 mod figures;
 mod record;
 #[cfg(test)]
 mod tests;
+pub mod timeline;
 
 pub use figures::{summarize, KindSummary, Merged, NodeFigures, PowerFigures, RunFigures};
 pub use record::{Hist, KindReport, NodeReport, OpCounters, PreloadReport, Recorder};

@@ -24,7 +24,18 @@ pub struct Hist(pub Histogram<u64>);
 
 impl Hist {
     fn new(max: u64) -> Self {
-        Hist(Histogram::new_with_bounds(1, max, 3).expect("static histogram bounds are valid"))
+        Self::with_digits(max, 3)
+    }
+
+    fn with_digits(max: u64, digits: u8) -> Self {
+        Hist(Histogram::new_with_bounds(1, max, digits).expect("static histogram bounds are valid"))
+    }
+
+    /// An empty latency histogram for one bucket of a time series (1 ns
+    /// … 60 s, 2 significant digits: a series holds hundreds of them).
+    #[must_use]
+    pub fn series_latency() -> Self {
+        Self::with_digits(MAX_LATENCY_NS, 2)
     }
 
     /// An empty latency histogram (1 ns … 60 s, 3 significant digits).

@@ -139,6 +139,10 @@ pub enum FigureKind {
     Cdf,
     /// Grouped bars over named categories.
     Bar,
+    /// Lines over time on a linear axis (a run's time series), with an
+    /// optional second panel below ([`Figure::lower`]) and vertical
+    /// markers at the run's events ([`Figure::markers`]).
+    Timeline,
 }
 
 /// One named series of a figure.
@@ -148,6 +152,26 @@ pub struct Series {
     pub name: String,
     /// Points `(x, y)`; for bar charts x is the category index.
     pub points: Vec<(f64, f64)>,
+}
+
+/// A vertical line across a figure at `x`, with a label (a timeline's
+/// events).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Marker {
+    /// Where, in x axis units.
+    pub x: f64,
+    /// What happened there.
+    pub label: String,
+}
+
+/// A timeline's second panel, under the first and on the same x axis; on
+/// a log axis if its y label is a time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Panel {
+    /// Y axis label.
+    pub y_label: String,
+    /// The data.
+    pub series: Vec<Series>,
 }
 
 /// A plot, shaped like one of the paper's figures.
@@ -169,6 +193,12 @@ pub struct Figure {
     pub categories: Vec<String>,
     /// The data.
     pub series: Vec<Series>,
+    /// Vertical lines at events ([`FigureKind::Timeline`] only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub markers: Vec<Marker>,
+    /// A second panel below ([`FigureKind::Timeline`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower: Option<Panel>,
 }
 
 impl Figure {
@@ -184,6 +214,8 @@ impl Figure {
             log2_x_bytes: false,
             categories: Vec::new(),
             series: Vec::new(),
+            markers: Vec::new(),
+            lower: None,
         }
     }
 
@@ -221,7 +253,9 @@ impl Figure {
     /// 2 scale, [`Figure::log2_x_bytes`].)
     #[must_use]
     pub fn log_x(&self) -> bool {
-        self.kind != FigureKind::Bar && !self.log2_x_bytes && self.x_time_unit_ns().is_some()
+        matches!(self.kind, FigureKind::Line | FigureKind::Cdf)
+            && !self.log2_x_bytes
+            && self.x_time_unit_ns().is_some()
     }
 }
 
@@ -308,12 +342,20 @@ pub struct Report {
     pub runs: Vec<RunRecord>,
     /// Tables.
     pub tables: Vec<Table>,
+    /// Tables too long to read in report.md (a time series): written as
+    /// CSV and into results.json, and named in report.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<Table>,
     /// Figures.
     pub figures: Vec<Figure>,
     /// The paper beside ours.
     pub comparisons: Vec<Comparison>,
     /// Caveats and observations.
     pub notes: Vec<String>,
+    /// What the experiment measured as a whole, for programs to read
+    /// (`failover`: its three times); null for the others.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub outcome: serde_json::Value,
 }
 
 impl Report {
@@ -330,9 +372,11 @@ impl Report {
             params,
             runs: Vec::new(),
             tables: Vec::new(),
+            data: Vec::new(),
             figures: Vec::new(),
             comparisons: Vec::new(),
             notes: Vec::new(),
+            outcome: serde_json::Value::Null,
         }
     }
 
@@ -392,7 +436,7 @@ impl Report {
             written.push(p);
             Ok(())
         };
-        for t in &self.tables {
+        for t in self.tables.iter().chain(&self.data) {
             put(&format!("{}.csv", t.name), t.csv().as_bytes())?;
         }
         let mut plotted = Vec::new();
@@ -467,6 +511,20 @@ impl Report {
                 t.title,
                 t.markdown(),
                 t.name
+            );
+            for n in &t.notes {
+                let _ = writeln!(md, "{n}\n");
+            }
+        }
+        for t in &self.data {
+            let _ = writeln!(
+                md,
+                "## {}\n\n(`{}.csv`: {} × {}, columns {})\n",
+                t.title,
+                t.name,
+                t.rows.len(),
+                t.columns.len(),
+                t.columns.join(", ")
             );
             for n in &t.notes {
                 let _ = writeln!(md, "{n}\n");
@@ -606,6 +664,9 @@ mod tests {
         let mut c = Figure::new("cdf", "CDF", FigureKind::Cdf, "verbs", "fraction");
         c.series("CD-GET", vec![(2.0, 0.5), (3.0, 1.0)]);
         r.figures.push(c);
+        let mut series = Table::new("timeline", "Time series", &["t_s", "ok_per_s"]);
+        series.row(vec!["0.000".into(), "900".into()]);
+        r.data.push(series);
         r.comparisons.push(Comparison {
             source: "Fig. 4".into(),
             paper: "CD > SD".into(),
@@ -630,6 +691,7 @@ mod tests {
             "sweep.png",
             "cdf.svg",
             "cdf.png",
+            "timeline.csv",
         ] {
             let p = dir.path().join(name);
             assert!(
@@ -650,6 +712,11 @@ mod tests {
         assert!(md.contains("| CD | 1,000 |"));
         assert!(md.contains("shape holds"));
         assert!(md.contains("![throughput](throughput.svg)"));
+        assert!(md.contains("(`timeline.csv`: 1 × 2, columns t_s, ok_per_s)"));
+        assert!(
+            !md.contains("| 0.000 |"),
+            "a data table stays out of report.md"
+        );
     }
 
     #[test]

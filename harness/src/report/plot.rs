@@ -5,13 +5,19 @@
 //! axes, bars and lines only — and the report says so; the numbers are in
 //! results.json and the CSVs either way.
 
-use super::{bytes_label, Figure, FigureKind};
+use super::{bytes_label, time_unit_ns, Figure, FigureKind, Series};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 const SIZE: (u32, u32) = (900, 560);
+/// A timeline with a second panel is taller; the upper panel takes
+/// [`UPPER_SHARE`] of it.
+const TALL: (u32, u32) = (900, 760);
+const UPPER_SHARE: f64 = 0.55;
+/// Markers' lines and labels.
+const MARKER: RGBColor = RGBColor(60, 60, 60);
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
@@ -34,13 +40,18 @@ pub(super) fn render(f: &Figure, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let svg = dir.join(format!("{}.svg", f.name));
     let png = dir.join(format!("{}.png", f.name));
     let text = text_available();
+    let size = if f.kind == FigureKind::Timeline && f.lower.is_some() {
+        TALL
+    } else {
+        SIZE
+    };
     {
-        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        let root = SVGBackend::new(&svg, size).into_drawing_area();
         draw(&root, f, text).or_else(|e| if text { draw(&root, f, false) } else { Err(e) })?;
         root.present().map_err(|e| e.to_string())?;
     }
     {
-        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        let root = BitMapBackend::new(&png, size).into_drawing_area();
         draw(&root, f, text).or_else(|e| if text { draw(&root, f, false) } else { Err(e) })?;
         root.present().map_err(|e| e.to_string())?;
     }
@@ -154,6 +165,7 @@ fn draw<DB: DrawingBackend>(
     match f.kind {
         FigureKind::Bar => bars(root, f, text),
         FigureKind::Line | FigureKind::Cdf => lines(root, f, text),
+        FigureKind::Timeline => timeline(root, f, text),
     }
 }
 
@@ -326,6 +338,161 @@ fn legend_corner(
     }
 }
 
+/// A timeline: its series over a linear time axis from 0, its lower
+/// panel (if any) below on the same axis, and its markers across both,
+/// labelled in the upper panel.
+fn timeline<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    text: bool,
+) -> Result<(), String> {
+    let xs = f
+        .series
+        .iter()
+        .chain(f.lower.iter().flat_map(|p| &p.series))
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(f.markers.iter().map(|m| m.x));
+    let x = range(xs, true);
+    let upper = Pane {
+        caption: Some(&f.title),
+        y_label: &f.y_label,
+        series: &f.series,
+        first_color: 0,
+        label_markers: true,
+    };
+    let Some(lower) = &f.lower else {
+        return pane(root, f, &upper, x, text);
+    };
+    let at = (f64::from(root.dim_in_pixel().1) * UPPER_SHARE) as i32;
+    let (top, bottom) = root.split_vertically(at);
+    pane(&top, f, &upper, x, text)?;
+    let below = Pane {
+        caption: None,
+        y_label: &lower.y_label,
+        series: &lower.series,
+        first_color: f.series.len(),
+        label_markers: false,
+    };
+    pane(&bottom, f, &below, x, text)
+}
+
+/// One panel of a timeline.
+struct Pane<'a> {
+    caption: Option<&'a str>,
+    y_label: &'a str,
+    series: &'a [Series],
+    /// The colour of its first series (the panels' colours differ).
+    first_color: usize,
+    label_markers: bool,
+}
+
+/// The runs of finite (and, on a log axis, positive) points of `points`,
+/// in x order: a bucket without a value leaves a gap in the line.
+fn segments(points: &[(f64, f64)], log: bool) -> Vec<Vec<(f64, f64)>> {
+    let mut pts = points.to_vec();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+    for (x, y) in pts {
+        if y.is_finite() && (!log || y > 0.0) {
+            let y = if log { y.log10() } else { y };
+            if let Some(run) = out.last_mut() {
+                run.push((x, y));
+            }
+        } else if out.last().is_some_and(|s| !s.is_empty()) {
+            out.push(Vec::new());
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+fn pane<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    p: &Pane<'_>,
+    (x0, x1): (f64, f64),
+    text: bool,
+) -> Result<(), String> {
+    let y_time = time_unit_ns(p.y_label);
+    let ys = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1));
+    let (y0, mut y1) = match y_time {
+        Some(_) => decades(ys),
+        None => range(ys, true),
+    };
+    if p.label_markers && !f.markers.is_empty() {
+        // Room above the data for the markers' labels.
+        y1 += (y1 - y0) * 0.3;
+    }
+    let mut b = ChartBuilder::on(area);
+    b.margin(16);
+    if text {
+        if let Some(caption) = p.caption {
+            b.caption(caption, ("sans-serif", 20));
+        }
+        b.x_label_area_size(40).y_label_area_size(72);
+    } else {
+        b.x_label_area_size(4).y_label_area_size(4);
+    }
+    let mut chart = b.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?;
+    {
+        let y_fmt = |v: &f64| match y_time {
+            Some(unit) => decade_label(*v, unit),
+            None => y_format(v),
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_label_formatter(&y_format).y_label_formatter(&y_fmt);
+        if text {
+            mesh.x_desc(f.x_label.as_str()).y_desc(p.y_label);
+            if y_time.is_some() {
+                mesh.y_labels((y1 - y0).ceil() as usize + 1);
+            }
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw().map_err(err)?;
+    }
+    for (i, m) in f.markers.iter().enumerate() {
+        let style = MARKER.stroke_width(1);
+        chart
+            .draw_series(DashedLineSeries::new([(m.x, y0), (m.x, y1)], 6, 4, style))
+            .map_err(err)?;
+        if text && p.label_markers {
+            // Staggered, so that labels of close events do not overlap.
+            let y = y1 - (y1 - y0) * (0.04 + 0.08 * (i % 3) as f64);
+            let font = ("sans-serif", 13).into_font().color(&MARKER);
+            let label = EmptyElement::at((m.x, y)) + Text::new(m.label.clone(), (5, 0), font);
+            chart.draw_series(std::iter::once(label)).map_err(err)?;
+        }
+    }
+    for (i, s) in p.series.iter().enumerate() {
+        let color = COLORS[(i + p.first_color) % COLORS.len()];
+        let mut drawn = false;
+        for segment in segments(&s.points, y_time.is_some()) {
+            let line = chart
+                .draw_series(LineSeries::new(segment, color.stroke_width(2)))
+                .map_err(err)?;
+            if text && !drawn {
+                line.label(s.name.as_str()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            }
+            drawn = true;
+        }
+    }
+    if text && p.series.iter().any(|s| !s.points.is_empty()) {
+        // The end of a run is its steadiest stretch, and its lowest values
+        // matter least: the legend goes there, clear of the markers' labels.
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 fn bars<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     f: &Figure,
@@ -481,6 +648,53 @@ mod tests {
                 assert!(drawn.contains("1 ms"), "decade ticks are labelled");
             }
         }
+    }
+
+    #[test]
+    fn timelines_draw_two_panels_markers_and_gaps() {
+        let mut f = Figure::new(
+            "failover",
+            "Failover",
+            FigureKind::Timeline,
+            "time since the run began, s",
+            "operations/s",
+        );
+        f.series("successful", vec![(0.0, 900.0), (0.1, 0.0), (0.2, 950.0)]);
+        f.lower = Some(super::super::Panel {
+            y_label: "p99 latency, µs".into(),
+            series: vec![Series {
+                name: "GET p99".into(),
+                points: vec![(0.0, 40.0), (0.1, f64::NAN), (0.2, 300_000.0)],
+            }],
+        });
+        for (x, label) in [(0.05, "kill"), (0.15, "view active")] {
+            f.markers.push(super::super::Marker {
+                x,
+                label: label.into(),
+            });
+        }
+        assert!(!f.log_x(), "time runs on a linear axis");
+        assert_eq!(
+            segments(&f.lower.as_ref().unwrap().series[0].points, true).len(),
+            2,
+            "a bucket without a value is a gap"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        for text in [false, text_available()] {
+            let svg = dir.path().join(format!("timeline-{text}.svg"));
+            let root = SVGBackend::new(&svg, TALL).into_drawing_area();
+            draw(&root, &f, text).unwrap();
+            root.present().unwrap();
+            let drawn = std::fs::read_to_string(&svg).unwrap();
+            assert!(
+                drawn.matches("<polyline").count() >= 3,
+                "two lines, a marker"
+            );
+            if text {
+                assert!(drawn.contains("view active") && drawn.contains("1 ms"));
+            }
+        }
+        assert!(render(&f, dir.path()).unwrap().iter().all(|p| p.exists()));
     }
 
     #[test]

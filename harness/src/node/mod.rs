@@ -7,6 +7,13 @@
 //! node prints one [`NodeReport`] line. It keeps its node up until `exit`,
 //! because its peers may still be reading its memory. See [`crate::cluster`]
 //! for the protocol.
+//!
+//! A run measured as a time series ([`RunSpec::timeline`], `failover`)
+//! runs its workers until the harness says `stop` and reports its buckets
+//! instead; a node started with `--rejoin` replaces a lost one
+//! (`Node::rejoin`) and skips the preload.
+
+mod failover;
 
 use crate::error::{HarnessError, Result};
 use crate::launcher::SHM_MARKER;
@@ -57,6 +64,12 @@ pub struct NodeArgs {
     /// lines apart).
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
+    /// Start as the replacement of node `--node-id`, whose host was lost:
+    /// rejoin with empty memory, restore the node's copies
+    /// (`nessie::Node::rejoin`), then run without a preload (`failover`
+    /// starts these itself).
+    #[arg(long, requires = "node_id")]
+    pub rejoin: bool,
 }
 
 /// The longest error message a node prints on stdout (the whole message
@@ -107,6 +120,16 @@ fn emit(event: &NodeEvent) {
     }
 }
 
+/// What the harness said within a wait ([`Commands::listen`]).
+enum Heard {
+    /// Nothing.
+    Nothing,
+    /// A command.
+    Said(NodeCommand),
+    /// It closed stdin.
+    Gone,
+}
+
 /// Commands from the harness (stdin), or none in `--no-barrier` mode.
 struct Commands {
     rx: Option<Receiver<Option<NodeCommand>>>,
@@ -151,13 +174,22 @@ impl Commands {
 
     /// Polls for an abort (stdin closed or `exit`) for up to `wait`.
     fn aborted(&self, wait: Duration) -> bool {
+        matches!(
+            self.listen(wait),
+            Heard::Said(NodeCommand::Exit) | Heard::Gone
+        )
+    }
+
+    /// Waits up to `wait` for a command.
+    fn listen(&self, wait: Duration) -> Heard {
         let Some(rx) = &self.rx else {
             std::thread::sleep(wait);
-            return false;
+            return Heard::Nothing;
         };
         match rx.recv_timeout(wait) {
-            Ok(Some(NodeCommand::Exit) | None) | Err(RecvTimeoutError::Disconnected) => true,
-            Ok(Some(_)) | Err(RecvTimeoutError::Timeout) => false,
+            Ok(Some(c)) => Heard::Said(c),
+            Ok(None) | Err(RecvTimeoutError::Disconnected) => Heard::Gone,
+            Err(RecvTimeoutError::Timeout) => Heard::Nothing,
         }
     }
 }
@@ -243,21 +275,31 @@ fn run(args: &NodeArgs, placed: &mut Option<usize>) -> Result<()> {
     *placed = Some(node_id);
     let config = configure(args, &launch, &spec)?;
     let commands = Commands::new(!args.no_barrier);
-    let (peer, lmdb) = (spec.peer.as_ref(), spec.lmdb.as_ref());
-    let node = system::start_run_node(spec.system, &config, node_id, peer, lmdb)?;
+    let node = if args.rejoin {
+        failover::rejoin(&spec, &config, node_id)?
+    } else {
+        let (peer, lmdb) = (spec.peer.as_ref(), spec.lmdb.as_ref());
+        system::start_run_node(spec.system, &config, node_id, peer, lmdb)?
+    };
     let mut clients = (0..spec.clients_per_node)
         .map(|_| node.client())
         .collect::<Result<Vec<_>>>()?;
     emit(&NodeEvent::Ready { node: node_id });
 
-    if !commands.expect(NodeCommand::Preload)? {
-        return Ok(());
-    }
-    let preload = preload(&spec, node_id, &mut clients);
-    emit(&NodeEvent::Preloaded {
-        node: node_id,
-        preload: preload.clone(),
-    });
+    // A replacement holds the restored copies of its keys already.
+    let preload = if args.rejoin {
+        PreloadReport::default()
+    } else {
+        if !commands.expect(NodeCommand::Preload)? {
+            return Ok(());
+        }
+        let preload = preload(&spec, node_id, &mut clients);
+        emit(&NodeEvent::Preloaded {
+            node: node_id,
+            preload: preload.clone(),
+        });
+        preload
+    };
 
     if !commands.expect(NodeCommand::Run)? {
         return Ok(());
@@ -271,20 +313,34 @@ fn run(args: &NodeArgs, placed: &mut Option<usize>) -> Result<()> {
         eprintln!("{FAIL_NODE_ENV}={node_id}: crashing on purpose");
         std::process::abort();
     }
-    let mut report = measure(&spec, node_id, &mut clients, &commands, preload)?;
-    report.tables = node
-        .data_tables()
-        .into_iter()
-        .filter(|t| t.peak_in_use > 0)
-        .collect();
-    match &args.report_dir {
-        None => emit(&NodeEvent::Report {
-            report: Box::new(report),
-        }),
-        Some(dir) => emit(&NodeEvent::ReportFile {
-            node: node_id,
-            file: write_report(dir, &report)?,
-        }),
+    if let Some(timeline) = spec.timeline {
+        let t = failover::phase(
+            &spec,
+            timeline,
+            node_id,
+            args.rejoin,
+            &mut clients,
+            &commands,
+        )?;
+        emit(&NodeEvent::Timeline {
+            timeline: Box::new(t),
+        });
+    } else {
+        let mut report = measure(&spec, node_id, &mut clients, &commands, preload)?;
+        report.tables = node
+            .data_tables()
+            .into_iter()
+            .filter(|t| t.peak_in_use > 0)
+            .collect();
+        match &args.report_dir {
+            None => emit(&NodeEvent::Report {
+                report: Box::new(report),
+            }),
+            Some(dir) => emit(&NodeEvent::ReportFile {
+                node: node_id,
+                file: write_report(dir, &report)?,
+            }),
+        }
     }
 
     // Stay up until every node has finished: peers read our memory.
@@ -639,117 +695,4 @@ pub fn hog() -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::WorkloadSpec;
-    use nessie_examples::StoreKind;
-
-    /// A one-node run of the `null` store over 100 keys of 64 bytes, and
-    /// two clients of its node.
-    fn null_run(warmup_ms: u64, duration_ms: u64) -> (RunSpec, Vec<Box<dyn KvClient>>) {
-        let w = WorkloadSpec {
-            keys: 100,
-            value_size: 64,
-            ..WorkloadSpec::default()
-        };
-        let mut spec = RunSpec::new("t", StoreKind::Null, w);
-        spec.nodes = 1;
-        spec.warmup_ms = warmup_ms;
-        spec.duration_ms = duration_ms;
-        let node = system::start_node(StoreKind::Null, &Config::default(), 0, None).unwrap();
-        let clients = (0..2).map(|_| node.client().unwrap()).collect();
-        (spec, clients)
-    }
-
-    #[test]
-    fn a_null_node_measures_its_workers() {
-        let (spec, mut clients) = null_run(20, 100);
-        let pre = preload(&spec, 0, &mut clients);
-        assert_eq!((pre.keys, pre.errors), (100, 0));
-        let report = measure(&spec, 0, &mut clients, &Commands::new(false), pre).unwrap();
-        assert!(report.get.ok > 0 && report.put.ok > 0);
-        assert_eq!(report.get.misses, 0, "every key was preloaded");
-        // At least the measured phase; the upper bound only catches a run
-        // that never ended its phase (a loaded machine stretches it).
-        assert!(
-            report.elapsed_s >= 0.09 && report.elapsed_s < 30.0,
-            "{}",
-            report.elapsed_s
-        );
-        assert_eq!(report.get.counters.ops, report.get.ok);
-    }
-
-    thread_local! {
-        static READINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
-
-    /// A scripted switch count for a closed loop, which reads once before
-    /// its first measured operation and once after each: reading `k + 1`
-    /// ends operation `k`, which is preempted when `k % 3 == 0`; the count
-    /// of such operations so far.
-    fn every_third_preempted() -> u64 {
-        match READINGS.with(|r| r.replace(r.get() + 1)) {
-            0 => 0,
-            n => (n - 1) / 3 + 1,
-        }
-    }
-
-    #[test]
-    fn preemption_is_counted_per_operation() {
-        let (spec, mut clients) = null_run(0, 50);
-        let one = &mut clients[..1];
-        let report = measure_with(
-            &spec,
-            0,
-            one,
-            &Commands::new(false),
-            PreloadReport::default(),
-            || {
-                Some(tail::ThreadUsage {
-                    involuntary: every_third_preempted(),
-                    ..tail::ThreadUsage::default()
-                })
-            },
-        )
-        .unwrap();
-        let ops = report.get.ok + report.put.ok;
-        assert!(ops > 10);
-        assert_eq!(report.get.preempted + report.put.preempted, ops.div_ceil(3));
-        for k in [&report.get, &report.put] {
-            assert_eq!(k.unpreempted_latency_ns.0.len() + k.preempted, k.ok);
-            assert_eq!(k.tail.ops(), k.ok);
-            let tail_preempted: u64 = k.tail.buckets().iter().map(|b| b.preempted).sum();
-            assert_eq!(tail_preempted, k.preempted);
-        }
-        // A reader that cannot tell counts nothing as preempted.
-        let report = measure_with(
-            &spec,
-            0,
-            one,
-            &Commands::new(false),
-            PreloadReport::default(),
-            || None,
-        )
-        .unwrap();
-        assert_eq!(report.get.preempted + report.put.preempted, 0);
-        assert_eq!(report.put.unpreempted_latency_ns.0.len(), report.put.ok);
-    }
-
-    #[test]
-    fn open_loop_holds_the_rate() {
-        let (mut spec, mut clients) = null_run(0, 500);
-        spec.load = Load::Open {
-            ops_per_sec: 2000.0,
-        };
-        let report = measure(
-            &spec,
-            0,
-            &mut clients,
-            &Commands::new(false),
-            PreloadReport::default(),
-        )
-        .unwrap();
-        let ops = report.get.ok + report.put.ok;
-        assert!((700..=1300).contains(&ops), "{ops} ops at 2000/s for 0.5 s");
-    }
-}
+mod tests;
