@@ -273,6 +273,8 @@ mod tests {
         let at = RemoteAddr::new(4, region::data(0), 0);
         v.activate(View::first(5).without(4).without(0));
         assert_eq!(v.current().epoch(), 2);
+        assert_eq!(v.current().lost().collect::<Vec<_>>(), vec![0, 4]);
+        assert!(!v.current().all_active() && View::first(5).all_active());
         assert_eq!(
             v.route(at),
             RemoteAddr::new(1, region::replica(2, region::data(0)), 0)
