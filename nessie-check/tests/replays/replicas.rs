@@ -1,12 +1,16 @@
 //! Replication (docs/replication.md) replayed: the schedules of the flaws
-//! the simulator's replicated runs found, step by step, on the real code.
+//! the simulator's replicated runs found, step by step, and the seeds of
+//! randomized replicated runs that caught them and the rules reverted one
+//! at a time (docs/testing.md#reverted-replication-rules), on the real
+//! code.
 
 use nessie::data::Geometry;
 use nessie::fabric::{Fabric, RemoteAddr};
 use nessie::layout::dte::EXPIRES_AT_OFFSET;
+use nessie::layout::{Ite, IteKind};
 use nessie::Config;
-use nessie_check::scripted::{tiny_config, Script};
-use nessie_check::sim::Point;
+use nessie_check::scripted::{cas_at, nth, tiny_config, Script};
+use nessie_check::sim::{divergent_duplicates, run, Point, Scenario};
 use std::time::Duration;
 
 /// Three nodes, two replicas of every share, two index slots per node and
@@ -26,6 +30,77 @@ fn word(fabric: &dyn Fabric, at: RemoteAddr) -> u64 {
     let mut w = [0u8; 8];
     fabric.read(at, &mut w).unwrap();
     u64::from_le_bytes(w)
+}
+
+/// A DELETE commits its tombstone and unlinks it, but its deadline passes
+/// between the unlink and the unlink's sync: the mirror still links the
+/// committed tombstone (`mirrors_behind`). A PUT of the key then lands in
+/// its first candidate, which another key's DELETE vacated. Were the
+/// mirror promoted as it stands, the key would have two linked committed
+/// entries that differ: the tombstone in its second candidate and the new
+/// value in its first, and a reader that cached the tombstone would answer
+/// "absent" from it. The PUT's reverse pass reads its candidates' mirrors
+/// and brings the lagging one forward before it commits
+/// (docs/replication.md#rp4b), so after the loss of the tombstone's
+/// primary the key reads its value, cache or not.
+#[test]
+fn a_tombstone_whose_unlink_never_reached_the_mirror_does_not_come_back() {
+    let script = Script::new(replicated(), 1);
+    let geometry = Geometry::new(script.config());
+    let hasher = script.hasher().clone();
+    let key = script.find("k-", |k| {
+        let c = hasher.candidates(k);
+        c[0].node != c[1].node
+    });
+    let cands = hasher.candidates(&key);
+    let b = cands[1].addr();
+    let global = |c: nessie::index::Candidate| (c.node * 2) as u64 + c.slot;
+    let filler = script.key_first("f-", global(cands[0]));
+    let lost = b.node;
+    let (deleter_node, reader_node) = ((lost + 1) % 3, (lost + 2) % 3);
+    let mut setup = script.direct_client();
+    setup.put(&filler, b"f").unwrap();
+    setup.put(&key, b"v1").unwrap();
+    let k = key.clone();
+    let deleter = script.spawn_on(0, deleter_node, move |c| {
+        (c.delete(&k).unwrap(), c.stats().delete.mirrors_behind)
+    });
+    // Stop before the unlink of the committed tombstone: the second CAS on
+    // the key's second candidate (the first linked the tombstone).
+    script
+        .sched
+        .run_until(0, nth(2, cas_at(b)))
+        .expect("the DELETE unlinks its tombstone");
+    let tombstone = Ite(word(&*script.cluster.fabric(), b));
+    // A reader on a third node reads the committed tombstone and caches it.
+    let mut reader = script.cluster.client(reader_node).unwrap();
+    assert_eq!(reader.get(&key).unwrap(), None);
+    // The unlink passed its deadline check; the sync after it does not.
+    script
+        .sched
+        .advance(script.config().op_timeout.as_micros() as u64 + 1);
+    script.sched.run_to_end(0);
+    let (existed, behind) = deleter.join().unwrap().unwrap();
+    assert!(existed);
+    assert_eq!(behind, 1, "the unlink's sync was cut short");
+    let mirror = geometry.mirrors(b).next().unwrap();
+    assert!(script.ite(global(cands[1])).is_empty());
+    assert_eq!(Ite(word(&*script.cluster.fabric(), mirror)), tombstone);
+    // The key is written again, into its first candidate.
+    assert!(setup.delete(&filler).unwrap());
+    setup.put(&key, b"v2").unwrap();
+    assert!(matches!(
+        script.ite(global(cands[0])).kind(),
+        IteKind::Occupied { .. }
+    ));
+    script.lose_host(lost);
+    assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v2"[..]));
+    let config = script.config();
+    let duplicates = divergent_duplicates(&*script.cluster.fabric(), config, &geometry);
+    assert_eq!(duplicates, None);
+    let mut fresh = script.cluster.client(reader_node).unwrap();
+    assert_eq!(fresh.get(&key).unwrap().as_deref(), Some(&b"v2"[..]));
+    assert_eq!(fresh.get(&filler).unwrap(), None);
 }
 
 /// A PUT that replaced an entry stages it, and its WRITE of `expires_at`
@@ -59,4 +134,25 @@ fn a_late_stamp_on_a_mirror_never_lands_on_the_slots_next_occupant() {
     let stamp = word(&*fabric, primary);
     assert_eq!(word(&*fabric, mirror), stamp, "the replicas' stamps differ");
     assert_ne!(stamp, 0, "the entry is staged once every stamp landed");
+}
+
+/// The seeds at which randomized replicated runs caught the two flaws
+/// above (before their fixes) and the replication rules reverted one at a
+/// time in the library (docs/testing.md#reverted-replication-rules),
+/// replayed on the real code: each must pass.
+#[test]
+fn seeds_that_caught_replication_flaws() {
+    let caught = [
+        // The late mirror stamp (RP5's order): DOUBLE-STAGE on a mirror.
+        (Scenario::mirrored_zombies(), 121),
+        (Scenario::replicated(Scenario::recycling()), 109),
+        (Scenario::host_lost(Scenario::recycling()), 574),
+        // The tombstone whose unlink never reached the mirror (RP4b).
+        (Scenario::mirrored_zombies(), 3109),
+    ];
+    for (scenario, seed) in caught {
+        if let Err(e) = run(&scenario, seed) {
+            panic!("scenario {}: {e}", scenario.name);
+        }
+    }
 }
