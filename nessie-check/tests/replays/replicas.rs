@@ -136,6 +136,54 @@ fn a_late_stamp_on_a_mirror_never_lands_on_the_slots_next_occupant() {
     assert_ne!(stamp, 0, "the entry is staged once every stamp landed");
 }
 
+/// A PUT's mirror commit lands, then its deadline passes before the
+/// primary's, and the PUT returns `Timeout` (RP3: mirrors commit first).
+/// Were a reader to answer from the entry's `prev` while its owner is not
+/// yet dead, and the entry's primary then be lost, the promoted mirror
+/// would say VALID: the timed-out PUT would take effect after it returned
+/// and after a reader saw the older value. With replicas a reader never
+/// answers from `prev` (docs/replication.md#rp6b): it waits until the
+/// owner is dead and aborts the entry on every replica first (docs/replication.md#rp3b).
+#[test]
+fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
+    let script = Script::new(replicated(), 1);
+    let key = script.key_first("k-", 0);
+    let mut setup = script.direct_client();
+    setup.put(&key, b"v1").unwrap();
+    let k = key.clone();
+    let owner = script.spawn_on(0, 2, move |c| c.put(&k, b"v5"));
+    let mirror_state = |p: &nessie_check::sim::PointInfo| {
+        p.kind == Point::Cas
+            && p.addr.is_some_and(|a| {
+                a.region.0 >= nessie::layout::region::REPLICA_STRIDE
+                    && nessie::layout::region::data_class(nessie::fabric::RegionId(
+                        a.region.0 % nessie::layout::region::REPLICA_STRIDE,
+                    ))
+                    .is_some()
+            })
+    };
+    script
+        .sched
+        .run_until(0, mirror_state)
+        .expect("the PUT commits on its mirror");
+    // The mirror's commit passed its deadline check; the primary's will not.
+    script
+        .sched
+        .advance(script.config().op_timeout.as_micros() as u64 + 1);
+    script.sched.run_to_end(0);
+    assert!(matches!(
+        owner.join().unwrap().unwrap(),
+        Err(nessie::Error::Timeout)
+    ));
+    // The reader waits for the owner's death (it may time out meanwhile,
+    // its back-off letting virtual time pass), then helps.
+    let mut reader = script.cluster.client(1).unwrap();
+    let read = (0..10).find_map(|_| reader.get(&key).ok());
+    assert_eq!(read.flatten().as_deref(), Some(&b"v1"[..]));
+    script.lose_host(2);
+    assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
 /// The seeds at which randomized replicated runs caught the two flaws
 /// above (before their fixes) and the replication rules reverted one at a
 /// time in the library (docs/testing.md#reverted-replication-rules),
