@@ -135,7 +135,8 @@ impl ClientRun {
             }
             Err(e) => match classify(&e, self.transport, self.sched.lost_node()) {
                 Ok(true) => self.recorder.failed(pending),
-                Ok(false) => self.recorder.unknown(pending),
+                // Returned: whatever it did, it did by now.
+                Ok(false) => self.recorder.undecided(pending),
                 Err(msg) => {
                     self.recorder.unknown(pending);
                     self.errors
