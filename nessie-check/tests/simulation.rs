@@ -234,7 +234,7 @@ fn replicated_with_faults(base: Scenario, seeds: u64) -> SimOutcome {
 
 #[test]
 fn replicated_contended_with_faults() {
-    replicated_with_faults(Scenario::contended(), 100);
+    replicated_with_faults(Scenario::contended(), 150);
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn replicated_crowded_with_faults() {
 
 #[test]
 fn replicated_recycling_with_faults() {
-    let t = replicated_with_faults(Scenario::recycling(), 100);
+    let t = replicated_with_faults(Scenario::recycling(), 150);
     assert!(t.recycling.reclaimed > 0);
 }
 

@@ -184,19 +184,45 @@ fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
     assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v1"[..]));
 }
 
-/// The seeds at which randomized replicated runs caught the two flaws
-/// above (before their fixes) and the replication rules reverted one at a
-/// time in the library (docs/testing.md#reverted-replication-rules),
-/// replayed on the real code: each must pass.
+/// The seeds at which randomized replicated runs caught the flaws above
+/// (before their fixes) and the replication rules reverted one at a time
+/// in the library by `scripts/fix-reverts/RP*.patch`
+/// (docs/testing.md#reverted-replication-rules), replayed on the real
+/// code: each must pass.
 #[test]
 fn seeds_that_caught_replication_flaws() {
+    let replicated = Scenario::replicated;
+    let lost = Scenario::host_lost;
     let caught = [
-        // The late mirror stamp (RP5's order): DOUBLE-STAGE on a mirror.
+        // The late mirror stamp (S1): DOUBLE-STAGE on a mirror.
         (Scenario::mirrored_zombies(), 121),
-        (Scenario::replicated(Scenario::recycling()), 109),
-        (Scenario::host_lost(Scenario::recycling()), 574),
-        // The tombstone whose unlink never reached the mirror (RP4b).
+        (replicated(Scenario::recycling()), 109),
+        (lost(Scenario::recycling()), 574),
+        // The tombstone whose unlink never reached the mirror (S2).
         (Scenario::mirrored_zombies(), 3109),
+        // The timed-out write answered from `prev` (S3).
+        (lost(Scenario::contended()), 59),
+        (lost(Scenario::combined()), 96),
+        // RP3 reverted: the primary committed first.
+        (Scenario::mirrored_zombies(), 8),
+        (replicated(Scenario::recycling()), 11),
+        (replicated(Scenario::crowded()), 12),
+        (lost(Scenario::contended()), 54),
+        // RP3b reverted: no mirror aborted before a restore.
+        (replicated(Scenario::crowded()), 966),
+        (replicated(Scenario::combined()), 2292),
+        // RP4 reverted: the link's sync after the commit.
+        (replicated(Scenario::crowded()), 21),
+        (replicated(Scenario::combined()), 21),
+        (lost(Scenario::contended()), 59),
+        // RP2b reverted: owners dead before their mirror CASes landed.
+        (replicated(Scenario::recycling()), 127),
+        (lost(Scenario::combined()), 177),
+        // RP4b reverted (S2 again).
+        (replicated(Scenario::contended()), 2051),
+        // RP5's order reverted (S1 again).
+        (Scenario::mirrored_zombies(), 12),
+        (replicated(Scenario::combined()), 12),
     ];
     for (scenario, seed) in caught {
         if let Err(e) = run(&scenario, seed) {
