@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How many seeds the randomized simulation needs to find each review bug
 # once its fix is undone, and each hand-made mutant (M1 … M3) once applied.
-# For each name (F1 … F5, A1, M1 … M3, default all), applies
+# For each name (F1 … F5, A1, M1 … M3, default all; or RP2b RP3 RP3b RP4 RP4b
+# RP5o, the replication rules, docs/testing.md#reverted-replication-rules), applies
 # scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
 # simulation in release mode, and runs every randomized scenario from seed
 # 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per
@@ -11,17 +12,24 @@
 #   SEEDS=N        seeds per scenario at most (default 3000)
 #   SCENARIOS="…"  test names of nessie-check/tests/simulation.rs to run (default:
 #                  every randomized scenario with faults or a prescribed layout,
-#                  and `combined`)
+#                  and `combined`; for names that all start with RP, the
+#                  replication reverts, the replicated scenarios)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 seeds=${SEEDS:-3000}
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(F1 F2 F3 F4 F5 A1 M1 M2 M3)
-read -r -a scenarios <<<"${SCENARIOS:-combined_migration_and_recycling contended_with_faults \
+default="combined_migration_and_recycling contended_with_faults \
 crowded_with_faults recycling_with_faults combined_with_faults migrating_zombies \
 layout_a_races layout_f2_races clock_step_ahead_with_the_watch vacated_candidates \
-migrating_under_delete}"
+migrating_under_delete"
+if [ ${#names[@]} -gt 0 ] && ! printf '%s\n' "${names[@]}" | grep -qv '^RP'; then
+  default="mirrored_zombies replicated_contended_with_faults replicated_crowded_with_faults \
+replicated_recycling_with_faults replicated_combined_with_faults host_lost_contended \
+host_lost_crowded host_lost_recycling host_lost_combined"
+fi
+read -r -a scenarios <<<"${SCENARIOS:-$default}"
 work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)
 trap 'git -C "$root" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add --detach "$work/tree" HEAD >/dev/null

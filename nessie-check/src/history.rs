@@ -106,6 +106,12 @@ pub enum Outcome {
     /// Unknown: crashed or timed out. It may have taken effect at any
     /// instant after its invocation, or not at all.
     Unknown,
+    /// It returned at instant `at` without a result (a timeout, a failed
+    /// verb): it took effect at some instant before `at`, or not at all.
+    Undecided {
+        /// Response instant (not before the invocation).
+        at: u64,
+    },
 }
 
 /// One operation of a history.
@@ -154,7 +160,7 @@ impl Operation {
     #[must_use]
     pub fn responded(&self) -> Option<u64> {
         match self.outcome {
-            Outcome::Returned { at, .. } => Some(at),
+            Outcome::Returned { at, .. } | Outcome::Undecided { at } => Some(at),
             Outcome::Unknown => None,
         }
     }
@@ -164,7 +170,7 @@ impl Operation {
     pub fn ret(&self) -> Option<&Ret> {
         match &self.outcome {
             Outcome::Returned { ret, .. } => Some(ret),
-            Outcome::Unknown => None,
+            Outcome::Unknown | Outcome::Undecided { .. } => None,
         }
     }
 }
@@ -210,6 +216,7 @@ impl fmt::Display for Operation {
                 write!(f, " [{}, {at}]", self.invoked)
             }
             Outcome::Unknown => write!(f, " -> unknown [{}, inf)", self.invoked),
+            Outcome::Undecided { at } => write!(f, " -> undecided [{}, {at}]", self.invoked),
         }
     }
 }
@@ -244,11 +251,11 @@ impl History {
         self.ops.len()
     }
 
-    /// Number of operations whose outcome is unknown (no response: the
+    /// Number of operations whose outcome is unknown (no result: the
     /// client timed out or its process died).
     #[must_use]
     pub fn unknown_outcomes(&self) -> usize {
-        self.ops.iter().filter(|o| o.responded().is_none()).count()
+        self.ops.iter().filter(|o| o.ret().is_none()).count()
     }
 
     /// Whether there are no operations.
@@ -376,6 +383,15 @@ impl Recorder {
     /// client crashed). Dropping the [`Pending`] has the same effect.
     pub fn unknown(&self, pending: Pending) {
         let _ = pending;
+    }
+
+    /// Records that the operation returned now without a result: whether
+    /// it took effect is unknown, but it cannot take effect any later
+    /// ([`Outcome::Undecided`]).
+    pub fn undecided(&self, pending: Pending) {
+        let mut rec = self.lock();
+        let at = self.stamp(&mut rec);
+        rec.ops[pending.index].outcome = Outcome::Undecided { at };
     }
 
     /// Records that the operation failed without taking effect (an error

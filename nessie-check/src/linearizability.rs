@@ -39,6 +39,14 @@
 //! are dropped (they never took effect). An unknown GET constrains nothing
 //! and is ignored.
 //!
+//! An *undecided* operation ([`Outcome::Undecided`]: it returned without a
+//! result) is unknown until its response, which bounds it like a known
+//! one's: the search may place it lazily before a known operation as above,
+//! and when it meets the response of one not yet placed, it either takes
+//! effect there, the latest instant it may (nothing between placing it
+//! earlier and there observes it, or a known PUT in between overwrites it),
+//! or is dropped.
+//!
 //! On failure the report names the key, the longest valid partial
 //! linearization found (its length, final state and last few operations),
 //! the operation that could not be placed after it, and the operations that
@@ -183,7 +191,9 @@ pub fn check(history: &History) -> Result<(), CheckError> {
             Outcome::Returned { at, .. } if *at < op.invoked => {
                 return malformed("it responded before it was invoked");
             }
-            Outcome::Unknown if matches!(op.call, Call::Get(_)) => continue,
+            Outcome::Unknown | Outcome::Undecided { .. } if matches!(op.call, Call::Get(_)) => {
+                continue
+            }
             _ => {}
         }
         by_key.entry(op.call.key()).or_default().push(index);
@@ -268,6 +278,9 @@ struct Frame {
     used: Option<usize>,
     /// Which option of [`KeySearch::option`] this was.
     option: usize,
+    /// Whether this was an undecided operation met at its response: option
+    /// 0 took effect there, option 1 was dropped.
+    decided: bool,
 }
 
 /// The deepest point of the search, for the report.
@@ -337,7 +350,7 @@ impl<'h> KeySearch<'h> {
                 _ => unreachable!("check() validated and filtered the operations"),
             };
             step.push(s);
-            unknown.push(op.responded().is_none());
+            unknown.push(op.ret().is_none());
             entries.push((op.invoked, 0, i, true));
             match op.responded() {
                 Some(at) => entries.push((at, 1, i, false)),
@@ -480,6 +493,7 @@ impl<'h> KeySearch<'h> {
                                 before: state,
                                 used,
                                 option: k,
+                                decided: false,
                             });
                             state = after;
                             self.lift(entry);
@@ -503,10 +517,26 @@ impl<'h> KeySearch<'h> {
                     self.next[entry]
                 };
             } else {
-                if self.unknown[op] {
+                if self.unknown[op] && self.history.ops()[self.index[op]].responded().is_none() {
                     // Only unknown operations are left unlinearized; they
                     // never took effect.
                     return Ok(());
+                }
+                if self.unknown[op] {
+                    let call = self.call_entry(op);
+                    let k = first_option;
+                    first_option = 0;
+                    if let Some(frame) =
+                        self.decide(call, state, k, (&mut linearized, &mut hash), &mut seen)
+                    {
+                        state = match frame.option {
+                            0 => self.step[op].effect(),
+                            _ => state,
+                        };
+                        stack.push(frame);
+                        entry = self.next[head];
+                        continue;
+                    }
                 }
                 if deepest.as_ref().is_none_or(|d| stack.len() > d.depth) {
                     deepest = Some(self.deepest(&stack, state, entry));
@@ -524,10 +554,68 @@ impl<'h> KeySearch<'h> {
                 }
                 self.unlift(frame.call);
                 state = frame.before;
-                entry = frame.call;
+                entry = if frame.decided {
+                    self.ret_entry[undone]
+                } else {
+                    frame.call
+                };
                 first_option = frame.option + 1;
             }
         }
+    }
+
+    /// The invocation entry of operation `op`.
+    fn call_entry(&self, op: usize) -> usize {
+        (0..self.entry_op.len())
+            .find(|&e| self.is_call[e] && self.entry_op[e] == op)
+            .unwrap_or(NIL)
+    }
+
+    /// At the response of the undecided operation of invocation entry
+    /// `call`, from option `k` on: it takes effect there (option 0, where
+    /// that changes the state) or never (option 1), whichever leads to a
+    /// configuration not yet explored; lifts it and returns its frame.
+    fn decide(
+        &mut self,
+        call: usize,
+        state: State,
+        k: usize,
+        (linearized, hash): (&mut Vec<u64>, &mut u64),
+        seen: &mut HashSet<Config>,
+    ) -> Option<Frame> {
+        let op = self.entry_op[call];
+        let flip = |bits: &mut [u64]| bits[op / 64] ^= 1 << (op % 64);
+        for option in k..2 {
+            let after = if option == 0 {
+                let effect = self.step[op].effect();
+                if effect == state {
+                    continue;
+                }
+                effect
+            } else {
+                state
+            };
+            flip(linearized);
+            let h = *hash ^ splitmix64(op as u64);
+            let config = Config {
+                hash: h ^ splitmix64(u64::from(after) ^ 0x5eed),
+                linearized: linearized.clone().into_boxed_slice(),
+                state: after,
+            };
+            if seen.insert(config) {
+                *hash = h;
+                self.lift(call);
+                return Some(Frame {
+                    call,
+                    before: state,
+                    used: None,
+                    option,
+                    decided: true,
+                });
+            }
+            flip(linearized);
+        }
+        None
     }
 
     fn deepest(&self, stack: &[Frame], state: State, blocked: usize) -> Deepest {

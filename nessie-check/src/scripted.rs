@@ -24,7 +24,7 @@ use nessie::layout::{Ite, IteKind, SlotRef};
 use nessie::{Client, Clock, Cluster, Config};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -37,6 +37,9 @@ pub struct Script {
     pub cluster: Arc<Cluster>,
     hasher: KeyHasher,
     config: Config,
+    /// The simulator's fabric under the store's routing (held weakly: it
+    /// holds the scheduler), for [`Script::lose_host`].
+    sim: Weak<SimFabric>,
 }
 
 /// What a scripted client's closure returned, or that it crashed.
@@ -92,17 +95,21 @@ impl Script {
         let s2 = Arc::clone(&sched);
         let geometry = Geometry::new(&config);
         let check_config = config.clone();
+        let sim = Arc::new(OnceLock::new());
+        let keep = Arc::clone(&sim);
         let cluster = Arc::new(
             Cluster::builder(config.clone())
                 .clocks(clocks)
                 .wrap_fabric(move |f| {
-                    Arc::new(
+                    let fabric = Arc::new(
                         SimFabric::new(f, s2, land_by)
                             .watching_stages(geometry.clone())
                             .checking_after_cas(Box::new(move |f| {
                                 divergent_duplicates(f, &check_config, &geometry)
                             })),
-                    )
+                    );
+                    let _ = keep.set(Arc::downgrade(&fabric));
+                    fabric
                 })
                 .recycler(false)
                 .build()
@@ -113,7 +120,26 @@ impl Script {
             hasher: KeyHasher::new(&config),
             cluster,
             config,
+            sim: sim.get().cloned().unwrap_or_default(),
         }
+    }
+
+    /// Loses node `node`'s host (replicated clusters): its memory is wiped
+    /// and every verb to it refused; the view without it is decided at
+    /// once and activated after the drain (`op_timeout` + the landing
+    /// bound + 2·`max_clock_skew` of virtual time). Stop its scripted
+    /// clients first: they would go on.
+    pub fn lose_host(&self, node: usize) {
+        if let Some(f) = self.sim.upgrade() {
+            f.lose(node, &nessie::store_regions(&self.config));
+        }
+        let views = self.cluster.views();
+        let next = views.current().without(node);
+        views.begin_change(next.epoch());
+        let c = &self.config;
+        let drain = c.op_timeout + c.landing_bound() + c.max_clock_skew * 2;
+        self.sched.advance(drain.as_micros() as u64 + 1);
+        views.activate(next);
     }
 
     /// The configuration.
@@ -395,7 +421,9 @@ pub fn layout_a(script: &Script) -> (Vec<u8>, Vec<u8>) {
 /// included (recycling first, which
 /// resolves the markers of expired MIGRATE copies), overwrites it with
 /// poison under its new generation, and frees it again: afterwards any ITE
-/// still pointing at a reused slot reads as torn for ever.
+/// still pointing at a reused slot reads as torn for ever. With replicas,
+/// the poison goes to every replica the view keeps, as a new entry's image
+/// would (docs/replication.md#rp1).
 ///
 /// # Errors
 /// A fabric error.
@@ -425,7 +453,14 @@ pub fn reuse_every_free_slot(cluster: &Cluster, node: usize) -> Result<(), Strin
                 .geometry()
                 .dte_addr(r)
                 .ok_or("allocated slot has no address")?;
-            fabric.write(addr, &poison).map_err(|e| e.to_string())?;
+            let view = cluster.views().current();
+            let mirrors = data
+                .geometry()
+                .mirrors(addr)
+                .filter(|m| !view.is_lost(m.node));
+            for replica in std::iter::once(addr).chain(mirrors) {
+                fabric.write(replica, &poison).map_err(|e| e.to_string())?;
+            }
             taken.push(r);
         }
         for r in taken {

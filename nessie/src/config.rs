@@ -33,7 +33,8 @@ pub struct Optimizations {
     pub filter: bool,
     /// LRU cache of remote DTEs keyed by ITE value.
     pub cache: bool,
-    /// Readers of an in-progress entry return its `prev` version.
+    /// Readers of an in-progress entry return its `prev` version (not
+    /// with `replicas` > 1: docs/replication.md#rp6b).
     pub prev_versions: bool,
     /// Read header, key and value of a DTE in one READ when it fits.
     pub multi_read: bool,

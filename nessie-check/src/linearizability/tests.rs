@@ -28,6 +28,24 @@ fn del_unknown(client: u64, key: &str, inv: u64) -> Operation {
     Operation::unknown(client, Call::delete(key), inv)
 }
 
+fn put_undecided(client: u64, key: &str, value: &str, inv: u64, resp: u64) -> Operation {
+    Operation {
+        client,
+        call: Call::put(key, value),
+        invoked: inv,
+        outcome: Outcome::Undecided { at: resp },
+    }
+}
+
+fn del_undecided(client: u64, key: &str, inv: u64, resp: u64) -> Operation {
+    Operation {
+        client,
+        call: Call::delete(key),
+        invoked: inv,
+        outcome: Outcome::Undecided { at: resp },
+    }
+}
+
 fn ok(ops: Vec<Operation>) {
     let h = History::from(ops);
     if let Err(e) = check(&h) {
@@ -618,4 +636,65 @@ fn random_uncorrupted_histories_with_heavy_overlap_pass() {
             panic!("{e}");
         }
     }
+}
+
+// ---- undecided: unknown until a known response ------------------------
+
+#[test]
+fn an_undecided_put_may_have_taken_effect_or_not() {
+    for seen in [Some("2"), Some("1")] {
+        ok(vec![
+            put(1, "a", "1", 0, 1),
+            put_undecided(2, "a", "2", 2, 5),
+            get(3, "a", 6, 7, seen),
+            get(3, "a", 8, 9, seen),
+        ]);
+    }
+}
+
+#[test]
+fn an_undecided_put_cannot_take_effect_after_its_response() {
+    // The same history with an unknown PUT is linearizable (it takes
+    // effect between the two reads); an undecided one is not.
+    let undecided = vec![
+        put(1, "a", "1", 0, 1),
+        put_undecided(2, "a", "2", 2, 5),
+        get(3, "a", 6, 7, Some("1")),
+        get(3, "a", 8, 9, Some("2")),
+    ];
+    let v = violation(undecided);
+    assert_eq!(v.key, b"a".to_vec());
+    ok(vec![
+        put(1, "a", "1", 0, 1),
+        put_unknown(2, "a", "2", 2),
+        get(3, "a", 6, 7, Some("1")),
+        get(3, "a", 8, 9, Some("2")),
+    ]);
+}
+
+#[test]
+fn an_undecided_put_may_take_effect_under_a_concurrent_read() {
+    ok(vec![
+        put(1, "a", "1", 0, 1),
+        get(3, "a", 2, 9, Some("2")),
+        put_undecided(2, "a", "2", 3, 5),
+        get(3, "a", 10, 11, Some("2")),
+    ]);
+}
+
+#[test]
+fn an_undecided_delete_before_a_known_put_is_overwritten() {
+    ok(vec![
+        put(1, "a", "1", 0, 1),
+        del_undecided(2, "a", 2, 5),
+        get(3, "a", 6, 7, None),
+        put(1, "a", "3", 8, 9),
+        get(3, "a", 10, 11, Some("3")),
+    ]);
+    violation(vec![
+        put(1, "a", "1", 0, 1),
+        del_undecided(2, "a", 2, 5),
+        get(3, "a", 6, 7, Some("1")),
+        get(3, "a", 8, 9, None),
+    ]);
 }

@@ -11,16 +11,19 @@ use nessie::layout::{Ite, SlotRef};
 use nessie::{Client, Cluster, Error};
 use std::collections::HashSet;
 
-/// Steps 1–4 of the audit (see the module docs).
+/// Steps 1–4 of the audit (see the module docs), through the survivors
+/// when node `lost`'s host is lost: its allocator is skipped (its slots
+/// are never reused), every key is read through the view without it.
 pub(super) fn audit(
     scenario: &Scenario,
-    cluster: &Cluster,
-    sched: &Scheduler,
-    recorder: &Recorder,
+    (cluster, sched, recorder): (&Cluster, &Scheduler, &Recorder),
     keys: &[Vec<u8>],
-    lossy: bool,
+    (lossy, lost): (bool, Option<usize>),
     outcome: &mut SimOutcome,
 ) -> Result<(), String> {
+    let alive: Vec<usize> = (0..cluster.config().nodes)
+        .filter(|&n| Some(n) != lost)
+        .collect();
     let config = cluster.config();
     let geometry = nessie::data::Geometry::new(config);
     let divergent = |when: &str| {
@@ -43,11 +46,11 @@ pub(super) fn audit(
         if scenario.watched() {
             check_clocks_past_the_lag(cluster, sched);
         }
-        for node in 0..config.nodes {
+        for &node in &alive {
             reuse_every_free_slot(cluster, node)
                 .map_err(|e| format!("audit reuse on node {node}: {e}"))?;
         }
-        if staged(cluster).is_empty() {
+        if staged(cluster, &alive).is_empty() {
             break;
         }
     }
@@ -63,13 +66,13 @@ pub(super) fn audit(
             r.kept_after_error += c.kept_after_error;
         }
     }
-    let left = staged(cluster);
+    let left = staged(cluster, &alive);
     if !left.is_empty() {
         let shown: String = left.iter().map(|r| describe_dte(cluster, *r)).collect();
         return Err(format!("staged slots were never reused:\n{shown}"));
     }
     // 3. Leaks.
-    let leaks = leaked(cluster);
+    let leaks = leaked(cluster, &alive);
     outcome.leaked = leaks.len() as u64;
     if !leaks.is_empty() && !lossy {
         let shown: String = leaks.iter().map(|r| describe_dte(cluster, *r)).collect();
@@ -80,9 +83,12 @@ pub(super) fn audit(
         ));
     }
     // 4. Read, write and read again every key.
-    let mut auditor = cluster
-        .client(1 % config.nodes)
-        .map_err(|e| e.to_string())?;
+    let on = alive
+        .iter()
+        .copied()
+        .find(|&n| n == 1 % config.nodes)
+        .unwrap_or(alive[0]);
+    let mut auditor = cluster.client(on).map_err(|e| e.to_string())?;
     let wedged = |k: &[u8], what: &str, e: &Error, auditor: &Client| {
         format!(
             "key {} wedged after the run ({what}): {e} (auditor: {:?})\n{}",
@@ -150,8 +156,7 @@ fn all_ites(cluster: &Cluster) -> Vec<(usize, u64, Ite)> {
 /// entries, the `prev` and `replaced` of linked entries not committed
 /// (a helper may restore them), the copies behind markers and those copies'
 /// predecessors (the marker's clearer stages them).
-fn leaked(cluster: &Cluster) -> Vec<SlotRef> {
-    let config = cluster.config();
+fn leaked(cluster: &Cluster, alive: &[usize]) -> Vec<SlotRef> {
     let fabric = cluster.fabric();
     let mut reachable: HashSet<(u16, u8, u32)> = HashSet::new();
     let key = |r: SlotRef| (r.node, r.class, r.slot);
@@ -178,18 +183,20 @@ fn leaked(cluster: &Cluster) -> Vec<SlotRef> {
             }
         }
     }
-    (0..config.nodes)
-        .filter_map(|n| cluster.node_data(n))
+    alive
+        .iter()
+        .filter_map(|&n| cluster.node_data(n))
         .flat_map(|d| (0..d.classes() as u8).flat_map(move |c| d.in_use_slots(c)))
         .filter(|r| !reachable.contains(&key(*r)))
         .collect()
 }
 
-/// The slots in use that are staged (waiting for their expiry).
-fn staged(cluster: &Cluster) -> Vec<SlotRef> {
+/// The slots in use on the nodes `alive` that are staged (waiting for
+/// their expiry).
+fn staged(cluster: &Cluster, alive: &[usize]) -> Vec<SlotRef> {
     let fabric = cluster.fabric();
     let mut out = Vec::new();
-    for node in 0..cluster.config().nodes {
+    for &node in alive {
         let Some(data) = cluster.node_data(node) else {
             continue;
         };

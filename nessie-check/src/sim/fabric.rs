@@ -3,11 +3,11 @@
 
 use super::{Injected, Point, PointInfo, Scheduler};
 use nessie::data::Geometry;
-use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
+use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr, Verb};
 use nessie::layout::dte::EXPIRES_AT_OFFSET;
 use nessie::layout::region;
 use nessie::layout::Ite;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An invariant of memory, checked on the unwrapped fabric: `Some` describes
@@ -43,7 +43,9 @@ struct Inflight {
 /// and stamp its next occupant,
 /// docs/design.md#f4-rule-i-one-stager-per-incarnation). Given a
 /// [`MemoryCheck`], it runs it after every CAS that changed memory, so a
-/// broken invariant is reported at the step that broke it.
+/// broken invariant is reported at the step that broke it. A node whose
+/// host is lost ([`SimFabric::lose`]) has its memory wiped and every verb
+/// to it refused from then on, as a broken connection.
 #[derive(Debug)]
 pub struct SimFabric {
     inner: Arc<dyn Fabric>,
@@ -52,7 +54,12 @@ pub struct SimFabric {
     geometry: Option<Geometry>,
     after_cas: Option<AfterCas>,
     inflight: Mutex<(u64, Vec<Inflight>)>,
+    /// The node whose host is lost ([`NO_NODE`]: none).
+    lost: AtomicUsize,
 }
+
+/// No node lost.
+const NO_NODE: usize = usize::MAX;
 
 /// Takes a torn READ out of the in-flight list when it ends, however.
 struct InflightGuard<'a> {
@@ -87,6 +94,13 @@ fn injected(node: NodeId) -> FabricError {
     }
 }
 
+fn refused(node: NodeId) -> FabricError {
+    FabricError::Disconnected {
+        node,
+        source: std::io::Error::other("the host is lost"),
+    }
+}
+
 impl SimFabric {
     /// Wraps `inner`. With `land_by`, CASes carry a land-by time that the
     /// target checks on its wall clock, as the `tcp` fabric does.
@@ -99,7 +113,27 @@ impl SimFabric {
             geometry: None,
             after_cas: None,
             inflight: Mutex::new((0, Vec::new())),
+            lost: AtomicUsize::new(NO_NODE),
         }
+    }
+
+    /// Loses node `node`'s host: every verb to it is refused from now on,
+    /// and its `regions` are wiped (zeros, as memory that is gone).
+    pub fn lose(&self, node: NodeId, regions: &[RegionSpec]) {
+        self.lost.store(node, Ordering::SeqCst);
+        for spec in regions {
+            let zeros = vec![0u8; spec.len as usize];
+            let _ = self.inner.write(RemoteAddr::new(node, spec.id, 0), &zeros);
+        }
+    }
+
+    /// Refuses a verb to a lost host.
+    fn check_lost(&self, node: NodeId) -> Result<(), FabricError> {
+        if self.lost.load(Ordering::SeqCst) == node {
+            self.sched.count(|c| c.refused_lost += 1);
+            return Err(refused(node));
+        }
+        Ok(())
     }
 
     /// Watches stage WRITEs on tables of this geometry (see the type's
@@ -149,7 +183,9 @@ impl SimFabric {
     /// Reports a WRITE that stages an already staged DTE.
     fn check_stage(&self, addr: RemoteAddr, data: &[u8]) {
         let Some(g) = &self.geometry else { return };
-        let Some(class) = region::data_class(addr.region) else {
+        // Replica j keeps class c's table under a stride above its id.
+        let of = RegionId(addr.region.0 % region::REPLICA_STRIDE);
+        let Some(class) = region::data_class(of) else {
             return;
         };
         let slot_bytes = g.slot_bytes(class) as u64;
@@ -159,14 +195,38 @@ impl SimFabric {
         {
             return;
         }
+        // The same stamp again is the same stage reaching one word twice
+        // (a stager whose WRITE to a mirror and later WRITE to the primary
+        // both reach the promoted mirror across a view change): harmless.
         let mut w = [0u8; 8];
-        if self.inner.read(addr, &mut w).is_ok() && u64::from_le_bytes(w) != 0 {
+        if self.inner.read(addr, &mut w).is_err() {
+            return;
+        }
+        let was = u64::from_le_bytes(w);
+        if was != 0 && w != data {
             self.sched.violation(format!(
-                "DOUBLE-STAGE: the DTE at {addr} (slot {}) is staged again (expires_at was {})",
+                "DOUBLE-STAGE: the DTE at {addr} (slot {}) is staged again (expires_at was {was})",
                 addr.offset / slot_bytes,
-                u64::from_le_bytes(w)
             ));
         }
+    }
+
+    /// A batch, verb by verb (each a yield point), its CASes all posted in
+    /// the view current when the batch was.
+    fn post_in(&self, batch: &mut [Verb<'_>], land_by: Option<u64>) -> Result<(), FabricError> {
+        let posted_in = self.sched.view_epoch();
+        batch.iter_mut().try_for_each(|verb| match verb {
+            Verb::Cas {
+                addr,
+                expected,
+                new,
+                old,
+            } => {
+                *old = self.do_cas(*addr, *expected, *new, land_by, posted_in)?;
+                Ok(())
+            }
+            other => other.execute_on(self),
+        })
     }
 
     fn inflight(&self) -> MutexGuard<'_, (u64, Vec<Inflight>)> {
@@ -184,12 +244,14 @@ impl SimFabric {
         }
     }
 
+    /// A CAS posted in view `posted_in` ([`Scheduler::view_epoch`]).
     fn do_cas(
         &self,
         addr: RemoteAddr,
         expected: u64,
         new: u64,
         land_by: Option<u64>,
+        posted_in: u64,
     ) -> Result<u64, FabricError> {
         self.sched.point(PointInfo {
             kind: Point::Cas,
@@ -197,6 +259,7 @@ impl SimFabric {
             expected,
             new,
         });
+        self.check_lost(addr.node)?;
         let fault = self.sched.transport_fault(Point::Cas);
         if fault == Some(Injected::Before) {
             return Err(injected(addr.node));
@@ -211,6 +274,7 @@ impl SimFabric {
                 });
             }
         }
+        self.sched.cas_landed(posted_in, addr);
         let old = self.inner.cas(addr, expected, new)?;
         if old == expected {
             self.wrote(addr, 8);
@@ -236,6 +300,7 @@ impl Fabric for SimFabric {
 
     fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
         self.sched.point(PointInfo::verb(Point::Read, addr));
+        self.check_lost(addr.node)?;
         if self.sched.transport_fault(Point::Read).is_some() {
             return Err(injected(addr.node));
         }
@@ -263,6 +328,7 @@ impl Fabric for SimFabric {
             if from > 0 {
                 self.sched
                     .point(PointInfo::verb(Point::Read, addr.add(from as u64)));
+                self.check_lost(addr.node)?;
             }
             self.inner
                 .read(addr.add(from as u64), &mut buf[from..end])?;
@@ -274,6 +340,7 @@ impl Fabric for SimFabric {
 
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
         self.sched.point(PointInfo::verb(Point::Write, addr));
+        self.check_lost(addr.node)?;
         let fault = self.sched.transport_fault(Point::Write);
         if fault == Some(Injected::Before) {
             return Err(injected(addr.node));
@@ -285,6 +352,7 @@ impl Fabric for SimFabric {
             if from > 0 {
                 self.sched
                     .point(PointInfo::verb(Point::Write, addr.add(from as u64)));
+                self.check_lost(addr.node)?;
             }
             self.inner.write(addr.add(from as u64), &data[from..end])?;
             self.wrote(addr.add(from as u64), (end - from) as u64);
@@ -297,7 +365,8 @@ impl Fabric for SimFabric {
     }
 
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-        self.do_cas(addr, expected, new, None)
+        let posted_in = self.sched.view_epoch();
+        self.do_cas(addr, expected, new, None, posted_in)
     }
 
     fn cas_by(
@@ -307,7 +376,17 @@ impl Fabric for SimFabric {
         new: u64,
         land_by_us: u64,
     ) -> Result<u64, FabricError> {
-        self.do_cas(addr, expected, new, self.land_by.then_some(land_by_us))
+        let posted_in = self.sched.view_epoch();
+        let land_by = self.land_by.then_some(land_by_us);
+        self.do_cas(addr, expected, new, land_by, posted_in)
+    }
+
+    fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        self.post_in(batch, None)
+    }
+
+    fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
+        self.post_in(batch, self.land_by.then_some(land_by_us))
     }
 
     fn enforces_land_by(&self) -> bool {

@@ -65,6 +65,9 @@ pub struct Faults {
     pub crash_at: Option<(usize, u64)>,
     /// Stall client `.0` at its yield point number `.1` for `.2` µs.
     pub stall_at: Option<(usize, u64, u64)>,
+    /// The loss of one node's host, at a yield point the scheduler draws
+    /// (replicated scenarios only).
+    pub host_loss: Option<HostLoss>,
 }
 
 impl Faults {
@@ -90,6 +93,41 @@ impl Faults {
             forward_step: None,
             crash_at: None,
             stall_at: None,
+            host_loss: None,
+        }
+    }
+}
+
+/// The loss of a host (docs/replication.md#a-view-change-step-by-step): at
+/// a yield point drawn with probability `p` (at most once per run), a
+/// random node's clients and background threads crash, its memory is
+/// wiped and every verb to it is refused; the survivors decide the view
+/// without it at once and activate it `drain_us` later (RP0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostLoss {
+    /// Probability per yield point.
+    pub p: f64,
+    /// From the decision to the activation (µs): `op_timeout` + the
+    /// landing bound + 2·`max_clock_skew`.
+    pub drain_us: u64,
+    /// `op_timeout` (µs): an operation's last CAS is checked by then.
+    pub op_timeout_us: u64,
+    /// The landing bound (µs): a CAS checked in time lands by then.
+    pub landing_us: u64,
+}
+
+impl HostLoss {
+    /// The loss with probability `p` per yield point in a cluster of
+    /// `config`, its drain as RP0 says.
+    #[must_use]
+    pub fn for_config(config: &nessie::Config, p: f64) -> HostLoss {
+        let us = |d: std::time::Duration| d.as_micros() as u64;
+        let landing_us = us(config.landing_bound());
+        HostLoss {
+            p,
+            drain_us: us(config.op_timeout + config.max_clock_skew * 2) + landing_us + 1,
+            op_timeout_us: us(config.op_timeout),
+            landing_us,
         }
     }
 }
@@ -140,6 +178,11 @@ impl Scheduler {
             drop(s);
             std::panic::panic_any(Crashed);
         }
+        if Self::draw_host_loss(&mut s, me) {
+            drop(s);
+            std::panic::panic_any(Crashed);
+        }
+        Self::activate_if_due(&mut s);
         let client = s.roles[me] == Role::Client;
         let hot = s.hot[me] > 0;
         if hot {
@@ -172,7 +215,12 @@ impl Scheduler {
         Self::draw_schedule_changes(&mut s, me);
         Self::pick(&mut s);
         self.turn.notify_all();
-        drop(self.wait_turn(s, me));
+        let s = self.wait_turn(s, me);
+        if s.crash[me] {
+            // Its host was lost while it waited.
+            drop(s);
+            std::panic::panic_any(Crashed);
+        }
     }
 
     /// A yield point in scripted mode: one step of virtual time, and a stop

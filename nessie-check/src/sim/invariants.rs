@@ -6,7 +6,16 @@ use nessie::fabric::{Fabric, RemoteAddr};
 use nessie::index::Candidate;
 use nessie::layout::dte::{self, DteHeader, DteStatus, DTE_HEADER_BYTES};
 use nessie::layout::{round_up_words, Ite, IteKind, SlotRef};
-use nessie::Config;
+use nessie::{Config, View};
+
+/// Where `at`, an address in replica 0 of a share, is served in `view`:
+/// on the share's primary replica.
+fn served(view: &View, geometry: &Geometry, at: RemoteAddr) -> RemoteAddr {
+    match view.primary_replica(at.node, geometry) {
+        Some(j) if j > 0 => geometry.replica_addr(at, j),
+        _ => at,
+    }
+}
 
 /// A committed entry an ITE links: where, its header and its key.
 struct Linked {
@@ -23,14 +32,14 @@ struct Linked {
 /// not committed, or a slot reused since (another generation).
 fn committed(
     fabric: &dyn Fabric,
-    geometry: &Geometry,
+    (geometry, view): (&Geometry, &View),
     (node, slot): (usize, u64),
     ite: Ite,
 ) -> Option<Linked> {
     let IteKind::Occupied { dte: at, .. } = ite.kind() else {
         return None;
     };
-    let addr = geometry.dte_addr(at)?;
+    let addr = served(view, geometry, geometry.dte_addr(at)?);
     let mut head = [0u8; DTE_HEADER_BYTES];
     fabric.read(addr, &mut head).ok()?;
     let header = DteHeader::decode(&head);
@@ -100,18 +109,29 @@ pub fn divergent_duplicates(
     config: &Config,
     geometry: &Geometry,
 ) -> Option<String> {
+    divergent_duplicates_in(fabric, config, geometry, &View::first(config.nodes))
+}
+
+/// [`divergent_duplicates`] of the index as `view` serves it: each share's
+/// slots and entries read on its primary replica, where `fabric` does not
+/// route by the view itself (the simulator's, under the store's routing).
+#[must_use]
+pub fn divergent_duplicates_in(
+    fabric: &dyn Fabric,
+    config: &Config,
+    geometry: &Geometry,
+    view: &View,
+) -> Option<String> {
     let mut seen: Vec<Linked> = Vec::new();
     for node in 0..config.nodes {
         for slot in 0..config.index_slots_per_node as u64 {
             let mut w = [0u8; 8];
-            if fabric
-                .read(Candidate { node, slot }.addr(), &mut w)
-                .is_err()
-            {
+            let at = served(view, geometry, Candidate { node, slot }.addr());
+            if fabric.read(at, &mut w).is_err() {
                 continue;
             }
             let ite = Ite(u64::from_le_bytes(w));
-            let Some(here) = committed(fabric, geometry, (node, slot), ite) else {
+            let Some(here) = committed(fabric, (geometry, view), (node, slot), ite) else {
                 continue;
             };
             let Some(first) = seen.iter().find(|l| l.key == here.key) else {

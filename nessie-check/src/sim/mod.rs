@@ -31,6 +31,10 @@
 //!   back later ([`ForwardStep`]), for runs that model the clock watch.
 //! * scripted **crash** and **stall** at a given yield point of a given
 //!   client, for exhaustive enumeration of short schedules.
+//! * **host lost** (replicated scenarios, [`HostLoss`]): a node's clients
+//!   and background threads crash, its memory is wiped and the fabric
+//!   refuses every verb to it; the survivors' view changes at once and the
+//!   view without it is activated after the drain (`host.rs`).
 //!
 //! The machinery (this module, `scheduler.rs`, `fabric.rs`, `clock.rs`,
 //! `faults.rs`) runs the scenarios (`scenario.rs`, built by `world.rs`):
@@ -42,17 +46,20 @@ mod audit;
 mod clock;
 mod fabric;
 mod faults;
+mod host;
 mod invariants;
+mod mirrors;
 mod outcome;
 mod run;
 mod scenario;
 mod scheduler;
+mod threads;
 mod world;
 
 pub use clock::SimClock;
 pub use fabric::{MemoryCheck, SimFabric};
-pub use faults::{Faults, ForwardStep, Injected};
-pub use invariants::divergent_duplicates;
+pub use faults::{Faults, ForwardStep, HostLoss, Injected};
+pub use invariants::{divergent_duplicates, divergent_duplicates_in};
 pub use outcome::SimOutcome;
 pub use run::{enumerate_faults, run, run_with, seeds, seeds_from};
 pub use scenario::{Clocks, Layout, Scenario, Switches};
@@ -165,6 +172,23 @@ pub struct SimCounts {
     pub clock_steps: u64,
     /// CASes a land-by time refused.
     pub late_cas_refused: u64,
+    /// Hosts lost (at most one per run).
+    pub hosts_lost: u64,
+    /// Threads (clients and background threads) that crashed with their
+    /// host.
+    pub host_crashes: u64,
+    /// Verbs refused because their target's host was lost.
+    pub refused_lost: u64,
+    /// Views activated after a loss.
+    pub activations: u64,
+    /// Operations refused with `ViewChanging` (and issued again).
+    pub view_changing: u64,
+    /// Client operations of the old view still running (stalled past their
+    /// deadline) when the new view was activated.
+    pub stale_ops_at_activation: u64,
+    /// CASes of a background thread posted in one view that landed after
+    /// the next was activated (the recycler is not fenced by the drain).
+    pub late_background_cas: u64,
 }
 
 impl std::ops::AddAssign for SimCounts {
@@ -179,6 +203,13 @@ impl std::ops::AddAssign for SimCounts {
         self.transport_errors += o.transport_errors;
         self.clock_steps += o.clock_steps;
         self.late_cas_refused += o.late_cas_refused;
+        self.hosts_lost += o.hosts_lost;
+        self.host_crashes += o.host_crashes;
+        self.refused_lost += o.refused_lost;
+        self.activations += o.activations;
+        self.view_changing += o.view_changing;
+        self.stale_ops_at_activation += o.stale_ops_at_activation;
+        self.late_background_cas += o.late_background_cas;
     }
 }
 

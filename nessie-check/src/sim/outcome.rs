@@ -26,6 +26,14 @@ pub struct SimOutcome {
     pub sim: SimCounts,
     /// Yield points each client passed (of the last run only).
     pub points: Vec<u64>,
+    /// Replicated runs whose mirrors were audited against their primaries.
+    pub mirror_audits: u64,
+    /// Entries those audits compared on every replica.
+    pub mirrored_entries: u64,
+    /// Replicated runs audited through the survivors of a lost host.
+    pub promotions: u64,
+    /// Of those, runs whose host was lost only after the clients were done.
+    pub end_losses: u64,
 }
 
 impl SimOutcome {
@@ -45,6 +53,10 @@ impl SimOutcome {
         r.kept_after_error += s.kept_after_error;
         self.leaked += o.leaked;
         self.sim += o.sim;
+        self.mirror_audits += o.mirror_audits;
+        self.mirrored_entries += o.mirrored_entries;
+        self.promotions += o.promotions;
+        self.end_losses += o.end_losses;
     }
 
     /// A one-paragraph summary of what the runs exercised.
@@ -86,6 +98,33 @@ impl SimOutcome {
             s.clock_steps,
             s.late_cas_refused,
             s.critical_stalls,
+        ) + &self.replication()
+    }
+
+    /// The replication figures of the summary (empty for runs without
+    /// replicas).
+    fn replication(&self) -> String {
+        let s = &self.sim;
+        if self.mirror_audits + self.promotions == 0 {
+            return String::new();
+        }
+        format!(
+            "; replicas: {} mirror audits ({} entries compared), {} promotions of a lost \
+             host's mirrors ({} of them after the clients, {} during the run), {} threads \
+             crashed with their host, {} verbs refused by it, {} ops refused while the view \
+             changed, {} old-view ops still stalled at the activation, {} recycler CASes \
+             landing in the next view, mirrors behind {}",
+            self.mirror_audits,
+            self.mirrored_entries,
+            self.promotions,
+            self.end_losses,
+            self.promotions - self.end_losses,
+            s.host_crashes,
+            s.refused_lost,
+            s.view_changing,
+            s.stale_ops_at_activation,
+            s.late_background_cas,
+            self.stats.total().mirrors_behind,
         )
     }
 }

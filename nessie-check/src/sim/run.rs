@@ -15,37 +15,33 @@
 //!    `Corrupt` there is a wedge;
 //! 5. the whole history, audit included, must be linearizable.
 //!
+//! With replicas, a run whose host was lost activates the view without it
+//! (if the drain has not passed yet) and audits through the survivors,
+//! skipping the lost node's own allocator. A run without loss in which
+//! every sync finished (no crash, no transport error, no client reporting
+//! `mirrors_behind`) ends with the mirror audit: every mirror equals its
+//! primary. Any other replicated run loses a host after its clients are
+//! done, promoting its mirrors, and audits through the survivors: every
+//! acknowledged value must still be read.
+//!
 //! One invariant is checked throughout, after every CAS that changes memory
 //! and again before and after the audit: no two linked committed entries of
 //! one key differ ([`divergent_duplicates`]).
 
 use super::audit::audit;
-use super::world::{value, world, World};
+use super::host::HostHooks;
+use super::mirrors::audit_mirrors;
+use super::threads::{spawn_recyclers, spawn_watch, ClientRun};
+use super::world::{world, World};
 use super::{
-    divergent_duplicates, quiet_crashes, Crashed, Faults, MemoryCheck, Role, Scenario, Scheduler,
+    divergent_duplicates_in, quiet_crashes, Faults, HostLoss, MemoryCheck, Scenario, Scheduler,
     SchedulerReport, SimClock, SimFabric, SimOutcome,
 };
-use crate::history::{Call, Recorder};
+use crate::history::Recorder;
 use crate::linearizability::check;
 use nessie::data::Geometry;
-use nessie::{Client, Clock, Cluster, Error, Stats};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// How an operation's error enters the history: `Ok(true)` no effect,
-/// `Ok(false)` unknown outcome, `Err` a violation.
-fn classify(e: &Error, transport_faults: bool) -> Result<bool, String> {
-    match e {
-        Error::IndexFull | Error::DataTableFull => Ok(true),
-        Error::Timeout => Ok(false),
-        Error::Fabric(_) if transport_faults => Ok(false),
-        other => Err(format!("unexpected error {other}")),
-    }
-}
+use nessie::{Clock, Cluster, Config, Error, View};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Runs one seed of `scenario`. `Err` describes a violation: a
 /// non-linearizable history, a wedged key, a leaked slot, an unexpected
@@ -57,6 +53,68 @@ pub fn run(scenario: &Scenario, seed: u64) -> Result<SimOutcome, String> {
     run_with(scenario, seed, scenario.faults)
 }
 
+/// The cluster of a run on the simulator's fabric and clocks, and (with
+/// replicas) its fabric for the loss of a host.
+fn build(
+    scenario: &Scenario,
+    seed: u64,
+    config: &Config,
+    sched: &Arc<Scheduler>,
+    clocks: &[Arc<dyn Clock>],
+) -> Result<(Arc<Cluster>, Weak<SimFabric>), Error> {
+    let wrap_sched = Arc::clone(sched);
+    let land_by = scenario.land_by;
+    let geometry = Geometry::new(config);
+    let (check_config, check_geometry) = (config.clone(), geometry.clone());
+    let check_sched = Arc::clone(sched);
+    // After a loss, the index as the active view serves it.
+    let duplicates: MemoryCheck = Box::new(move |f| {
+        let mut view = View::first(check_config.nodes);
+        if let Some(n) = check_sched.activated_without() {
+            view = view.without(n);
+        }
+        divergent_duplicates_in(f, &check_config, &check_geometry, &view)
+    });
+    let fabric = Arc::new(OnceLock::new());
+    let keep = Arc::clone(&fabric);
+    let cluster = Cluster::builder(config.clone())
+        .clocks(clocks.to_vec())
+        .wrap_fabric(move |f| {
+            let sim = Arc::new(
+                SimFabric::new(f, wrap_sched, land_by)
+                    .watching_stages(geometry)
+                    .checking_after_cas(duplicates),
+            );
+            let _ = keep.set(Arc::downgrade(&sim));
+            sim
+        })
+        .recycler(false)
+        .clock_checks(scenario.watched())
+        .seed(seed)
+        .build()?;
+    let sim = fabric.get().cloned().unwrap_or_default();
+    Ok((Arc::new(cluster), sim))
+}
+
+/// What the loss of a host and the activation after it do in `cluster`
+/// (the fabric held weakly: it holds the scheduler that holds these).
+fn host_hooks(cluster: &Cluster, fabric: Weak<SimFabric>) -> HostHooks {
+    let regions = nessie::store_regions(cluster.config());
+    let (views, also) = (Arc::clone(cluster.views()), Arc::clone(cluster.views()));
+    HostHooks {
+        lose: Box::new(move |node| {
+            if let Some(f) = fabric.upgrade() {
+                f.lose(node, &regions);
+            }
+            views.begin_change(views.current().epoch() + 1);
+        }),
+        activate: Box::new(move |node| {
+            let next = also.current().without(node);
+            also.activate(next);
+        }),
+    }
+}
+
 /// [`run`] with other faults (the enumeration of crash points uses it).
 ///
 /// # Errors
@@ -65,34 +123,25 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     quiet_crashes();
     let fail = |msg: String| format!("seed {seed}: {msg}");
     let config = scenario.config(seed);
-    let threads =
-        scenario.clients + usize::from(scenario.recycler) + usize::from(scenario.watched());
+    let recyclers = match (scenario.recycler, scenario.replicas > 1) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => scenario.nodes,
+    };
+    let threads = scenario.clients + recyclers + usize::from(scenario.watched());
     let sched = Scheduler::new(seed, threads, scenario.nodes, 1_000_000, faults, 400_000);
     let clocks: Vec<Arc<dyn Clock>> = (0..scenario.nodes)
         .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
         .collect();
-    let wrap_sched = Arc::clone(&sched);
-    let land_by = scenario.land_by;
-    let geometry = Geometry::new(&config);
-    let (check_config, check_geometry) = (config.clone(), geometry.clone());
-    let duplicates: MemoryCheck =
-        Box::new(move |f| divergent_duplicates(f, &check_config, &check_geometry));
-    let cluster = Arc::new(
-        Cluster::builder(config.clone())
-            .clocks(clocks.clone())
-            .wrap_fabric(move |f| {
-                Arc::new(
-                    SimFabric::new(f, wrap_sched, land_by)
-                        .watching_stages(geometry)
-                        .checking_after_cas(duplicates),
-                )
-            })
-            .recycler(false)
-            .clock_checks(scenario.watched())
-            .seed(seed)
-            .build()
-            .map_err(|e| fail(format!("building the cluster: {e}")))?,
-    );
+    let (cluster, sim) = build(scenario, seed, &config, &sched, &clocks)
+        .map_err(|e| fail(format!("building the cluster: {e}")))?;
+    if scenario.replicas > 1 {
+        // The scenario's drain, or (no loss drawn during the run) RP0's.
+        let timing = faults
+            .host_loss
+            .unwrap_or_else(|| HostLoss::for_config(&config, 0.0));
+        sched.set_host_hooks(host_hooks(&cluster, sim), timing);
+    }
     let recorder = Arc::new(Recorder::new());
     let world = world(scenario, seed);
     load_setup(scenario, &cluster, &recorder, &world).map_err(fail)?;
@@ -106,19 +155,19 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     };
     let mut handles = Vec::new();
     for id in 0..scenario.clients {
-        let client = cluster
-            .client(id % scenario.nodes)
-            .map_err(|e| e.to_string())?;
+        let node = id % scenario.nodes;
+        let client = cluster.client(node).map_err(|e| e.to_string())?;
+        sched.place(id, node);
         handles.push(run.spawn_client(id, client, &world, seed));
     }
-    let recycler = scenario.recycler.then(|| {
-        let period = Duration::from_micros((scenario.expiry_us / 10).max(1));
-        spawn_recycler(&sched, &cluster, scenario, Arc::clone(&clocks[0]), period)
-    });
-    let watch = scenario.watched().then(|| {
-        let id = scenario.clients + usize::from(scenario.recycler);
-        spawn_watch(&sched, &cluster, id, Arc::clone(&clocks[0]))
-    });
+    let mut background = Vec::new();
+    if scenario.recycler {
+        background = spawn_recyclers(&sched, &cluster, scenario, scenario.clients, &clocks);
+    }
+    if scenario.watched() {
+        let id = scenario.clients + recyclers;
+        background.push(spawn_watch(&sched, &cluster, id, Arc::clone(&clocks[0])));
+    }
     sched.start();
     let mut outcome = SimOutcome {
         runs: 1,
@@ -131,12 +180,14 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
             Err(_) => return Err(fail("a client panicked".into())),
         }
     }
-    if let Some(h) = recycler {
-        h.join().map_err(|_| fail("the recycler panicked".into()))?;
-    }
-    if let Some(h) = watch {
+    for h in background {
         h.join()
-            .map_err(|_| fail("the clock watch panicked".into()))?;
+            .map_err(|_| fail("a background thread panicked".into()))?;
+    }
+    let during = sched.lost_node().is_some();
+    let lost = after_the_clients(scenario, seed, &sched, &outcome);
+    if lost.is_some() && !during {
+        outcome.end_losses += 1;
     }
     let report: SchedulerReport = sched.report();
     outcome.sim = report.counts;
@@ -152,27 +203,80 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
     {
         return Err(fail(e.clone()));
     }
+    finish(
+        scenario,
+        (&cluster, &sched, &recorder),
+        &world,
+        lost,
+        outcome,
+    )
+    .map_err(fail)
+}
 
+/// With replicas, once the clients are done: the view without a host lost
+/// during the run is activated; a run without loss in which a sync may have
+/// been cut short (a crash, a transport error, a client's `mirrors_behind`)
+/// or that was to lose a host loses one now, so that its mirrors are
+/// promoted. Returns the lost node.
+fn after_the_clients(
+    scenario: &Scenario,
+    seed: u64,
+    sched: &Scheduler,
+    outcome: &SimOutcome,
+) -> Option<usize> {
+    if scenario.replicas < 2 {
+        return None;
+    }
+    if let Some(n) = sched.settle_host_loss() {
+        return Some(n);
+    }
+    let c = sched.report().counts;
+    let behind = outcome.stats.total().mirrors_behind;
+    let cut_short = c.crashes > 0 || c.transport_errors > 0 || behind > 0;
+    if cut_short || sched.faults().host_loss.is_some() {
+        return sched.lose_host_now((seed % scenario.nodes as u64) as usize);
+    }
+    None
+}
+
+/// The audit, the mirror audit where it applies, and the linearizability
+/// check of the whole history.
+fn finish(
+    scenario: &Scenario,
+    (cluster, sched, recorder): (&Cluster, &Scheduler, &Recorder),
+    world: &World,
+    lost: Option<usize>,
+    mut outcome: SimOutcome,
+) -> Result<SimOutcome, String> {
     let all_keys: Vec<Vec<u8>> = world.keys.iter().chain(&world.fillers).cloned().collect();
     if let Some(v) = sched.violations().first() {
-        return Err(fail(v.clone()));
+        return Err(v.clone());
     }
-    let lossy = faults.crash > 0.0 || faults.crash_at.is_some() || run.transport;
+    let f = sched.faults();
+    let lossy = f.crash > 0.0 || f.crash_at.is_some() || f.transport > 0.0 || lost.is_some();
     audit(
         scenario,
-        &cluster,
-        &sched,
-        &recorder,
+        (cluster, sched, recorder),
         &all_keys,
-        lossy,
+        (lossy, lost),
         &mut outcome,
-    )
-    .map_err(fail)?;
+    )?;
+    if let Some(v) = sched.violations().first() {
+        return Err(format!("in the audit: {v}"));
+    }
+    if scenario.replicas > 1 {
+        if lost.is_some() {
+            outcome.promotions += 1;
+        } else {
+            outcome.mirror_audits += 1;
+            outcome.mirrored_entries += audit_mirrors(cluster)?;
+        }
+    }
     let history = recorder.history();
     outcome.ops = history.len();
     outcome.failed = recorder.failed_count();
     outcome.unknown = history.unknown_outcomes();
-    check(&history).map_err(|e| fail(e.to_string()))?;
+    check(&history).map_err(|e| e.to_string())?;
     Ok(outcome)
 }
 
@@ -196,173 +300,6 @@ fn load_setup(
         }
     }
     Ok(())
-}
-
-/// What every simulated client of a run shares.
-#[derive(Clone)]
-struct ClientRun {
-    scenario: Scenario,
-    sched: Arc<Scheduler>,
-    recorder: Arc<Recorder>,
-    /// Unexpected errors, each a violation.
-    errors: Arc<Mutex<Vec<String>>>,
-    /// Whether transport errors are injected (and so expected).
-    transport: bool,
-}
-
-impl ClientRun {
-    /// Starts simulated client `id`: it returns its counters, or `None`
-    /// when the scheduler crashed it.
-    fn spawn_client(
-        &self,
-        id: usize,
-        mut client: Client,
-        world: &World,
-        seed: u64,
-    ) -> JoinHandle<Option<Stats>> {
-        let run = self.clone();
-        let keys = world.keys.clone();
-        let readable: Vec<Vec<u8>> = if self.scenario.read_fillers {
-            keys.iter().chain(&world.fillers).cloned().collect()
-        } else {
-            keys.clone()
-        };
-        let first = world.first[id].clone();
-        let op_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
-        std::thread::spawn(move || {
-            run.sched.enter(id);
-            let mut rng = StdRng::seed_from_u64(op_seed);
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                run.operations(id, &mut client, &mut rng, first, &keys, &readable);
-                client.stats()
-            }));
-            run.sched.leave();
-            match result {
-                Ok(stats) => Some(stats),
-                Err(payload) if payload.downcast_ref::<Crashed>().is_some() => None,
-                Err(payload) => std::panic::resume_unwind(payload),
-            }
-        })
-    }
-
-    /// Client `id`'s operations, recorded: its prescribed first ones, then
-    /// random ones by the scenario's mix.
-    fn operations(
-        &self,
-        id: usize,
-        client: &mut Client,
-        rng: &mut StdRng,
-        first: Vec<Call>,
-        keys: &[Vec<u8>],
-        readable: &[Vec<u8>],
-    ) {
-        let scenario = &self.scenario;
-        let mut first = first.into_iter();
-        for n in 0..scenario.ops_per_client {
-            let k = keys[rng.gen_range(0..keys.len())].clone();
-            let reader = id >= scenario.clients - scenario.readers.min(scenario.clients);
-            let (puts, deletes) = if reader { (0, 0) } else { scenario.mix };
-            // The draws above happen for prescribed operations too, so a
-            // prescription does not shift the random ones after it.
-            let prescribed = first.next();
-            let call = match rng.gen_range(0..100) {
-                _ if prescribed.is_some() => prescribed.unwrap_or_else(|| Call::get(k)),
-                p if p < puts => {
-                    Call::put(k, value(rng, &scenario.value_len, &format!("c{id}v{n}")))
-                }
-                p if p < puts + deletes => Call::delete(k),
-                _ => Call::get(readable[rng.gen_range(0..readable.len())].clone()),
-            };
-            let pending = self.recorder.invoke(id as u64, call.clone());
-            match call.apply(client) {
-                Ok(ret) => self.recorder.returned(pending, ret),
-                Err(Error::ClockSkew { .. }) => {
-                    // Refused before any verb; the clocks may agree again
-                    // a heartbeat later.
-                    self.recorder.failed(pending);
-                    self.sched
-                        .sleep(nessie::clock::heartbeat_period(Duration::from_micros(
-                            scenario.skew_us,
-                        )));
-                }
-                Err(e) => match classify(&e, self.transport) {
-                    Ok(true) => self.recorder.failed(pending),
-                    Ok(false) => self.recorder.unknown(pending),
-                    Err(msg) => {
-                        self.recorder.unknown(pending);
-                        self.errors
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push(format!("client {id}: {call:?}: {msg}"));
-                    }
-                },
-            }
-        }
-    }
-}
-
-/// Starts every node's background recycler as one scheduled thread, which
-/// runs [`nessie::data::NodeData::recycle_period`] every `period` until the
-/// clients are done.
-fn spawn_recycler(
-    sched: &Arc<Scheduler>,
-    cluster: &Arc<Cluster>,
-    scenario: &Scenario,
-    clock: Arc<dyn Clock>,
-    period: Duration,
-) -> JoinHandle<()> {
-    let sched = Arc::clone(sched);
-    let cluster = Arc::clone(cluster);
-    let id = scenario.clients;
-    let nodes = scenario.nodes;
-    std::thread::spawn(move || {
-        sched.enter_as(id, Role::Background);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            while !sched.clients_done() {
-                for node in 0..nodes {
-                    if let Some(data) = cluster.node_data(node) {
-                        data.recycle_period(cluster.table_access(node));
-                    }
-                }
-                clock.sleep(period);
-            }
-        }));
-        sched.leave();
-        if let Err(payload) = result {
-            if payload.downcast_ref::<Crashed>().is_none() {
-                std::panic::resume_unwind(payload);
-            }
-        }
-    })
-}
-
-/// Starts the clock watch of every node as scheduled thread `id`: one
-/// check of every node's clock per heartbeat period, as the watch thread
-/// does, until the clients are done.
-fn spawn_watch(
-    sched: &Arc<Scheduler>,
-    cluster: &Arc<Cluster>,
-    id: usize,
-    clock: Arc<dyn Clock>,
-) -> JoinHandle<()> {
-    let sched = Arc::clone(sched);
-    let cluster = Arc::clone(cluster);
-    let period = nessie::clock::heartbeat_period(cluster.config().max_clock_skew);
-    std::thread::spawn(move || {
-        sched.enter_as(id, Role::Background);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            while !sched.clients_done() {
-                cluster.check_clocks();
-                clock.sleep(period);
-            }
-        }));
-        sched.leave();
-        if let Err(payload) = result {
-            if payload.downcast_ref::<Crashed>().is_none() {
-                std::panic::resume_unwind(payload);
-            }
-        }
-    })
 }
 
 /// Seeds to run: `NESSIE_SIM_SEED` replays one; `NESSIE_SIM_SEEDS` sets how

@@ -1,6 +1,6 @@
 //! What a run exercises: the scenarios and the configuration they give.
 
-use crate::sim::{Faults, ForwardStep};
+use crate::sim::{Faults, ForwardStep, HostLoss};
 use nessie::layout::dte;
 use nessie::{ChecksumPolicy, Config, Optimizations};
 use std::ops::RangeInclusive;
@@ -74,6 +74,8 @@ pub struct Scenario {
     pub clients: usize,
     /// Nodes.
     pub nodes: usize,
+    /// Copies of every share (`Config::replicas`; 1: no mirrors).
+    pub replicas: usize,
     /// Operations each client issues.
     pub ops_per_client: usize,
     /// Keys the clients fight over.
@@ -130,6 +132,7 @@ impl Scenario {
             name: "contended",
             clients: 6,
             nodes: 3,
+            replicas: 1,
             ops_per_client: 6,
             keys: 4,
             key_len: 1..=KEY_MAX,
@@ -404,9 +407,68 @@ impl Scenario {
                 forward_step: None,
                 crash_at: None,
                 stall_at: None,
+                host_loss: None,
             },
             ..base
         }
+    }
+
+    /// `base` on three nodes with every share kept twice (`replicas` = 2),
+    /// under every fault of [`Scenario::faulty`]; the zombie window follows
+    /// the later death of owners with replicas
+    /// (docs/replication.md#rp2b). After each run the mirrors are audited
+    /// against their primaries, or, where a sync was cut short, promoted
+    /// (see `run.rs`).
+    #[must_use]
+    pub fn replicated(base: Scenario) -> Scenario {
+        let name = match base.name {
+            "contended" => "replicated-contended",
+            "crowded" => "replicated-crowded",
+            "recycling" => "replicated-recycling",
+            "combined" => "replicated-combined",
+            other => other,
+        };
+        Scenario::faulty(Scenario {
+            name,
+            nodes: 3,
+            replicas: 2,
+            ..base
+        })
+    }
+
+    /// [`Scenario::replicated`] of [`Scenario::combined`] (MIGRATE and
+    /// recycling together) without crashes or transport errors: every sync
+    /// finishes unless a deadline cuts it short, so most runs end with the
+    /// mirror audit, every mirror equal to its primary.
+    #[must_use]
+    pub fn mirrored_zombies() -> Scenario {
+        let mut s = Scenario::replicated(Scenario::combined());
+        s.name = "mirrored-zombies";
+        s.faults.crash = 0.0;
+        s.faults.max_crashes = 0;
+        s.faults.critical_crash = 0.0;
+        s.faults.transport = 0.0;
+        s
+    }
+
+    /// [`Scenario::replicated`] with the loss of one host at a point the
+    /// scheduler draws ([`HostLoss`]): its clients crash, its memory is
+    /// wiped, the survivors change the view and go on. A run the loss
+    /// never struck loses a host after its clients are done.
+    #[must_use]
+    pub fn host_lost(base: Scenario) -> Scenario {
+        let name = match base.name {
+            "contended" => "host-lost-contended",
+            "crowded" => "host-lost-crowded",
+            "recycling" => "host-lost-recycling",
+            "combined" => "host-lost-combined",
+            other => other,
+        };
+        let mut s = Scenario::replicated(base);
+        s.name = name;
+        let config = s.config_with(Optimizations::default(), ChecksumPolicy::AfterStall, 8);
+        s.faults.host_loss = Some(HostLoss::for_config(&config, 0.004));
+        s
     }
 
     /// Whether the clock watch runs ([`Clocks::Watched`]).
@@ -427,6 +489,7 @@ impl Scenario {
         Config {
             cluster: format!("sim-{}", self.name),
             nodes: self.nodes,
+            replicas: self.replicas,
             index_slots_per_node: self.index_slots_per_node,
             hashes: 3,
             filter_bits,
@@ -477,7 +540,14 @@ impl Scenario {
 }
 
 /// How long after its start an operation's owner counts as dead to its
-/// helpers (µs): a stall this long makes a zombie.
+/// helpers (µs): a stall this long makes a zombie. With replicas, only once
+/// every CAS it armed has landed (docs/replication.md#rp2b), as the
+/// library's `Timing` says.
 fn dead_after_us(config: &Config) -> u64 {
-    (config.op_timeout + config.max_clock_skew * 2).as_micros() as u64 + 1
+    let mirrors_land = if config.replicas > 1 {
+        config.landing_bound()
+    } else {
+        Duration::ZERO
+    };
+    (config.op_timeout + config.max_clock_skew * 2 + mirrors_land).as_micros() as u64 + 1
 }

@@ -1,6 +1,7 @@
 //! The scheduler: who runs next, virtual time, and the scripted mode in
 //! which a driver thread decides who runs and until when.
 
+use super::host::HostState;
 use super::{Crashed, Faults, Injected, PointInfo, Role, SimCounts, StopAt, SIM_ID};
 use nessie::fabric::NodeId;
 use rand::rngs::StdRng;
@@ -48,6 +49,13 @@ pub(super) struct State {
     pub(super) scripted_transport: Vec<Option<Injected>>,
     /// Since when the clock of [`super::faults::ForwardStep`] is ahead.
     pub(super) ahead_since: Option<u64>,
+    /// Per thread: the node it runs on, if placed (a lost host takes its
+    /// threads with it).
+    pub(super) node_of: Vec<Option<NodeId>>,
+    /// Per client: when its current operation started (virtual µs).
+    pub(super) op_start: Vec<Option<u64>>,
+    /// The loss of a host and the view change after it.
+    pub(super) host: HostState,
 }
 
 impl std::fmt::Debug for State {
@@ -119,6 +127,9 @@ impl Scheduler {
                 violations: Vec::new(),
                 scripted_transport: vec![None; threads],
                 ahead_since: None,
+                node_of: vec![None; threads],
+                op_start: vec![None; threads],
+                host: HostState::default(),
             }),
             turn: Condvar::new(),
         })
@@ -198,6 +209,12 @@ impl Scheduler {
     pub fn crash(&self, me: usize) {
         self.lock().crash[me] = true;
         self.run_to_end(me);
+    }
+
+    /// The faults this run injects.
+    #[must_use]
+    pub fn faults(&self) -> Faults {
+        self.lock().faults
     }
 
     /// Virtual time (µs).
@@ -366,6 +383,7 @@ impl Scheduler {
         };
         let mut s = self.lock();
         s.threads[me] = Run::Done;
+        s.op_start[me] = None;
         if s.current == Some(me) {
             if s.scripted {
                 s.current = None;

@@ -9,6 +9,7 @@
 mod migrate_chains;
 mod model_counterexamples;
 mod recycling_schedules;
+mod replicas;
 mod reverse_pass_schedules;
 mod review_schedules;
 mod scan_window;

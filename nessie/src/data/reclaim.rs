@@ -260,8 +260,11 @@ impl NodeData {
             Some(views) => views.mirrors(word),
             None => self.geometry.mirrors(word).collect(),
         };
-        let staged = std::iter::once(word)
-            .chain(mirrors)
+        // The mirrors' stamps first: the primary's lets the slot be reused
+        // (docs/replication.md#rp5).
+        let staged = mirrors
+            .into_iter()
+            .chain(std::iter::once(word))
             .try_for_each(|replica| access.cluster.write(replica, &at));
         if let Err(e) = staged {
             tracing::warn!(

@@ -7,6 +7,7 @@ use crate::data::SlotUse;
 use crate::fabric::{FabricError, RemoteAddr, Verb};
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, SlotRef};
+use crate::replica::PerReplica;
 use crate::Error;
 
 /// How a CAS that links a fresh DTE into an ITE ended.
@@ -141,17 +142,23 @@ impl Ctx<'_> {
     }
 
     /// The stage WRITE of `expires_at` to the entry's word at `addr` on
-    /// every replica, in one batch (docs/replication.md#rp5).
+    /// every replica: the mirrors' first, in one batch, then the primary's
+    /// (docs/replication.md#rp5). The primary's stamp lets the slot be
+    /// reused an expiry later, so a mirror's stamp posted with it could
+    /// land on the slot's next occupant.
     fn stage_write(&mut self, addr: RemoteAddr, expires_at: u64) -> Result<(), FabricError> {
         let word = expires_at.to_le_bytes();
-        if self.env.geometry().replicas() == 1 {
-            return self.gate.write(addr, &word);
+        if self.env.geometry().replicas() > 1 {
+            let mut batch: PerReplica<Verb<'_>> = self
+                .env
+                .views
+                .mirrors(addr)
+                .into_iter()
+                .map(|addr| Verb::Write { addr, data: &word })
+                .collect();
+            self.gate.write_batch(&mut batch)?;
         }
-        let mut batch: Vec<Verb<'_>> = std::iter::once(addr)
-            .chain(self.env.views.mirrors(addr))
-            .map(|addr| Verb::Write { addr, data: &word })
-            .collect();
-        self.gate.write_batch(&mut batch)
+        self.gate.write(addr, &word)
     }
 
     /// Allocates a local DTE slot of `class` for `purpose` and writes a

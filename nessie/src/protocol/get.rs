@@ -202,7 +202,14 @@ impl Ctx<'_> {
                     return Ok(Pass::Again(Retry::Helped));
                 }
                 // V1: a copy's `prev` is another slot's value; never follow it.
-                if view.state().is_migrated() || !self.env.config.optimizations.prev_versions {
+                // With replicas the entry may be VALID on a mirror already,
+                // and its owner's operation over: answering from `prev` now
+                // would let a view change make the write take effect after
+                // it returned (docs/replication.md#rp6b).
+                if view.state().is_migrated()
+                    || !self.env.config.optimizations.prev_versions
+                    || self.env.geometry().replicas() > 1
+                {
                     return Ok(Pass::Again(Retry::Busy));
                 }
                 let prev = Ite(view.header.prev);

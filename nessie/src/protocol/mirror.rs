@@ -9,7 +9,7 @@ use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{DteState, DteStatus};
 use crate::layout::SlotRef;
 use crate::layout::{read_word, Ite, WORD};
-use crate::replica::{sync_mirror, PerReplica, SyncVerbs};
+use crate::replica::{catch_up_mirror, sync_mirror, PerReplica, SyncVerbs};
 use crate::Error;
 
 /// How a commit ended (docs/replication.md#rp3).
@@ -134,8 +134,12 @@ impl Ctx<'_> {
     }
 
     /// The reverse pass of a write (the ITEs of `cands`), carrying the
-    /// first CASes of the sync of its link `(slot, x, y)` in the same
-    /// batch where reads are batched (docs/replication.md#round-trips).
+    /// first CASes of the sync of its link `(slot, x, y)` and READs of the
+    /// other candidates' mirrors in the same batch where reads are batched
+    /// (docs/replication.md#round-trips). A mirror found lagging its
+    /// primary is brought forward before this returns, so that the write
+    /// commits only once no mirror of its key's candidates still holds what
+    /// the primaries no longer do (docs/replication.md#rp4b).
     ///
     /// # Errors
     /// As [`Ctx::read_ites`] and [`Ctx::sync_mirrors`].
@@ -145,9 +149,24 @@ impl Ctx<'_> {
         link: (RemoteAddr, u64, u64),
     ) -> Result<PerCandidate<Ite>, Error> {
         let (slot, x, y) = link;
-        if !self.mirrored() || !self.env.config.optimizations.batched_reads {
-            self.sync_mirrors(slot, x, y)?;
+        if !self.mirrored() {
             return self.read_ites(cands, true);
+        }
+        let others: Vec<(RemoteAddr, RemoteAddr)> = cands
+            .iter()
+            .map(|c| c.addr())
+            .filter(|&c| c != slot)
+            .flat_map(|c| self.mirrors_of(c).into_iter().map(move |m| (c, m)))
+            .collect();
+        let mut seen = vec![[0u8; 8]; others.len()];
+        if !self.env.config.optimizations.batched_reads {
+            self.sync_mirrors(slot, x, y)?;
+            let ites = self.read_ites(cands, true)?;
+            let reads = others.iter().map(|o| o.1).zip(seen.iter_mut());
+            self.gate
+                .read_batch(reads.map(|(addr, w)| (addr, &mut w[..])))?;
+            self.catch_up(&others, &seen, cands, &ites)?;
+            return Ok(ites);
         }
         let mut words = [[0u8; 8]; MAX_HASHES];
         let cases = self.mirror_cases(slot, x, y);
@@ -155,6 +174,10 @@ impl Ctx<'_> {
         let mut batch: Vec<Verb<'_>> = cases.into_iter().collect();
         batch.extend(cands.iter().zip(words.iter_mut()).map(|(c, w)| Verb::Read {
             addr: c.addr(),
+            buf: &mut w[..],
+        }));
+        batch.extend(others.iter().zip(seen.iter_mut()).map(|(o, w)| Verb::Read {
+            addr: o.1,
             buf: &mut w[..],
         }));
         let synced = self
@@ -166,10 +189,45 @@ impl Ctx<'_> {
         }
         synced?;
         drop(batch);
-        Ok(words[..cands.len()]
+        let ites: PerCandidate<Ite> = words[..cands.len()]
             .iter()
             .map(|w| Ite(u64::from_le_bytes(*w)))
-            .collect())
+            .collect();
+        self.catch_up(&others, &seen, cands, &ites)?;
+        Ok(ites)
+    }
+
+    /// Brings forward every mirror in `others` (pairs of a candidate's slot
+    /// and one of its mirrors) whose word, read as `seen`, differs from
+    /// what the reverse pass read on its primary (`ites` of `cands`): a
+    /// change whose winner's sync was cut short (a deadline, a crash). It
+    /// is the sync's loop from the mirror's value, each primary value read
+    /// after the mirror's (docs/replication.md#rp2).
+    fn catch_up(
+        &mut self,
+        others: &[(RemoteAddr, RemoteAddr)],
+        seen: &[[u8; 8]],
+        cands: &[Candidate],
+        ites: &[Ite],
+    ) -> Result<(), Error> {
+        for (&(primary, mirror), word) in others.iter().zip(seen) {
+            let found = u64::from_le_bytes(*word);
+            let read = cands.iter().position(|c| c.addr() == primary);
+            if read.is_some_and(|i| ites[i].0 == found) {
+                continue;
+            }
+            let mut verbs = GateSync {
+                gate: &mut self.gate,
+                primary,
+                mirror,
+            };
+            let caught = catch_up_mirror(found, &mut verbs);
+            if caught.is_err() {
+                self.op.stats.mirrors_behind += 1;
+            }
+            caught?;
+        }
+        Ok(())
     }
 
     /// Commits the entry `at`, written with `state`: on every mirror first,

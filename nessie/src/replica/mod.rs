@@ -63,6 +63,29 @@ pub(crate) fn sync_mirror<V: SyncVerbs>(
     Ok(())
 }
 
+/// Brings a mirror that was seen holding `found` to a value its primary
+/// held after that: the loop of [`sync_mirror`] without a change of one's
+/// own, for a reader that found the mirror behind
+/// (docs/replication.md#rp4b). Returns once the mirror held what the
+/// primary held, or moved on to a value read from the primary after
+/// `found`.
+///
+/// # Errors
+/// The first error of a verb.
+pub(crate) fn catch_up_mirror<V: SyncVerbs>(mut found: u64, verbs: &mut V) -> Result<(), V::Error> {
+    loop {
+        let primary = verbs.read_primary()?;
+        if primary == found {
+            return Ok(());
+        }
+        let was = verbs.cas_mirror(found, primary)?;
+        if was == found {
+            return Ok(());
+        }
+        found = was;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{sync_mirror, SyncVerbs};

@@ -1,0 +1,232 @@
+//! Replication (docs/replication.md) replayed: the schedules of the flaws
+//! the simulator's replicated runs found, step by step, and the seeds of
+//! randomized replicated runs that caught them and the rules reverted one
+//! at a time (docs/testing.md#reverted-replication-rules), on the real
+//! code.
+
+use nessie::data::Geometry;
+use nessie::fabric::{Fabric, RemoteAddr};
+use nessie::layout::dte::EXPIRES_AT_OFFSET;
+use nessie::layout::{Ite, IteKind};
+use nessie::Config;
+use nessie_check::scripted::{cas_at, nth, tiny_config, Script};
+use nessie_check::sim::{divergent_duplicates, run, Point, Scenario};
+use std::time::Duration;
+
+/// Three nodes, two replicas of every share, two index slots per node and
+/// two candidates per key; a landing bound short enough that a reader's
+/// cache entry outlives a view change's drain.
+fn replicated() -> Config {
+    Config {
+        nodes: 3,
+        replicas: 2,
+        index_slots_per_node: 2,
+        cas_landing_bound: Some(Duration::from_millis(2)),
+        ..tiny_config(6, 2)
+    }
+}
+
+fn word(fabric: &dyn Fabric, at: RemoteAddr) -> u64 {
+    let mut w = [0u8; 8];
+    fabric.read(at, &mut w).unwrap();
+    u64::from_le_bytes(w)
+}
+
+/// A DELETE commits its tombstone and unlinks it, but its deadline passes
+/// between the unlink and the unlink's sync: the mirror still links the
+/// committed tombstone (`mirrors_behind`). A PUT of the key then lands in
+/// its first candidate, which another key's DELETE vacated. Were the
+/// mirror promoted as it stands, the key would have two linked committed
+/// entries that differ: the tombstone in its second candidate and the new
+/// value in its first, and a reader that cached the tombstone would answer
+/// "absent" from it. The PUT's reverse pass reads its candidates' mirrors
+/// and brings the lagging one forward before it commits
+/// (docs/replication.md#rp4b), so after the loss of the tombstone's
+/// primary the key reads its value, cache or not.
+#[test]
+fn a_tombstone_whose_unlink_never_reached_the_mirror_does_not_come_back() {
+    let script = Script::new(replicated(), 1);
+    let geometry = Geometry::new(script.config());
+    let hasher = script.hasher().clone();
+    let key = script.find("k-", |k| {
+        let c = hasher.candidates(k);
+        c[0].node != c[1].node
+    });
+    let cands = hasher.candidates(&key);
+    let b = cands[1].addr();
+    let global = |c: nessie::index::Candidate| (c.node * 2) as u64 + c.slot;
+    let filler = script.key_first("f-", global(cands[0]));
+    let lost = b.node;
+    let (deleter_node, reader_node) = ((lost + 1) % 3, (lost + 2) % 3);
+    let mut setup = script.direct_client();
+    setup.put(&filler, b"f").unwrap();
+    setup.put(&key, b"v1").unwrap();
+    let k = key.clone();
+    let deleter = script.spawn_on(0, deleter_node, move |c| {
+        (c.delete(&k).unwrap(), c.stats().delete.mirrors_behind)
+    });
+    // Stop before the unlink of the committed tombstone: the second CAS on
+    // the key's second candidate (the first linked the tombstone).
+    script
+        .sched
+        .run_until(0, nth(2, cas_at(b)))
+        .expect("the DELETE unlinks its tombstone");
+    let tombstone = Ite(word(&*script.cluster.fabric(), b));
+    // A reader on a third node reads the committed tombstone and caches it.
+    let mut reader = script.cluster.client(reader_node).unwrap();
+    assert_eq!(reader.get(&key).unwrap(), None);
+    // The unlink passed its deadline check; the sync after it does not.
+    script
+        .sched
+        .advance(script.config().op_timeout.as_micros() as u64 + 1);
+    script.sched.run_to_end(0);
+    let (existed, behind) = deleter.join().unwrap().unwrap();
+    assert!(existed);
+    assert_eq!(behind, 1, "the unlink's sync was cut short");
+    let mirror = geometry.mirrors(b).next().unwrap();
+    assert!(script.ite(global(cands[1])).is_empty());
+    assert_eq!(Ite(word(&*script.cluster.fabric(), mirror)), tombstone);
+    // The key is written again, into its first candidate.
+    assert!(setup.delete(&filler).unwrap());
+    setup.put(&key, b"v2").unwrap();
+    assert!(matches!(
+        script.ite(global(cands[0])).kind(),
+        IteKind::Occupied { .. }
+    ));
+    script.lose_host(lost);
+    assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v2"[..]));
+    let config = script.config();
+    let duplicates = divergent_duplicates(&*script.cluster.fabric(), config, &geometry);
+    assert_eq!(duplicates, None);
+    let mut fresh = script.cluster.client(reader_node).unwrap();
+    assert_eq!(fresh.get(&key).unwrap().as_deref(), Some(&b"v2"[..]));
+    assert_eq!(fresh.get(&filler).unwrap(), None);
+}
+
+/// A PUT that replaced an entry stages it, and its WRITE of `expires_at`
+/// to the entry's mirror is delayed past the entry's expiry. Were the
+/// primary's stamp written first, the slot would be reused meanwhile and
+/// the late stamp would land on the mirror of its next occupant; the
+/// mirrors' stamps come first (docs/replication.md#rp5), so the slot is not
+/// staged, and not reused, before every replica carries its stamp.
+#[test]
+fn a_late_stamp_on_a_mirror_never_lands_on_the_slots_next_occupant() {
+    let script = Script::new(replicated(), 1);
+    let geometry = Geometry::new(script.config());
+    let key = script.key_first("k-", 0);
+    let mut setup = script.direct_client();
+    setup.put(&key, b"v1").unwrap();
+    let (old, _, _) = script.target(script.ite(0));
+    let at = geometry.dte_addr(old).unwrap();
+    let primary = at.add(EXPIRES_AT_OFFSET as u64);
+    let mirror = geometry.mirrors(primary).next().unwrap();
+    let k = key.clone();
+    let writer = script.spawn_on(0, 2, move |c| c.put(&k, b"v2").unwrap());
+    script
+        .sched
+        .run_until(0, move |p| p.kind == Point::Write && p.addr == Some(mirror))
+        .expect("the PUT stages the entry it replaced");
+    script.let_slots_expire();
+    script.reuse_slots();
+    script.sched.run_to_end(0);
+    writer.join().unwrap().unwrap();
+    let fabric = script.cluster.fabric();
+    let stamp = word(&*fabric, primary);
+    assert_eq!(word(&*fabric, mirror), stamp, "the replicas' stamps differ");
+    assert_ne!(stamp, 0, "the entry is staged once every stamp landed");
+}
+
+/// A PUT's mirror commit lands, then its deadline passes before the
+/// primary's, and the PUT returns `Timeout` (RP3: mirrors commit first).
+/// Were a reader to answer from the entry's `prev` while its owner is not
+/// yet dead, and the entry's primary then be lost, the promoted mirror
+/// would say VALID: the timed-out PUT would take effect after it returned
+/// and after a reader saw the older value. With replicas a reader never
+/// answers from `prev` (docs/replication.md#rp6b): it waits until the
+/// owner is dead and aborts the entry on every replica first (docs/replication.md#rp3b).
+#[test]
+fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
+    let script = Script::new(replicated(), 1);
+    let key = script.key_first("k-", 0);
+    let mut setup = script.direct_client();
+    setup.put(&key, b"v1").unwrap();
+    let k = key.clone();
+    let owner = script.spawn_on(0, 2, move |c| c.put(&k, b"v5"));
+    let mirror_state = |p: &nessie_check::sim::PointInfo| {
+        p.kind == Point::Cas
+            && p.addr.is_some_and(|a| {
+                a.region.0 >= nessie::layout::region::REPLICA_STRIDE
+                    && nessie::layout::region::data_class(nessie::fabric::RegionId(
+                        a.region.0 % nessie::layout::region::REPLICA_STRIDE,
+                    ))
+                    .is_some()
+            })
+    };
+    script
+        .sched
+        .run_until(0, mirror_state)
+        .expect("the PUT commits on its mirror");
+    // The mirror's commit passed its deadline check; the primary's will not.
+    script
+        .sched
+        .advance(script.config().op_timeout.as_micros() as u64 + 1);
+    script.sched.run_to_end(0);
+    assert!(matches!(
+        owner.join().unwrap().unwrap(),
+        Err(nessie::Error::Timeout)
+    ));
+    // The reader waits for the owner's death (it may time out meanwhile,
+    // its back-off letting virtual time pass), then helps.
+    let mut reader = script.cluster.client(1).unwrap();
+    let read = (0..10).find_map(|_| reader.get(&key).ok());
+    assert_eq!(read.flatten().as_deref(), Some(&b"v1"[..]));
+    script.lose_host(2);
+    assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v1"[..]));
+}
+
+/// The seeds at which randomized replicated runs caught the flaws above
+/// (before their fixes) and the replication rules reverted one at a time
+/// in the library by `scripts/fix-reverts/RP*.patch`
+/// (docs/testing.md#reverted-replication-rules), replayed on the real
+/// code: each must pass.
+#[test]
+fn seeds_that_caught_replication_flaws() {
+    let replicated = Scenario::replicated;
+    let lost = Scenario::host_lost;
+    let caught = [
+        // The late mirror stamp (S1): DOUBLE-STAGE on a mirror.
+        (Scenario::mirrored_zombies(), 121),
+        (replicated(Scenario::recycling()), 109),
+        (lost(Scenario::recycling()), 574),
+        // The tombstone whose unlink never reached the mirror (S2).
+        (Scenario::mirrored_zombies(), 3109),
+        // The timed-out write answered from `prev` (S3).
+        (lost(Scenario::contended()), 59),
+        (lost(Scenario::combined()), 96),
+        // RP3 reverted: the primary committed first.
+        (Scenario::mirrored_zombies(), 8),
+        (replicated(Scenario::recycling()), 11),
+        (replicated(Scenario::crowded()), 12),
+        (lost(Scenario::contended()), 54),
+        // RP3b reverted: no mirror aborted before a restore.
+        (replicated(Scenario::crowded()), 966),
+        (replicated(Scenario::combined()), 2292),
+        // RP4 reverted: the link's sync after the commit.
+        (replicated(Scenario::crowded()), 21),
+        (replicated(Scenario::combined()), 21),
+        (lost(Scenario::contended()), 59),
+        // RP2b reverted: owners dead before their mirror CASes landed.
+        (replicated(Scenario::recycling()), 127),
+        (lost(Scenario::combined()), 177),
+        // RP4b reverted (S2 again).
+        (replicated(Scenario::contended()), 2051),
+        // RP5's order reverted (S1 again).
+        (Scenario::mirrored_zombies(), 12),
+        (replicated(Scenario::combined()), 12),
+    ];
+    for (scenario, seed) in caught {
+        if let Err(e) = run(&scenario, seed) {
+            panic!("scenario {}: {e}", scenario.name);
+        }
+    }
+}
