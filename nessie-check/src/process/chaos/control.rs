@@ -401,8 +401,9 @@ impl Controller<'_> {
                 report.fills += 1;
             } else if name.starts_with("done-crowd") {
                 report.crowds += 1;
-            } else if let Some(v) = name.strip_prefix("violation-") {
-                report.violations.push(v.replace('_', " "));
+            } else if name.starts_with("violation-") {
+                let text = std::fs::read_to_string(self.dir.join(&name))?;
+                report.violations.push(text);
             } else if name.starts_with("pressure-") {
                 let text = std::fs::read_to_string(self.dir.join(&name))?;
                 add_pressure(report, &text);

@@ -63,6 +63,7 @@ pub fn child_main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    record_panics(&dir, node, generation);
     let me = Me {
         node,
         generation,
@@ -235,12 +236,32 @@ fn preload_fillers(n: &Node, me: &Me) {
 }
 
 fn fail(dir: &Path, what: &str) -> ! {
-    let _ = std::fs::write(
-        dir.join(format!("violation-{}", what.replace([' ', '/'], "_"))),
-        b"",
-    );
+    record_violation(dir, what);
     eprintln!("chaos node: {what}");
     std::process::exit(1);
+}
+
+/// Leaves a violation for the controller: a file `violation-<pid>-<n>`
+/// holding `what`, written before the process goes on (or is killed).
+fn record_violation(dir: &Path, what: &str) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!("violation-{}-{n}", std::process::id()));
+    let _ = std::fs::write(path, what);
+}
+
+/// Makes a panic on any thread of this process a violation, also when
+/// the thread's process is killed before anyone joins the thread.
+fn record_panics(dir: &Path, node: usize, generation: u64) {
+    let dir = dir.to_path_buf();
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        record_violation(
+            &dir,
+            &format!("node {node} (generation {generation}) panicked: {info}"),
+        );
+        default(info);
+    }));
 }
 
 /// PUTs fresh keys until the wanted limit is hit, then deletes them (a
