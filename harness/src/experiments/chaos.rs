@@ -1,6 +1,7 @@
 //! `chaos`: a multi-process cluster under a mixed workload while faults are
 //! injected (SIGKILL, SIGSTOP longer than expiry, full data tables, a
-//! crowded index), then the linearizability and wedge verdicts. The engine
+//! crowded index; with `--replicas 2`, kill-and-wipes whose replacements
+//! rejoin), then the linearizability and wedge verdicts. The engine
 //! is `nessie_check::process::chaos`, shared with the bounded run of the test suite.
 
 use super::OutputArgs;
@@ -18,12 +19,18 @@ pub struct ChaosArgs {
     /// half a minute).
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Seconds of fault injection (default 25 with --quick, else 120).
+    /// Seconds of fault injection (default 120; with --quick 25, or 35
+    /// with --replicas 2).
     #[arg(long)]
     pub seconds: Option<u64>,
-    /// Node processes (at least 3: all but two may be killed).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(3..=16))]
-    pub nodes: u16,
+    /// Node processes (at least 3: all but two may be killed; default 4,
+    /// or 3 with --replicas 2).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(3..=16))]
+    pub nodes: Option<u16>,
+    /// Copies of everything: 1 (kills), or 2 (kill-and-wipes: the host
+    /// declared lost, a replacement rejoins under its id).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=2))]
+    pub replicas: u16,
     /// Seed of the fault schedule and the workloads.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
@@ -34,13 +41,20 @@ pub struct ChaosArgs {
 /// # Errors
 /// Setting up the run or writing the report failed.
 pub fn run(args: ChaosArgs) -> Result<i32> {
-    let mut plan = ChaosPlan::quick(args.seed);
-    plan.nodes = usize::from(args.nodes);
-    plan.duration =
-        Duration::from_secs(
-            args.seconds
-                .unwrap_or(if args.output.quick { 25 } else { 120 }),
-        );
+    let mut plan = if args.replicas > 1 {
+        ChaosPlan::replicated(args.seed)
+    } else {
+        ChaosPlan::quick(args.seed)
+    };
+    if let Some(nodes) = args.nodes {
+        plan.nodes = usize::from(nodes);
+    }
+    let quick_seconds = plan.duration.as_secs();
+    plan.duration = Duration::from_secs(args.seconds.unwrap_or(if args.output.quick {
+        quick_seconds
+    } else {
+        120
+    }));
     let exe = std::env::current_exe()
         .map_err(|e| HarnessError::Usage(format!("cannot find this binary: {e}")))?;
     let report = run_chaos(plan, || {
@@ -60,6 +74,7 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
     let json = serde_json::json!({
         "experiment": "chaos",
         "nodes": plan.nodes,
+        "replicas": plan.replicas,
         "workers_per_node": plan.workers,
         "keys": plan.keys,
         "seconds": plan.duration.as_secs(),
@@ -68,6 +83,15 @@ pub fn run(args: ChaosArgs) -> Result<i32> {
         "unknown_outcomes": report.unknown,
         "faults": report.faults(),
         "kills": report.kills,
+        "kill_and_wipes": report.wipes,
+        "rejoins": report.rejoins,
+        "slowest_rejoin_s": report.slowest_rejoin.as_secs_f64(),
+        "longest_loss_s": report.longest_loss.as_secs_f64(),
+        "restored_slots": report.restored_slots,
+        "restored_bytes": report.restored_bytes,
+        "replacement_operations": report.replacement_operations,
+        "refused_calls": report.refused,
+        "audit_reads": report.audited,
         "stalls": report.stalls,
         "faults_mid_operation": report.faults_mid_operation,
         "data_table_fills": report.fills,

@@ -1,8 +1,10 @@
 //! Real threads and processes: the apparatus that runs the store as users
 //! run it (node processes, a killed peer, chaos) and checks what they did.
 //!
-//! * [`chaos`]: node processes killed, stalled and restarted at random while
-//!   clients work, with the history checked for linearizability.
+//! * [`chaos`]: node processes killed, stalled, their tables filled at
+//!   random while clients work (with replicas: killed and wiped, then
+//!   replaced by a process that rejoins), with the history checked for
+//!   linearizability.
 //! * [`peer_death`]: a peer killed mid-run; what the survivors can still do.
 //! * [`history`]: histories recorded by node processes, merged and checked.
 //! * [`replicated`]: workers of a replicated cluster whose view changes

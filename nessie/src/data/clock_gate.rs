@@ -106,9 +106,12 @@ impl ClockGate {
             run.pop_front();
         }
         if let Some(wall) = vouched {
+            // Ever vouched for first: a reader that sees the new vouched
+            // reading (Acquire) then sees it there too, so the debug check
+            // of what the gate admitted cannot race with this.
+            self.ever_vouched_us.fetch_max(wall, Ordering::AcqRel);
             // 0 is "shut"; a clock reading 0 µs vouches for nothing anyway.
             self.vouched_us.store(wall, Ordering::Release);
-            self.ever_vouched_us.fetch_max(wall, Ordering::AcqRel);
         }
     }
 }
@@ -204,5 +207,33 @@ mod tests {
         // What was admitted stays consistent with the checks since; a
         // reuse on the fast clock's word never was.
         assert!(g.once_admitted(11_999) && !g.once_admitted(13_000 + step));
+    }
+
+    /// The debug check must hold for whatever the gate admitted while the
+    /// watch goes on noting checks: a reader that sees a new vouched
+    /// reading must see it among those ever vouched for (found by a chaos
+    /// run, whose allocating worker hit the debug assertion in `verdict`).
+    #[test]
+    fn what_the_gate_admits_is_once_admitted_while_the_watch_runs() {
+        let g = ClockGate::new(1);
+        g.arm();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=2_000_000u64 {
+                    g.note(true, i * 1_000, i * 1_000);
+                }
+                done.store(true, Ordering::Release);
+            });
+            let mut checked = 0u64;
+            while !done.load(Ordering::Acquire) {
+                let v = g.vouched_us.load(Ordering::Acquire);
+                if v > 0 && g.admits(v - 1) {
+                    assert!(g.once_admitted(v - 1), "admitted {} unvouched", v - 1);
+                    checked += 1;
+                }
+            }
+            assert!(checked > 0);
+        });
     }
 }
