@@ -169,6 +169,7 @@ fn tcp(c: &mut Criterion) {
             .enumerate()
             .map(|(node, listener)| {
                 let options = TcpOptions {
+                    closed: false,
                     membership: membership(node),
                     peers: peers.clone(),
                     secret: "bench-secret-0123456789".into(),

@@ -315,6 +315,16 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Closes (or opens) this node's own memory: while closed, every verb
+    /// to it, a peer's or this process's, is refused with
+    /// [`FabricError::Lost`] (over `tcp`, a peer sees a refusal). A
+    /// replacement of a lost node keeps its empty memory closed until the
+    /// members have agreed the node is lost. The default does nothing: a
+    /// fabric whose nodes cannot outlive their memory.
+    fn close_own_memory(&self, closed: bool) {
+        let _ = closed;
+    }
+
     /// Posts every verb of `batch` at once and waits for all completions.
     /// Verbs of one batch may complete in any order; do not batch verbs that
     /// depend on each other.

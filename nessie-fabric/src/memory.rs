@@ -348,6 +348,9 @@ pub(crate) struct HeapRegions {
     map: MemoryMap,
     // Owned allocations; `map` points into them.
     allocations: Vec<*mut [u64]>,
+    /// Nonzero while the memory refuses every verb (see
+    /// [`HeapRegions::new_gated`]); its regions point at it.
+    gate: Option<Box<AtomicU64>>,
 }
 
 // SAFETY: the raw allocations are only freed in `Drop` and otherwise accessed
@@ -372,9 +375,47 @@ impl HeapRegions {
     ) -> Result<HeapRegions, FabricError> {
         // Built in place so that `Drop` frees what was allocated before a
         // failure.
+        HeapRegions::build(nodes, hosted, regions, None)
+    }
+
+    /// As [`HeapRegions::new`], with a gate: while closed, every verb to
+    /// this memory is refused ([`FabricError::Lost`]); `closed` is its
+    /// first state ([`HeapRegions::set_closed`]).
+    ///
+    /// # Errors
+    /// As [`HeapRegions::new`].
+    pub(crate) fn new_gated(
+        nodes: usize,
+        hosted: &[NodeId],
+        regions: &[RegionSpec],
+        closed: bool,
+    ) -> Result<HeapRegions, FabricError> {
+        HeapRegions::build(
+            nodes,
+            hosted,
+            regions,
+            Some(Box::new(AtomicU64::new(u64::from(closed)))),
+        )
+    }
+
+    /// Opens or closes the gate of memory made by
+    /// [`HeapRegions::new_gated`] (nothing for other memory).
+    pub(crate) fn set_closed(&self, closed: bool) {
+        if let Some(gate) = &self.gate {
+            gate.store(u64::from(closed), Ordering::Release);
+        }
+    }
+
+    fn build(
+        nodes: usize,
+        hosted: &[NodeId],
+        regions: &[RegionSpec],
+        gate: Option<Box<AtomicU64>>,
+    ) -> Result<HeapRegions, FabricError> {
         let mut heap = HeapRegions {
             map: MemoryMap::new(nodes),
             allocations: Vec::new(),
+            gate,
         };
         for &node in hosted {
             for spec in regions {
@@ -394,7 +435,13 @@ impl HeapRegions {
                 // SAFETY: `raw` is a live, u64-aligned allocation of `words`
                 // words, freed only in `Drop` after `map` is gone, and only
                 // accessed through `map`'s atomics.
-                let memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
+                let mut memory = unsafe { RegionMemory::new(raw.cast::<u64>(), words) };
+                if let Some(gate) = &heap.gate {
+                    // SAFETY: the gate is a boxed atomic word owned by
+                    // `heap`, which outlives `map` (dropped first), and is
+                    // only accessed atomically.
+                    memory = unsafe { memory.with_lost_word(gate.as_ptr()) };
+                }
                 heap.map.insert(node, spec.id, memory);
             }
         }
@@ -441,7 +488,19 @@ fn zeroed_words(words: usize) -> Option<*mut [u64]> {
 /// returns a [`MemoryMap`] holding every node's memory in this address space.
 macro_rules! impl_fabric_for_memory_map {
     ($backend:ty) => {
+        $crate::memory::impl_fabric_for_memory_map!($backend, @);
+    };
+    ($backend:ty, close_own_memory) => {
+        $crate::memory::impl_fabric_for_memory_map!($backend, @
+            fn close_own_memory(&self, closed: bool) {
+                <$backend>::close_own_memory(self, closed)
+            }
+        );
+    };
+    ($backend:ty, @ $($extra:item)*) => {
         impl $crate::Fabric for $backend {
+            $($extra)*
+
             fn nodes(&self) -> usize {
                 self.memory_map().node_count()
             }

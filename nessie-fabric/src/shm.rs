@@ -54,6 +54,8 @@ pub struct ShmFabric {
     map: MemoryMap,
     mappings: Vec<MmapRaw>,
     own_files: Vec<PathBuf>,
+    /// How many of `mappings` (the first) are this node's own files.
+    own_mappings: usize,
 }
 
 impl ShmFabric {
@@ -86,6 +88,7 @@ impl ShmFabric {
             map: MemoryMap::new(me.nodes),
             mappings: Vec::new(),
             own_files: Vec::new(),
+            own_mappings: 0,
         };
         let mut uid = None;
         for spec in &me.regions {
@@ -99,6 +102,7 @@ impl ShmFabric {
             fabric.own_files.push(path.clone());
             fabric.map_file(&file, &path, me.node, *spec)?;
         }
+        fabric.own_mappings = fabric.mappings.len();
         let uid = uid.unwrap_or(u32::MAX);
         let deadline = Instant::now() + options.attach_timeout;
         for node in (0..me.nodes).filter(|&n| n != me.node) {
@@ -244,8 +248,10 @@ impl Drop for ShmFabric {
 
 /// A replacement takes a lost node's region file: the header must be the
 /// same node's and region's, and marked lost; its body is wiped again and
-/// the mark cleared (nothing routes verbs to the node before a view names
-/// it restoring).
+/// the mark stays until the replacement opens its memory
+/// ([`crate::Fabric::close_own_memory`]), once the members have agreed
+/// that the node is lost: until then a peer's verb would read the empty
+/// memory as its predecessor's.
 fn take_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<File, FabricError> {
     let file = OpenOptions::new()
         .read(true)
@@ -276,11 +282,19 @@ fn take_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<Fi
         });
     }
     wipe(&map);
-    set_lost(&map, 0);
     Ok(file)
 }
 
-impl_fabric_for_memory_map!(ShmFabric);
+impl_fabric_for_memory_map!(ShmFabric, close_own_memory);
+
+impl ShmFabric {
+    /// Marks this node's own region files lost (closed) or not.
+    fn close_own_memory(&self, closed: bool) {
+        for map in &self.mappings[..self.own_mappings] {
+            set_lost(map, u64::from(closed));
+        }
+    }
+}
 
 fn create_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<File, FabricError> {
     let io = |p: &Path| {

@@ -90,6 +90,11 @@ pub struct TcpOptions {
     /// to the rendezvous server) and takes every node's address from it.
     /// Its membership must be the fabric's.
     pub rendezvous: Option<RendezvousOptions>,
+    /// Whether this node's memory starts closed: every peer's verb to it is
+    /// refused until [`Fabric::close_own_memory`] opens it (a replacement
+    /// of a lost node, whose empty memory must not answer for its
+    /// predecessor's).
+    pub closed: bool,
 }
 
 impl fmt::Debug for TcpOptions {
@@ -104,6 +109,7 @@ impl fmt::Debug for TcpOptions {
             .field("io_timeout", &self.io_timeout)
             .field("frame_limit", &self.frame_limit)
             .field("rendezvous", &self.rendezvous)
+            .field("closed", &self.closed)
             .finish()
     }
 }
@@ -292,7 +298,12 @@ impl TcpFabric {
             source,
         };
         let local_addr = listener.local_addr().map_err(bind)?;
-        let memory = Arc::new(HeapRegions::new(me.nodes, &[me.node], &me.regions)?);
+        let memory = Arc::new(HeapRegions::new_gated(
+            me.nodes,
+            &[me.node],
+            &me.regions,
+            options.closed,
+        )?);
         let identity = Arc::new(Identity {
             membership: me.clone(),
             frame_limit: options
@@ -487,6 +498,10 @@ impl Fabric for TcpFabric {
         self.post_land_by(batch, 0)
     }
 
+    fn close_own_memory(&self, closed: bool) {
+        self.memory.set_closed(closed);
+    }
+
     fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
         self.post_land_by(batch, land_by_us)
     }
@@ -586,6 +601,7 @@ mod tests {
             regions,
         };
         let options = TcpOptions {
+            closed: false,
             membership: membership.clone(),
             peers: vec![
                 listener.local_addr().unwrap().to_string(),

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 fn open_tcp(rendezvous: RendezvousOptions) -> Result<Arc<dyn Fabric>, FabricError> {
     let options = TcpOptions {
+        closed: false,
         membership: rendezvous.membership.clone(),
         peers: Vec::new(),
         secret: rendezvous.secret.clone(),

@@ -111,6 +111,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
             .enumerate()
             .map(|(node, listener)| {
                 let options = TcpOptions {
+                    closed: false,
                     membership: membership(spec, cluster_id, node),
                     peers: peers.clone(),
                     secret: "conformance-secret-0123456789".into(),

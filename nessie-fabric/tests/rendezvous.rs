@@ -123,6 +123,7 @@ fn a_tcp_cluster_opens_through_the_rendezvous() {
                 let rv = rv.clone();
                 s.spawn(move || {
                     let opts = TcpOptions {
+                        closed: false,
                         membership: membership(node, 3),
                         peers: Vec::new(),
                         secret: SECRET.into(),

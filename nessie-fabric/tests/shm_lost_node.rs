@@ -71,6 +71,13 @@ fn a_lost_node_is_refused_and_wiped_and_its_replacement_starts_empty() {
     assert!(ShmFabric::region_path(dir.path(), 1, INDEX).exists());
 
     let replacement = ShmFabric::open(&options(dir.path(), 1, true)).unwrap();
+    // Taken, wiped, and still closed: nothing reads the empty memory as
+    // its predecessor's until the replacement opens it.
+    assert!(matches!(
+        word(&zero, at),
+        Err(FabricError::Lost { node: 1 })
+    ));
+    replacement.close_own_memory(false);
     assert_eq!(
         word(&zero, at).unwrap(),
         0,

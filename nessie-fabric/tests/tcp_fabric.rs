@@ -31,6 +31,7 @@ fn regions() -> Vec<RegionSpec> {
 
 fn options(node: usize, peers: &[String]) -> TcpOptions {
     TcpOptions {
+        closed: false,
         membership: Membership {
             cluster_id: 0x7c9,
             format_version: 1,

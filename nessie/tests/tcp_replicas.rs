@@ -214,3 +214,44 @@ fn with_three_replicas_on_five_nodes_two_simultaneous_losses_lose_nothing() {
     let mut survivors: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
     all_served(&mut survivors, &model, limit);
 }
+
+/// A replacement started before the members have agreed that its node is
+/// lost keeps its empty memory closed: while it holds the lost node's
+/// address, no survivor's verb reads that memory as its predecessor's (the
+/// survivors read every value, through the view without the node), and its
+/// rejoin is refused.
+#[test]
+fn a_replacement_started_too_early_answers_nothing_and_is_refused() {
+    let (config, mut nodes) = start_nodes();
+    let mut model = HashMap::new();
+    {
+        let mut writers: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+        for i in 0..120u32 {
+            let key = format!("key-{}", i % 60);
+            let value = vec![i as u8; 100 + (i as usize * 7) % 900];
+            writers[i as usize % NODES]
+                .put(key.as_bytes(), &value)
+                .unwrap();
+            model.insert(key, value);
+        }
+    }
+    drop(nodes.remove(1));
+    // The replacement's node process comes up at once and stays up.
+    let early =
+        nessie::runtime::Hosting::replacement(config.clone(), 1, nessie::store_regions(&config))
+            .expect("the replacement takes node 1's address");
+    let limit = Instant::now() + Duration::from_secs(30);
+    let mut survivors: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    all_served(&mut survivors, &model, limit);
+    drop(early);
+    assert!(matches!(
+        Node::rejoin(
+            Config {
+                attach_timeout: Duration::from_secs(2),
+                ..config
+            },
+            0
+        ),
+        Err(Error::RejoinRefused { .. } | Error::Fabric(_))
+    ));
+}

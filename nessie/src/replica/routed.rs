@@ -80,6 +80,10 @@ impl Fabric for RoutedFabric {
         self.inner.enforces_land_by()
     }
 
+    fn close_own_memory(&self, closed: bool) {
+        self.inner.close_own_memory(closed);
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.route_batch(batch);
         self.inner.post(batch)

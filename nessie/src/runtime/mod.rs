@@ -393,6 +393,7 @@ fn open_fabric(
                 timeout: config.attach_timeout,
             });
             let options = TcpOptions {
+                closed: replace,
                 membership,
                 peers: peers.clone(),
                 secret: secret.clone(),

@@ -43,11 +43,16 @@ impl Node {
             });
         }
         let wait = config.attach_timeout;
+        let drain = config.effective_lease() + config.landing_bound() + config.max_clock_skew;
         let regions = store_regions(&config);
+        // The new memory stays closed (every verb to it refused) until the
+        // members have agreed that the node is lost and drained the view in
+        // which it was not: a verb of that view must never read the empty
+        // memory as the predecessor's.
         let hosting = Hosting::replacement(config, node_id, regions)?;
+        hosting.fabric().close_own_memory(true);
         let geometry = Geometry::new(hosting.config());
         let local = std::sync::Arc::clone(hosting.local_fabric());
-        prepare(local.as_ref(), &geometry, node_id)?;
         let current = current_view(hosting.fabric().as_ref(), &geometry, node_id);
         let (state, predecessor) = current.members[node_id];
         if state != MemberState::Lost {
@@ -59,6 +64,11 @@ impl Node {
                 ),
             });
         }
+        // That view was decided before this read: a drain from now covers
+        // every operation of the view before it (docs/replication.md#rp0).
+        std::thread::sleep(drain);
+        hosting.fabric().close_own_memory(false);
+        prepare(local.as_ref(), &geometry, node_id)?;
         let incarnation = predecessor + 1;
         local.write(
             RemoteAddr::new(node_id, MEMBERSHIP, INCARNATION_OFFSET),
