@@ -9,7 +9,7 @@
 //!   refuses its verbs, its memory is wiped), and once the survivors have
 //!   decided a view without it and drained, start a replacement process for
 //!   the same node id that calls `Node::rejoin` and then works as the others
-//!   do ([`control`]); one node lost at a time, the next only after the
+//!   do (`control.rs`); one node lost at a time, the next only after the
 //!   replacement's rejoin returned;
 //! * **stall** — SIGSTOP a node for longer than `expiry`, then SIGCONT
 //!   (with replicas, shorter than `failure_timeout`: a stalled node is not
@@ -19,9 +19,9 @@
 //! operation in flight ([`stop_mid_operation`]), counted in the report;
 //! * **fill** — a node PUTs large values under fresh keys, deleting each
 //!   right away (its slot stays staged for `expiry`), until its data table
-//!   reports [`Error::DataTableFull`];
+//!   reports [`nessie::Error::DataTableFull`];
 //! * **crowd** — a node PUTs small values under fresh keys until the index
-//!   reports [`Error::IndexFull`], then deletes them;
+//!   reports [`nessie::Error::IndexFull`], then deletes them;
 //!
 //! and, all the time, **migrate and recycle pressure**: the index is tiny
 //! and kept three-quarters full by preloaded filler keys, so inserting a hot
