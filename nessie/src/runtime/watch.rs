@@ -14,6 +14,10 @@ use crate::runtime::store::Shared;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The shortest wait bound of one clock check: a heartbeat period can be a
+/// few milliseconds, too short to dial a peer on a loaded host.
+const WATCH_WAIT_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A running clock watch; stops and joins its thread when dropped.
 #[derive(Debug)]
 pub(crate) struct ClockWatch {
@@ -92,7 +96,7 @@ impl ClockWatch {
             // A silent peer must not hold this node's heartbeat back, or
             // the members would suspect this node
             // (docs/replication.md#failure-detection).
-            let _wait = WaitBound::until(Instant::now() + period);
+            let _wait = WaitBound::until(Instant::now() + period.max(WATCH_WAIT_MIN));
             for &node in &hosted {
                 check(&shared, fabric.as_ref(), node);
             }
