@@ -249,28 +249,8 @@ impl Peer {
                         {
                             st.last_failure = source.kind();
                         }
-                        // A dial the thread's wait bound cut short says the
-                        // thread ran out of time, not that the peer is down:
-                        // it must not make every other thread's verbs to the
-                        // peer fail fast (a clock check bounded by one
-                        // heartbeat period would otherwise stop a job's
-                        // operations for up to a second).
-                        let cut_short = dial < link.handshake_timeout
-                            && matches!(
-                                &e,
-                                FabricError::Unreachable { source, .. }
-                                | FabricError::Handshake {
-                                    reason: HandshakeFailure::Io(source),
-                                    ..
-                                } if matches!(
-                                    source.kind(),
-                                    ErrorKind::TimedOut | ErrorKind::WouldBlock
-                                )
-                            );
-                        if !cut_short {
-                            st.retry_at = Some(Instant::now() + st.backoff);
-                            st.backoff = (st.backoff * 2).min(BACKOFF_MAX);
-                        }
+                        st.retry_at = Some(Instant::now() + st.backoff);
+                        st.backoff = (st.backoff * 2).min(BACKOFF_MAX);
                         drop(st);
                         self.returned.notify_one();
                         Err(e)
