@@ -232,34 +232,45 @@ fn a_launched_tcp_node_needs_a_secret() {
 #[test]
 fn an_operation_waits_for_a_silent_peer_only_until_its_deadline() {
     use nessie_fabric::conformance::hostile::Relay;
-    let base = tcp_config();
-    let FabricConfig::Tcp { peers, .. } = &base.fabric else {
-        unreachable!("tcp_config is tcp")
-    };
-    // Node 0 reaches node 1 through a relay; the others directly.
-    let relay = Relay::to(peers[1].clone());
-    let mut via_relay = base.clone();
-    // Its I/O timeout is then 5 s, still ten times the operation's deadline.
-    via_relay.attach_timeout = Duration::from_secs(5);
-    if let FabricConfig::Tcp { peers, .. } = &mut via_relay.fabric {
-        peers[1] = relay.addr.clone();
-    }
-    let nodes = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..NODES)
-            .map(|n| {
-                let c = if n == 0 {
-                    via_relay.clone()
-                } else {
-                    base.clone()
-                };
-                s.spawn(move || Node::start(c, n))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap().unwrap())
-            .collect::<Vec<_>>()
-    });
+    // Ports the OS picked a moment ago may be taken meanwhile: retried with
+    // others, as `tcp_nodes` does.
+    let (relay, nodes) = (0..5)
+        .find_map(|_| {
+            let base = tcp_config();
+            let FabricConfig::Tcp { peers, .. } = &base.fabric else {
+                unreachable!("tcp_config is tcp")
+            };
+            // Node 0 reaches node 1 through a relay; the others directly.
+            let relay = Relay::to(peers[1].clone());
+            let mut via_relay = base.clone();
+            // Its I/O timeout is then 5 s, still ten times the operation's
+            // deadline.
+            via_relay.attach_timeout = Duration::from_secs(5);
+            if let FabricConfig::Tcp { peers, .. } = &mut via_relay.fabric {
+                peers[1] = relay.addr.clone();
+            }
+            let started: Result<Vec<Node>, Error> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..NODES)
+                    .map(|n| {
+                        let c = if n == 0 {
+                            via_relay.clone()
+                        } else {
+                            base.clone()
+                        };
+                        s.spawn(move || Node::start(c, n))
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            match started {
+                Ok(nodes) => Some((relay, nodes)),
+                Err(e) => {
+                    eprintln!("retrying with other ports: {e}");
+                    None
+                }
+            }
+        })
+        .expect("a tcp cluster behind a relay");
     let mut c0 = nodes[0].client().unwrap();
     // Keys whose GET from node 0 touches node 1 (an index slot or the entry).
     let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("k{i}").into_bytes()).collect();
