@@ -16,9 +16,9 @@ use crate::measure::timeline::{
     unix_now_us, Ended, NodeTimeline, RestoreReport, SliceRecorder, UnixClock,
 };
 use crate::protocol::{NodeCommand, NodeEvent};
-use crate::spec::{Load, RunSpec, TimelineSpec};
+use crate::spec::{RunSpec, TimelineSpec};
 use crate::system::{self, NodeHandle};
-use crate::workload::{self, Arrivals, KeyChooser, OpKind, OpStream};
+use crate::workload::{self, KeyChooser, OpKind, OpStream};
 use nessie::{Config, KvClient};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -151,18 +151,7 @@ fn run_worker(
 ) -> Result<()> {
     let load = &w.spec.workload;
     let mut stream = OpStream::new(load, w.keys.clone(), w.node, worker);
-    let mut arrivals = match w.spec.load {
-        Load::Closed => None,
-        Load::Open { ops_per_sec } => {
-            let workers = (w.spec.nodes * w.spec.clients_per_node) as f64;
-            Some(Arrivals::new(
-                ops_per_sec / workers,
-                load.seed,
-                w.node,
-                worker,
-            )?)
-        }
-    };
+    let mut arrivals = super::worker_arrivals(w.spec, w.node, worker)?;
     let mut key = vec![0; load.key_size];
     let mut value = vec![0; load.value_size];
     workload::fill_value(worker as u64, w.node as u64, &mut value);
@@ -206,6 +195,7 @@ fn run_worker(
 mod tests {
     use super::*;
     use crate::measure::timeline::Slice;
+    use crate::spec::Load;
     use crate::workload::WorkloadSpec;
     use nessie_examples::StoreKind;
 

@@ -429,22 +429,28 @@ fn store_op(kind: OpKind) -> nessie::OpKind {
     }
 }
 
+/// A worker's arrival times under an open-loop load (its share of the
+/// offered rate), or `None` for a closed loop.
+fn worker_arrivals(spec: &RunSpec, node: usize, worker: usize) -> Result<Option<Arrivals>> {
+    Ok(match spec.load {
+        Load::Closed => None,
+        Load::Open { ops_per_sec } => {
+            let workers = (spec.nodes * spec.clients_per_node) as f64;
+            Some(Arrivals::new(
+                ops_per_sec / workers,
+                spec.workload.seed,
+                node,
+                worker,
+            )?)
+        }
+    })
+}
+
 /// One worker's run phase (closed or open loop).
 fn work(p: &Phase<'_>, worker: usize, client: &mut dyn KvClient) -> Result<WorkerOut> {
     let w = &p.spec.workload;
     let mut stream = OpStream::new(w, p.keys.clone(), p.node, worker);
-    let mut arrivals = match p.spec.load {
-        Load::Closed => None,
-        Load::Open { ops_per_sec } => {
-            let workers = (p.spec.nodes * p.spec.clients_per_node) as f64;
-            Some(Arrivals::new(
-                ops_per_sec / workers,
-                w.seed,
-                p.node,
-                worker,
-            )?)
-        }
-    };
+    let mut arrivals = worker_arrivals(p.spec, p.node, worker)?;
     let mut key = vec![0; w.key_size];
     let mut value = vec![0; w.value_size];
     workload::fill_value(worker as u64, p.node as u64, &mut value);
