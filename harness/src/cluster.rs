@@ -633,7 +633,10 @@ fn start_nodes(
         log: files.dir.join("launcher.stderr"),
         stray: files.dir.join("launcher.stdout"),
     };
-    let args = launching.launcher_args(exe, spec.nodes, files, secret, |v| std::env::var(v).ok());
+    let replicated = spec.system == StoreKind::Cd && spec.replicas.is_some_and(|r| r > 1);
+    let args = launching.launcher_args(exe, spec.nodes, files, secret, replicated, |v| {
+        std::env::var(v).ok()
+    });
     let mut talking = Talking::spawn_launcher(
         program,
         &args,

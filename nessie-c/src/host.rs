@@ -79,6 +79,7 @@ fn fabric_named(name: &str) -> Result<FabricConfig, NessieStatus> {
         "tcp" => FabricConfig::Tcp {
             peers: Vec::new(),
             rendezvous: None,
+            join: Vec::new(),
             secret: String::new(),
             threads: 4,
         },

@@ -111,6 +111,7 @@ impl ProcessFabric {
             ProcessFabric::Tcp => FabricConfig::Tcp {
                 peers: Vec::new(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: String::new(),
                 threads: 2,
             },

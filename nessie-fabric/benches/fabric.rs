@@ -179,6 +179,7 @@ fn tcp(c: &mut Criterion) {
                     io_timeout: Duration::from_secs(10),
                     frame_limit: 1 << 20,
                     rendezvous: None,
+                    joins: nessie_fabric::Joins::Off,
                 };
                 s.spawn(move || TcpFabric::with_listener(&options, listener).expect("open"))
             })

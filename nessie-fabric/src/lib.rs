@@ -66,8 +66,8 @@ pub use local::LocalFabric;
 pub use membership::Membership;
 pub use rc_budget::{RcTimeouts, MAX_ACK_TIMEOUT, MIN_ACK_TIMEOUT, RC_RETRY_COUNT};
 pub use rendezvous::{
-    rendezvous, rendezvous_connected, rendezvous_with, serve_rendezvous, RendezvousOptions,
-    RendezvousOutcome,
+    join, rendezvous, rendezvous_connected, rendezvous_with, serve_rendezvous, JoinService, Joins,
+    RendezvousOptions, RendezvousOutcome, BIND_RETRY,
 };
 pub use shm::{ShmFabric, ShmOptions};
 pub use tcp::{TcpFabric, TcpOptions, TcpStats};

@@ -45,8 +45,11 @@
 //! `verbs` fabric needs: a queue pair drops requests until its peer has
 //! connected its end.
 
+mod join;
 mod sealed;
 mod server;
+
+pub use join::{join, JoinService, Joins, BIND_RETRY};
 
 use self::sealed::{decode_failure, refusal_reason, seal, unseal, Session};
 use crate::admission::Deadline;

@@ -36,6 +36,7 @@
 //!   thread.
 
 pub(crate) mod handshake;
+mod meeting;
 mod peer;
 mod service;
 
@@ -47,9 +48,9 @@ use super::{
     Fabric, FabricError, HandshakeFailure, NodeId, RegionId, RegionSpec, RemoteAddr, Verb,
 };
 use crate::clock::{Clock, WallClock};
-use crate::rendezvous::{self, RendezvousOptions, RendezvousOutcome};
+use crate::rendezvous::{self, JoinService, Joins, RendezvousOptions};
 use crate::wire::frame::{FRAME_HEADER_BYTES, VERB_HEADER_BYTES};
-use crate::{Membership, RendezvousFailure, Result};
+use crate::{Membership, Result};
 use handshake::Identity;
 use peer::{Link, Peer, BACKOFF_MAX, BACKOFF_MIN};
 use serde::{Deserialize, Serialize};
@@ -95,6 +96,10 @@ pub struct TcpOptions {
     /// of a lost node, whose empty memory must not answer for its
     /// predecessor's).
     pub closed: bool,
+    /// With a `rendezvous`: whether the node serves the peers' addresses
+    /// to replacements after start-up, or is a replacement that learns
+    /// them from such a service and listens where its predecessor did.
+    pub joins: Joins,
 }
 
 impl fmt::Debug for TcpOptions {
@@ -110,6 +115,7 @@ impl fmt::Debug for TcpOptions {
             .field("frame_limit", &self.frame_limit)
             .field("rendezvous", &self.rendezvous)
             .field("closed", &self.closed)
+            .field("joins", &self.joins)
             .finish()
     }
 }
@@ -172,6 +178,8 @@ impl TcpStats {
 pub struct TcpFabric {
     // Dropped first: stops serving (joins every worker) before the rest.
     _service: Service,
+    /// Serves the peers' addresses to replacements after start-up.
+    joins: Option<JoinService>,
     node: NodeId,
     nodes: usize,
     regions: Vec<RegionSpec>,
@@ -202,6 +210,9 @@ impl TcpFabric {
     /// regions cannot be allocated.
     pub fn open(options: &TcpOptions) -> Result<TcpFabric, FabricError> {
         if let (true, Some(rv)) = (options.peers.is_empty(), &options.rendezvous) {
+            if let Joins::Replace { also } = &options.joins {
+                return TcpFabric::replace(options, rv, also);
+            }
             let any = rendezvous::wildcard_for(&rv.address);
             let listener = TcpListener::bind(any).map_err(|source| FabricError::Bind {
                 addr: any.to_owned(),
@@ -233,54 +244,15 @@ impl TcpFabric {
         let found;
         let options = match (options.peers.is_empty(), &options.rendezvous) {
             (true, Some(rv)) => {
-                found = TcpFabric::find_peers(options, rv, &listener)?;
+                found = meeting::find_peers(options, rv, &listener)?;
                 &found
             }
             _ => options,
         };
-        let fabric = TcpFabric::serve(options, listener)?;
+        let mut fabric = TcpFabric::serve(options, listener)?;
         fabric.attach(options.attach_timeout)?;
+        fabric.joins = meeting::serve_joins(options)?;
         Ok(fabric)
-    }
-
-    /// `options` with the peers' addresses the rendezvous taught: each node
-    /// registers `host:port` of `listener`, `host` its address on the route
-    /// to the server (the server: the host of the rendezvous address, or,
-    /// if that is unspecified, the address each node reached it at).
-    fn find_peers(
-        options: &TcpOptions,
-        rv: &RendezvousOptions,
-        listener: &TcpListener,
-    ) -> Result<TcpOptions, FabricError> {
-        if rv.membership != options.membership {
-            return Err(bad_options(
-                "the rendezvous's membership differs from the fabric's",
-            ));
-        }
-        let port = listener
-            .local_addr()
-            .map_err(|source| FabricError::Bind {
-                addr: rv.address.clone(),
-                source,
-            })?
-            .port();
-        let outcome = rendezvous::rendezvous_with(rv, |route| {
-            let advertised = if let Some(local) = route {
-                SocketAddr::new(local.ip(), port).to_string()
-            } else {
-                let host = rv.address.rsplit_once(':').map_or("", |(host, _)| host);
-                format!("{host}:{port}")
-            };
-            advertised.into_bytes()
-        })?;
-        let peers = peer_addresses(&outcome).ok_or_else(|| FabricError::Rendezvous {
-            addr: rv.address.clone(),
-            reason: RendezvousFailure::Malformed,
-        })?;
-        Ok(TcpOptions {
-            peers,
-            ..options.clone()
-        })
     }
 
     /// Starts serving, without connecting to anyone yet.
@@ -328,6 +300,7 @@ impl TcpFabric {
         .map_err(bind)?;
         Ok(TcpFabric {
             _service: service,
+            joins: None,
             node: me.node,
             nodes: me.nodes,
             regions: me.regions.clone(),
@@ -551,29 +524,6 @@ impl TcpFabric {
     }
 }
 
-/// Every node's `host:port` from a rendezvous (`None`: a blob is not
-/// one). The server's own entry, if its host is unspecified, takes the
-/// address this node reached the server at.
-fn peer_addresses(outcome: &RendezvousOutcome) -> Option<Vec<String>> {
-    outcome
-        .blobs
-        .iter()
-        .enumerate()
-        .map(|(node, blob)| {
-            let addr = std::str::from_utf8(blob).ok()?;
-            let (host, port) = addr.rsplit_once(':')?;
-            port.parse::<u16>().ok()?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            match (host.parse::<std::net::IpAddr>(), outcome.server_addr) {
-                (Ok(ip), Some(server)) if ip.is_unspecified() && node == outcome.server => {
-                    Some(SocketAddr::new(server.ip(), port.parse().ok()?).to_string())
-                }
-                _ => Some(addr.to_owned()),
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,6 +552,7 @@ mod tests {
         };
         let options = TcpOptions {
             closed: false,
+            joins: Joins::Off,
             membership: membership.clone(),
             peers: vec![
                 listener.local_addr().unwrap().to_string(),
@@ -666,31 +617,6 @@ mod tests {
     fn closed(mut s: TcpStream) -> bool {
         let mut b = [0u8; 1];
         matches!(s.read(&mut b), Ok(0) | Err(_))
-    }
-
-    #[test]
-    fn the_servers_unspecified_host_becomes_the_address_it_was_reached_at() {
-        let outcome = RendezvousOutcome {
-            blobs: vec![
-                b"0.0.0.0:7000".to_vec(),
-                b"10.0.0.2:7001".to_vec(),
-                b"[::]:7002".to_vec(),
-            ],
-            server: 0,
-            local_addr: None,
-            server_addr: Some("10.0.0.1:6000".parse().unwrap()),
-            seen_from: None,
-            refused: Vec::new(),
-        };
-        assert_eq!(
-            peer_addresses(&outcome).unwrap(),
-            ["10.0.0.1:7000", "10.0.0.2:7001", "[::]:7002"]
-        );
-        let bad = RendezvousOutcome {
-            blobs: vec![b"no port".to_vec()],
-            ..outcome
-        };
-        assert_eq!(peer_addresses(&bad), None);
     }
 
     #[test]

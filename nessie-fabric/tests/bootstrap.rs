@@ -13,6 +13,7 @@ fn open_tcp(rendezvous: RendezvousOptions) -> Result<Arc<dyn Fabric>, FabricErro
     let options = TcpOptions {
         closed: false,
         membership: rendezvous.membership.clone(),
+        joins: nessie_fabric::Joins::Off,
         peers: Vec::new(),
         secret: rendezvous.secret.clone(),
         threads: 2,

@@ -121,6 +121,7 @@ fn open_tcp_cluster(cluster_id: u64, spec: &ClusterSpec) -> Vec<Arc<dyn Fabric>>
                     io_timeout: Duration::from_secs(20),
                     frame_limit: 1 << 20,
                     rendezvous: None,
+                    joins: nessie_fabric::Joins::Off,
                 };
                 s.spawn(move || TcpFabric::with_listener(&options, listener))
             })

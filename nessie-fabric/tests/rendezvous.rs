@@ -133,6 +133,7 @@ fn a_tcp_cluster_opens_through_the_rendezvous() {
                         io_timeout: Duration::from_secs(20),
                         frame_limit: 64 << 10,
                         rendezvous: Some(options(node, 3, &rv, 20_000)),
+                        joins: nessie_fabric::Joins::Off,
                     };
                     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
                     TcpFabric::with_listener(&opts, listener)

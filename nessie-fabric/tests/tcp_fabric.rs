@@ -32,6 +32,7 @@ fn regions() -> Vec<RegionSpec> {
 fn options(node: usize, peers: &[String]) -> TcpOptions {
     TcpOptions {
         closed: false,
+        joins: nessie_fabric::Joins::Off,
         membership: Membership {
             cluster_id: 0x7c9,
             format_version: 1,

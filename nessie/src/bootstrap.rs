@@ -93,7 +93,7 @@ pub use secret::{secret, secret_from};
 
 use std::fmt;
 
-use crate::{Config, Error};
+use crate::{Config, Error, FabricConfig};
 
 /// The lowest port of a Slurm job's default rendezvous address.
 pub const RENDEZVOUS_PORT_BASE: u16 = 20_000;
@@ -186,7 +186,37 @@ impl Launch {
             }
             *configured = secret(configured)?;
         }
+        if let FabricConfig::Tcp {
+            rendezvous: Some(address),
+            join,
+            ..
+        } = &mut config.fabric
+        {
+            if join.is_empty() {
+                *join = self.join_addresses(address);
+            }
+        }
         Ok(())
+    }
+
+    /// Where members may serve joins after start-up: the port of
+    /// `rendezvous` on each of the job's hosts but the rendezvous's own
+    /// (docs/replication.md#joining-after-start-up).
+    fn join_addresses(&self, rendezvous: &str) -> Vec<String> {
+        let Some((first, Ok(port))) = rendezvous
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()))
+        else {
+            return Vec::new();
+        };
+        let mut hosts: Vec<String> = Vec::new();
+        for host in &self.hosts {
+            let address = join_address(host, port);
+            if host != first && !hosts.contains(&address) {
+                hosts.push(address);
+            }
+        }
+        hosts
     }
 
     /// This process's launch, from its environment; `Ok(None)` when no
@@ -644,6 +674,39 @@ mod tests {
         }
         assert_eq!(join_address("::1", 5), "[::1]:5");
         assert_eq!(join_address("h", 5), "h:5");
+    }
+
+    #[test]
+    fn a_slurm_job_tells_a_replacement_every_host_to_ask_for_joins() {
+        let launch = Launch {
+            launcher: Launcher::Slurm,
+            node: 1,
+            nodes: 4,
+            local_rank: 0,
+            job_id: Some("7".into()),
+            hosts: vec!["cn1".into(), "cn2".into(), "cn2".into(), "fe80::1".into()],
+            rendezvous: Some("cn1:20007".into()),
+        };
+        let mut config = Config {
+            nodes: 4,
+            fabric: FabricConfig::Tcp {
+                peers: Vec::new(),
+                rendezvous: None,
+                join: Vec::new(),
+                secret: "a-secret-of-sixteen-bytes".into(),
+                threads: 2,
+            },
+            ..Config::default()
+        };
+        launch.configure(&mut config).unwrap();
+        let FabricConfig::Tcp {
+            rendezvous, join, ..
+        } = &config.fabric
+        else {
+            unreachable!()
+        };
+        assert_eq!(rendezvous.as_deref(), Some("cn1:20007"));
+        assert_eq!(join, &["cn2:20007", "[fe80::1]:20007"]);
     }
 
     #[test]

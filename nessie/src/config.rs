@@ -123,6 +123,11 @@ pub enum FabricConfig {
         /// [`crate::bootstrap`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rendezvous: Option<String>,
+        /// With replicas, where else a replacement asks for the peers'
+        /// addresses after `rendezvous` (`host:port`, the rendezvous port
+        /// on each of the job's hosts; a launcher's bootstrap fills it in).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        join: Vec<String>,
         /// Cluster secret: every connection proves both sides know it
         /// (HMAC-SHA256 challenge–response). Use 16 bytes or more of
         /// randomness.
@@ -142,12 +147,14 @@ impl std::fmt::Debug for FabricConfig {
             FabricConfig::Tcp {
                 peers,
                 rendezvous,
+                join,
                 threads,
                 ..
             } => f
                 .debug_struct("Tcp")
                 .field("peers", peers)
                 .field("rendezvous", rendezvous)
+                .field("join", join)
                 .field("secret", &"<redacted>")
                 .field("threads", threads)
                 .finish(),
@@ -596,6 +603,7 @@ mod tests {
             FabricConfig::Tcp {
                 peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
                 rendezvous: None,
+                join: Vec::new(),
                 secret: "0123456789abcdef".into(),
                 threads: 4,
             }
@@ -605,6 +613,7 @@ mod tests {
             fabric: FabricConfig::Tcp {
                 peers: peers.iter().map(|p| (*p).to_owned()).collect(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: secret.into(),
                 threads,
             },
@@ -641,6 +650,7 @@ mod tests {
                     "127.0.0.1:3".into(),
                 ],
                 rendezvous: None,
+                join: Vec::new(),
                 secret: "s3cret-s3cret-s3cret".into(),
                 threads: 2,
             },

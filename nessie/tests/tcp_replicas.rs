@@ -39,6 +39,7 @@ fn sized(nodes: usize, replicas: usize) -> Config {
                 .map(|l| l.local_addr().unwrap().to_string())
                 .collect(),
             rendezvous: None,
+            join: Vec::new(),
             secret: "tcp-replicas-test-secret".into(),
             threads: 2,
         },
@@ -173,6 +174,73 @@ fn a_replacement_restores_every_copy_and_the_next_loss_loses_nothing() {
     let limit = Instant::now() + Duration::from_secs(30);
     let mut last: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
     all_served(&mut last, &model, limit);
+}
+
+/// Nodes that met at a rendezvous (no peer list) lose node 0, which
+/// served it: a replacement learns where its peers listen from a
+/// survivor's join service, which took over the rendezvous port
+/// (docs/replication.md#joining-after-start-up).
+#[test]
+fn under_a_rendezvous_a_replacement_of_node_0_learns_its_peers_from_a_survivor() {
+    let (config, mut nodes) = start_at_rendezvous();
+    let mut model = HashMap::new();
+    let mut writers: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    for i in 0..150u32 {
+        let key = format!("key-{}", i % 60);
+        let value = vec![i as u8; (i as usize * 41) % 2000];
+        writers[i as usize % NODES]
+            .put(key.as_bytes(), &value)
+            .unwrap();
+        model.insert(key, value);
+    }
+    drop(writers);
+    drop(nodes.remove(0));
+    let limit = Instant::now() + Duration::from_secs(30);
+    let mut survivors: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    all_served(&mut survivors, &model, limit);
+    drop(survivors);
+    let replacement = Node::rejoin(config.clone(), 0).expect("rejoin through a survivor");
+    assert!(replacement.restore_figures().unwrap().entries_adopted > 0);
+    nodes.insert(0, replacement);
+    // Back to two copies: node 1 may go now, and its share is served from
+    // the replacement's restored copy.
+    drop(nodes.remove(1));
+    let limit = Instant::now() + Duration::from_secs(30);
+    let mut last: Vec<_> = nodes.iter().map(|n| n.client().unwrap()).collect();
+    all_served(&mut last, &model, limit);
+}
+
+/// Three nodes with two replicas meeting at a rendezvous on loopback.
+fn start_at_rendezvous() -> (Config, Vec<Node>) {
+    for _ in 0..5 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = tcp_config();
+        config.fabric = FabricConfig::Tcp {
+            peers: Vec::new(),
+            rendezvous: Some(format!("127.0.0.1:{port}")),
+            join: Vec::new(),
+            secret: "tcp-replicas-test-secret".into(),
+            threads: 2,
+        };
+        let started: Result<Vec<Node>, Error> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..NODES)
+                .map(|n| {
+                    let c = config.clone();
+                    s.spawn(move || Node::start(c, n))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        match started {
+            Ok(nodes) => return (config, nodes),
+            Err(e) => eprintln!("retrying with another port: {e}"),
+        }
+    }
+    panic!("could not start a tcp cluster at a rendezvous");
 }
 
 #[test]

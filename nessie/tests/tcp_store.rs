@@ -37,6 +37,7 @@ fn tcp_config() -> Config {
             .map(|l| l.local_addr().unwrap().to_string())
             .collect(),
         rendezvous: None,
+        join: Vec::new(),
         secret: "tcp-store-test-secret".into(),
         threads: 2,
     })
@@ -172,6 +173,7 @@ fn nodes_of_a_launched_job_meet_at_the_rendezvous() {
                     let mut c = config(FabricConfig::Tcp {
                         peers: Vec::new(),
                         rendezvous: None,
+                        join: Vec::new(),
                         secret: "launched-job-secret-0123".into(),
                         threads: 2,
                     });
@@ -213,6 +215,7 @@ fn a_launched_tcp_node_needs_a_secret() {
     let mut c = config(FabricConfig::Tcp {
         peers: Vec::new(),
         rendezvous: None,
+        join: Vec::new(),
         secret: String::new(),
         threads: 2,
     });

@@ -9,7 +9,7 @@
 //! the launcher starts the node processes wherever it places them:
 //!
 //! ```text
-//! srun -N n -n n --input=all --kill-on-bad-exit=1 --error=RUN/node-%t.stderr [ARG…] \
+//! srun -N n -n n --input=all --kill-on-bad-exit=1 (0 with replicas) --error=RUN/node-%t.stderr [ARG…] \
 //!     nessie-bench node --config RUN/config.toml --spec RUN/spec.json --report-dir RUN
 //! mpirun -np n --stdin all [-x NESSIE_SECRET_FILE …] [ARG…] \
 //!     nessie-bench node --config RUN/config.toml --spec RUN/spec.json --report-dir RUN
@@ -115,6 +115,7 @@ impl Fabric {
             Fabric::Tcp => FabricConfig::Tcp {
                 peers: Vec::new(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: String::new(),
                 threads,
             },
@@ -369,6 +370,8 @@ impl Launching {
     /// `files`, passing on `secret` and the rendezvous variables of `tcp` and `verbs`
     /// (`NESSIE_RENDEZVOUS`, `NESSIE_RENDEZVOUS_PORT`) that
     /// `var` finds set (to `mpirun`; `srun` passes the whole environment).
+    /// With `survives_lost_ranks` (a replicated store) an `srun` step goes
+    /// on when one of its tasks dies.
     #[must_use]
     pub fn launcher_args(
         &self,
@@ -376,6 +379,7 @@ impl Launching {
         nodes: usize,
         files: &RunFiles,
         secret: &RunSecret,
+        survives_lost_ranks: bool,
         var: impl Fn(&str) -> Option<String>,
     ) -> Vec<OsString> {
         let n = nodes.to_string();
@@ -392,7 +396,14 @@ impl Launching {
                         "-n",
                         &n,
                         "--input=all",
-                        "--kill-on-bad-exit=1",
+                        // A replicated store outlives a lost rank
+                        // (docs/replication.md#launchers): the step
+                        // must not end with it.
+                        if survives_lost_ranks {
+                            "--kill-on-bad-exit=0"
+                        } else {
+                            "--kill-on-bad-exit=1"
+                        },
                         &format!("--error={dir}/node-%t.stderr"),
                     ]
                     .map(OsString::from),

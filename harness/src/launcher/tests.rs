@@ -67,6 +67,7 @@ fn srun_gets_the_node_command_after_its_own_and_the_extra_arguments() {
         3,
         &files("/r/run 1"),
         &RunSecret::none(),
+        false,
         no_vars,
     );
     assert_eq!(
@@ -107,8 +108,11 @@ fn a_percent_in_the_run_directory_is_not_an_srun_pattern() {
         2,
         &files("/r/50%t"),
         &RunSecret::none(),
+        true,
         no_vars,
     ));
+    // A replicated store's step outlives a lost rank.
+    assert!(args.contains(&"--kill-on-bad-exit=0".to_owned()));
     assert!(
         args.contains(&"--error=/r/50%%t/node-%t.stderr".to_owned()),
         "{args:?}"
@@ -145,7 +149,7 @@ fn mpirun_passes_on_the_secret_by_name_only() {
         "--launcher-arg=--hostfile=hosts",
     ]);
     let vars = |name: &str| (name == "NESSIE_RENDEZVOUS").then(|| "h0:20000".to_owned());
-    let args = strings(&l.launcher_args(Path::new("/b"), 4, &files("/r"), &secret, vars));
+    let args = strings(&l.launcher_args(Path::new("/b"), 4, &files("/r"), &secret, false, vars));
     assert_eq!(
         args[..11],
         [
@@ -208,6 +212,7 @@ fn nodes_the_harness_starts_get_their_id() {
             3,
             &files("/r"),
             &RunSecret::none(),
+            false,
             no_vars
         )
         .is_empty());

@@ -61,6 +61,7 @@ fn config(peers: Vec<String>, cluster: &str) -> Config {
         fabric: FabricConfig::Tcp {
             peers,
             rendezvous: None,
+            join: Vec::new(),
             secret: format!("{cluster}-secret-0123456789"),
             threads: 2,
         },

@@ -21,6 +21,7 @@ fn tcp(cluster: &str, rendezvous: &str) -> Config {
         fabric: FabricConfig::Tcp {
             peers: Vec::new(),
             rendezvous: Some(rendezvous.into()),
+            join: Vec::new(),
             secret: "peer-death-test-secret-0123456789".into(),
             threads: 2,
         },

@@ -53,6 +53,7 @@ fn config(cluster: &str, rendezvous: &str) -> Config {
         fabric: FabricConfig::Tcp {
             peers: Vec::new(),
             rendezvous: Some(rendezvous.into()),
+            join: Vec::new(),
             secret: "replicated-kill-test-secret-0123456789".into(),
             threads: 2,
         },

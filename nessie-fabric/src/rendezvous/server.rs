@@ -24,7 +24,7 @@ use crate::wire::rendezvous::{
 use crate::{FabricError, Membership, NodeId, RendezvousFailure};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -90,6 +90,53 @@ fn serve_counting(
         }
     }
     Ok(server.finish(listener.local_addr().ok()))
+}
+
+/// How often the join service looks for new connections.
+const JOIN_POLL: Duration = Duration::from_millis(50);
+
+/// Serves joins on `listener` until `stop` is set: every registration
+/// that checks out is answered at once with `table`, the start-up table,
+/// unchanged (docs/replication.md#joining-after-start-up). The same
+/// handlers, deadlines and cap on connections in their exchange as at
+/// start-up keep strangers from holding it up.
+pub(super) fn serve_joins(
+    options: &RendezvousOptions,
+    listener: &TcpListener,
+    table: &[Vec<u8>],
+    stop: &AtomicBool,
+) -> Result<(), FabricError> {
+    let me = &options.membership;
+    me.validate()?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| FabricError::Rendezvous {
+            addr: options.address.clone(),
+            reason: RendezvousFailure::Io(e),
+        })?;
+    let mut server = Server {
+        ctx: Arc::new(Ctx {
+            membership: me.clone(),
+            secret: options.secret.as_bytes().to_vec(),
+            step: step(options.timeout),
+        }),
+        blobs: table.iter().cloned().map(Some).collect(),
+        waiting: Vec::new(),
+        refused: Vec::new(),
+        handlers: Handlers {
+            admission: Arc::new(Admission::new(2 * me.nodes + 16, usize::MAX)),
+            threads: Vec::new(),
+            live: Arc::default(),
+        },
+    };
+    let (tx, rx) = mpsc::channel();
+    while !stop.load(Ordering::Acquire) {
+        server.accept_all(listener, &tx);
+        if let Ok((peer, result)) = rx.recv_timeout(JOIN_POLL) {
+            server.answer_join(peer, result);
+        }
+    }
+    Ok(())
 }
 
 /// The serving node's connections to the registered nodes after the
@@ -300,6 +347,35 @@ impl Server {
                 });
             }
             Err(reason) => self.refuse(peer, reason),
+        }
+    }
+
+    /// Answers a join: the table, unless the node claims this member's
+    /// own id (which is alive, so not lost).
+    fn answer_join(&mut self, peer: SocketAddr, result: Result<Registered, RendezvousFailure>) {
+        let mut reg = match result {
+            Ok(reg) => reg,
+            Err(reason) => {
+                tracing::warn!("rendezvous: refused a join from {peer}: {reason}");
+                return;
+            }
+        };
+        let me = self.ctx.membership.node;
+        let body = if reg.node == me {
+            tracing::warn!("rendezvous: {peer} claims this node's id {me} to join");
+            refusal(&RendezvousFailure::Duplicate(me))
+        } else {
+            tracing::info!("rendezvous: node {} asks to join from {peer}", reg.node);
+            Reply::Accept {
+                server: me as u32,
+                seen_from: peer,
+                blobs: self.blobs.iter().flatten().cloned().collect(),
+            }
+            .encode()
+        };
+        let sealed = seal(&self.ctx.secret, KIND_REPLY, &reg.session, &body);
+        if let Err(e) = reg.stream.write_all(&sealed) {
+            tracing::warn!("rendezvous: cannot answer the join from {peer}: {e}");
         }
     }
 

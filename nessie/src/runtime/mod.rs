@@ -10,8 +10,8 @@ use crate::clock::{Clock, WallClock};
 use crate::data::{Geometry, NodeData, Recycler};
 use crate::fabric::wire::{frame::DEFAULT_FRAME_LIMIT, round_up_words};
 use crate::fabric::{
-    Fabric, LocalFabric, Membership, NodeId, RegionSpec, RendezvousOptions, ShmFabric, ShmOptions,
-    TcpFabric, TcpOptions,
+    Fabric, Joins, LocalFabric, Membership, NodeId, RegionSpec, RendezvousOptions, ShmFabric,
+    ShmOptions, TcpFabric, TcpOptions,
 };
 use crate::layout::FORMAT_VERSION;
 use crate::replica::{RoutedFabric, Views};
@@ -380,6 +380,7 @@ fn open_fabric(
         FabricConfig::Tcp {
             peers,
             rendezvous,
+            join,
             secret,
             threads,
         } => {
@@ -392,8 +393,16 @@ fn open_fabric(
                 serve: node_id == 0,
                 timeout: config.attach_timeout,
             });
+            // With replicas the table outlives start-up
+            // (docs/replication.md#joining-after-start-up).
+            let joins = match (config.replicas > 1, replace) {
+                (false, _) => Joins::Off,
+                (true, false) => Joins::Serve,
+                (true, true) => Joins::Replace { also: join.clone() },
+            };
             let options = TcpOptions {
                 closed: replace,
+                joins,
                 membership,
                 peers: peers.clone(),
                 secret: secret.clone(),

@@ -142,6 +142,7 @@ fn tcp_config(nodes: usize) -> Config {
                 .map(|l| l.local_addr().unwrap().to_string())
                 .collect(),
             rendezvous: None,
+            join: Vec::new(),
             secret: "kv-suite-tcp-test-secret".into(),
             threads: 2,
         },
