@@ -308,7 +308,7 @@ fn host_returns(scenario: Scenario, seeds: u64) -> SimOutcome {
 
 #[test]
 fn host_returns_contended() {
-    host_returns(Scenario::host_returns(Scenario::contended()), 60);
+    host_returns(Scenario::host_returns(Scenario::contended()), 150);
 }
 
 /// Without crashes or transport errors, most runs end with the mirror
@@ -316,19 +316,19 @@ fn host_returns_contended() {
 /// node's replicas included.
 #[test]
 fn host_returns_mirrored() {
-    let t = host_returns(Scenario::host_returns_mirrored(), 60);
+    let t = host_returns(Scenario::host_returns_mirrored(), 150);
     assert!(t.mirror_audits > 0 && t.mirrored_entries > 0);
 }
 
 #[test]
 fn host_returns_recycling() {
-    let t = host_returns(Scenario::host_returns(Scenario::recycling()), 60);
+    let t = host_returns(Scenario::host_returns(Scenario::recycling()), 150);
     assert!(t.recycling.reclaimed > 0);
 }
 
 #[test]
 fn host_returns_combined() {
-    let t = host_returns(Scenario::host_returns(Scenario::combined()), 80);
+    let t = host_returns(Scenario::host_returns(Scenario::combined()), 150);
     assert!(t.stats.total().migrations > 0 && t.recycling.reclaimed > 0);
 }
 
@@ -337,7 +337,7 @@ fn host_returns_combined() {
 /// the mirrors the first restore copied.
 #[test]
 fn host_returns_twice() {
-    let t = host_returns(Scenario::host_returns_twice(Scenario::combined()), 40);
+    let t = host_returns(Scenario::host_returns_twice(Scenario::combined()), 100);
     assert!(t.sim.hosts_lost > t.runs, "no run lost two hosts");
 }
 

@@ -185,8 +185,11 @@ fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
 }
 
 /// The seeds at which the simulator's host-returns-empty fault caught two
-/// flaws of the restore, replayed on the real code (each failed before its
-/// fix; docs/replication.md#restore):
+/// flaws of the restore, and the restore's rules reverted one at a time by
+/// `scripts/fix-reverts/RS*.patch`
+/// (docs/testing.md#reverted-replication-rules), replayed on the real code
+/// (each failed before its fix or with its rule reverted;
+/// docs/replication.md#restore):
 /// * R1: a sync whose first mirror CAS was posted in a batch went on at
 ///   the address the routed fabric had written into the batch, replica 0's
 ///   plain one, which routes to the share's primary while the mirror is
@@ -205,6 +208,11 @@ fn seeds_that_caught_restore_flaws() {
         (Scenario::host_returns(Scenario::recycling()), 36),
         // R2.
         (Scenario::host_returns_mirrored(), 241),
+        // RS1 reverted: the restorer's state words not moved forward only.
+        (Scenario::host_returns_mirrored(), 931),
+        // RS2 reverted: the copy without its verification.
+        (Scenario::host_returns(Scenario::contended()), 227),
+        (Scenario::host_returns_twice(Scenario::combined()), 205),
     ];
     for (scenario, seed) in caught {
         if let Err(e) = run(&scenario, seed) {
