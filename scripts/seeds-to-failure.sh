@@ -2,7 +2,8 @@
 # How many seeds the randomized simulation needs to find each review bug
 # once its fix is undone, and each hand-made mutant (M1 … M3) once applied.
 # For each name (F1 … F5, A1, M1 … M3, default all; or RP2b RP3 RP3b RP4 RP4b
-# RP5o, the replication rules, docs/testing.md#reverted-replication-rules), applies
+# RP5o, the replication rules, or RS1 RS2, the restore's,
+# docs/testing.md#reverted-replication-rules), applies
 # scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
 # simulation in release mode, and runs every randomized scenario from seed
 # 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per
@@ -13,7 +14,8 @@
 #   SCENARIOS="…"  test names of nessie-check/tests/simulation.rs to run (default:
 #                  every randomized scenario with faults or a prescribed layout,
 #                  and `combined`; for names that all start with RP, the
-#                  replication reverts, the replicated scenarios)
+#                  replication reverts, the replicated scenarios; for RS, the
+#                  host-returns scenarios)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -28,6 +30,10 @@ if [ ${#names[@]} -gt 0 ] && ! printf '%s\n' "${names[@]}" | grep -qv '^RP'; the
   default="mirrored_zombies replicated_contended_with_faults replicated_crowded_with_faults \
 replicated_recycling_with_faults replicated_combined_with_faults host_lost_contended \
 host_lost_crowded host_lost_recycling host_lost_combined"
+fi
+if [ ${#names[@]} -gt 0 ] && ! printf '%s\n' "${names[@]}" | grep -qv '^RS'; then
+  default="host_returns_contended host_returns_recycling host_returns_combined \
+host_returns_mirrored host_returns_twice"
 fi
 read -r -a scenarios <<<"${SCENARIOS:-$default}"
 work=$(mktemp -d /tmp/nessie-reverts.XXXXXX)

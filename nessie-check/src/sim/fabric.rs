@@ -127,6 +127,15 @@ impl SimFabric {
         }
     }
 
+    /// A replacement for node `node`'s lost host is up: verbs to it are
+    /// served again (its memory stays as the loss left it until the
+    /// replacement fills it).
+    pub fn replace(&self, node: NodeId) {
+        let _ = self
+            .lost
+            .compare_exchange(node, NO_NODE, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
     /// Refuses a verb to a lost host.
     fn check_lost(&self, node: NodeId) -> Result<(), FabricError> {
         if self.lost.load(Ordering::SeqCst) == node {

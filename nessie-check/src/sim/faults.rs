@@ -68,6 +68,10 @@ pub struct Faults {
     /// The loss of one node's host, at a yield point the scheduler draws
     /// (replicated scenarios only).
     pub host_loss: Option<HostLoss>,
+    /// A replacement for a lost host that comes back with empty memory and
+    /// restores its replicas, at a yield point the scheduler draws
+    /// (with `host_loss`).
+    pub host_return: Option<HostReturn>,
 }
 
 impl Faults {
@@ -94,6 +98,7 @@ impl Faults {
             crash_at: None,
             stall_at: None,
             host_loss: None,
+            host_return: None,
         }
     }
 }
@@ -130,6 +135,24 @@ impl HostLoss {
             landing_us,
         }
     }
+}
+
+/// A host that returns empty (docs/replication.md#restore): once the view
+/// without a lost node is active, at a yield point drawn with probability
+/// `p`, a replacement with the node's id and empty memory opens its memory
+/// filled with the restore's start values and the survivors decide the
+/// view naming it restoring; after the drain that view is activated, a
+/// scheduled thread copies its replicas while the clients go on, then the
+/// view naming it active is decided and, after another drain, activated.
+/// Up to `losses` hosts are lost in a run, each restored before the next
+/// loss may strike.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostReturn {
+    /// Probability per yield point, while the view without the lost node
+    /// is active.
+    pub p: f64,
+    /// Losses (each followed by its return) at most in one run.
+    pub losses: u64,
 }
 
 /// A node's wall clock stepping ahead by `by_us`, with probability `p` at
@@ -183,6 +206,7 @@ impl Scheduler {
             std::panic::panic_any(Crashed);
         }
         Self::activate_if_due(&mut s);
+        Self::draw_host_return(&mut s);
         let client = s.roles[me] == Role::Client;
         let hot = s.hot[me] > 0;
         if hot {

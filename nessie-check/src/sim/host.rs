@@ -15,32 +15,84 @@
 //! without n. At that instant no client operation that started before the
 //! decision may still land a CAS: each one still running must be past its
 //! deadline by the landing bound, and [`Scheduler::cas_landed`] checks the
-//! same of every CAS as it lands.
+//! same of every CAS as it lands. A replacement's return (`restore.rs`)
+//! changes the view twice more, with the same drain and the same checks at
+//! each activation.
 
 use super::scheduler::{Run, Scheduler, State};
 use super::{HostLoss, Role, SIM_ID};
 use nessie::fabric::{NodeId, RemoteAddr};
+use nessie::layout::membership::MemberState;
 use rand::Rng;
 use std::cell::Cell;
 
-/// What the run does when a host is lost and when the next view is
-/// activated. Both run inside a yield point, with the scheduler's state
+/// What the run does when a host is lost or returns and when a view is
+/// activated. All run inside a yield point, with the scheduler's state
 /// locked: they must not call back into the scheduler.
 pub(super) struct HostHooks {
-    /// Wipes the node's memory, makes the fabric refuse verbs to it, and
-    /// begins the view change.
+    /// Wipes the node's memory and makes the fabric refuse verbs to it.
     pub(super) lose: Box<dyn Fn(NodeId) + Send>,
-    /// Activates the view without the node.
-    pub(super) activate: Box<dyn Fn(NodeId) + Send>,
+    /// Opens the replacement's memory and fills it with the restore's
+    /// start values (docs/replication.md#restore); `Err` describes a
+    /// failure.
+    pub(super) replace: Box<dyn Fn(NodeId) -> Result<(), String> + Send>,
+    /// A view was decided: operations are refused until it is activated.
+    pub(super) decide: Box<dyn Fn() + Send>,
+    /// Activates the next view, with the node in this state.
+    pub(super) activate: Box<dyn Fn(NodeId, MemberState) + Send>,
 }
 
-/// The loss of a host in one run.
+/// Where a run stands with the loss of a host and its return.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Every node serves.
+    #[default]
+    Up,
+    /// The node's host is lost; the view without it was decided at this
+    /// virtual time and is not active yet.
+    Lost(NodeId, u64),
+    /// The view without the node is active.
+    Gone(NodeId),
+    /// A replacement's memory is open; the view naming it restoring was
+    /// decided at this time and is not active yet.
+    Restoring(NodeId, u64),
+    /// The view naming it restoring is active: its replicas are copied.
+    Copying(NodeId),
+    /// The copy is done; the view naming it active was decided at this
+    /// time and is not active yet.
+    Returning(NodeId, u64),
+}
+
+impl Phase {
+    /// The pending view change: the node, its state in the next view, and
+    /// the time of the decision.
+    fn pending(self) -> Option<(NodeId, MemberState, u64)> {
+        match self {
+            Phase::Lost(n, t) => Some((n, MemberState::Lost, t)),
+            Phase::Restoring(n, t) => Some((n, MemberState::Restoring, t)),
+            Phase::Returning(n, t) => Some((n, MemberState::Active, t)),
+            _ => None,
+        }
+    }
+
+    /// The phase once the pending change is activated.
+    fn activated(self) -> Phase {
+        match self {
+            Phase::Lost(n, _) => Phase::Gone(n),
+            Phase::Restoring(n, _) => Phase::Copying(n),
+            Phase::Returning(..) => Phase::Up,
+            other => other,
+        }
+    }
+}
+
+/// The losses of hosts and their returns in one run.
 #[derive(Default)]
 pub(super) struct HostState {
-    /// The node lost, and the virtual time of the loss (the decision).
-    pub(super) lost: Option<(NodeId, u64)>,
-    /// Whether the view without it is active.
-    pub(super) activated: bool,
+    pub(super) phase: Phase,
+    /// Every node lost so far (a verb it refused leaves an outcome
+    /// unknown, even once it is back).
+    pub(super) ever_lost: Vec<NodeId>,
     /// Views activated so far (each CAS notes the one it was posted in).
     pub(super) epoch: u64,
     pub(super) hooks: Option<HostHooks>,
@@ -68,6 +120,7 @@ impl Scheduler {
         if let Some(me) = SIM_ID.with(Cell::get) {
             let mut s = self.lock();
             s.op_start[me] = Some(s.now);
+            Self::note_op_during_copy(&mut s);
         }
     }
 
@@ -78,17 +131,24 @@ impl Scheduler {
         }
     }
 
-    /// The node whose host was lost, if one was.
+    /// The node whose host is lost and not back in service (lost, or
+    /// returning but not yet active again), if any.
     #[must_use]
     pub fn lost_node(&self) -> Option<NodeId> {
-        self.lock().host.lost.map(|(n, _)| n)
+        match self.lock().host.phase {
+            Phase::Up => None,
+            Phase::Lost(n, _)
+            | Phase::Gone(n)
+            | Phase::Restoring(n, _)
+            | Phase::Copying(n)
+            | Phase::Returning(n, _) => Some(n),
+        }
     }
 
-    /// The node whose host was lost, once the view without it is active.
+    /// Whether node `node`'s host was lost at some point of the run.
     #[must_use]
-    pub fn activated_without(&self) -> Option<NodeId> {
-        let s = self.lock();
-        s.host.lost.filter(|_| s.host.activated).map(|(n, _)| n)
+    pub fn was_lost(&self, node: NodeId) -> bool {
+        self.lock().host.ever_lost.contains(&node)
     }
 
     /// Views activated so far.
@@ -98,12 +158,18 @@ impl Scheduler {
     }
 
     /// Draws the loss of a host at this point; returns whether the calling
-    /// thread was on it (it crashes at once).
+    /// thread was on it (it crashes at once). Only while every node serves,
+    /// and for as many losses as the run's faults allow.
     pub(super) fn draw_host_loss(s: &mut State, me: usize) -> bool {
         let Some(loss) = s.faults.host_loss else {
             return false;
         };
-        if s.host.lost.is_some() || s.host.hooks.is_none() || !s.rng.gen_bool(loss.p) {
+        let most = s.faults.host_return.map_or(1, |r| r.losses);
+        if s.host.phase != Phase::Up
+            || s.counts.hosts_lost >= most
+            || s.host.hooks.is_none()
+            || !s.rng.gen_bool(loss.p)
+        {
             return false;
         }
         let node = s.rng.gen_range(0..s.offsets.len());
@@ -114,7 +180,8 @@ impl Scheduler {
     /// Loses node `node`'s host now: its threads are told to crash, its
     /// memory goes, the view change begins.
     fn lose(s: &mut State, node: NodeId) {
-        s.host.lost = Some((node, s.now));
+        s.host.phase = Phase::Lost(node, s.now);
+        s.host.ever_lost.push(node);
         s.counts.hosts_lost += 1;
         for t in 0..s.threads.len() {
             if s.node_of[t] == Some(node) && s.threads[t] != Run::Done {
@@ -124,16 +191,18 @@ impl Scheduler {
         }
         if let Some(h) = &s.host.hooks {
             (h.lose)(node);
+            (h.decide)();
         }
     }
 
-    /// Activates the view without the lost node once the drain has passed
-    /// since the decision, checking RP0 first.
+    /// Activates the pending view once the drain has passed since its
+    /// decision, checking RP0 first.
     pub(super) fn activate_if_due(s: &mut State) {
-        let (Some((node, decided)), Some(loss)) = (s.host.lost, s.host.timing) else {
+        let (Some((node, state, decided)), Some(loss)) = (s.host.phase.pending(), s.host.timing)
+        else {
             return;
         };
-        if s.host.activated || s.now < decided + loss.drain_us {
+        if s.now < decided + loss.drain_us {
             return;
         }
         for t in 0..s.threads.len() {
@@ -147,18 +216,21 @@ impl Scheduler {
             if s.now <= started + loss.op_timeout_us + loss.landing_us {
                 let v = format!(
                     "RP0: client {t}'s operation started at {started} µs, before the decision \
-                     at {decided} µs, may still land a CAS when the view without node {node} is \
-                     activated at {} µs",
+                     at {decided} µs, may still land a CAS when the view with node {node} \
+                     {state:?} is activated at {} µs",
                     s.now
                 );
                 s.violations.push(v);
             }
         }
-        s.host.activated = true;
+        s.host.phase = s.host.phase.activated();
         s.host.epoch += 1;
         s.counts.activations += 1;
+        if state == MemberState::Active {
+            s.counts.restores += 1;
+        }
         if let Some(h) = &s.host.hooks {
-            (h.activate)(node);
+            (h.activate)(node, state);
         }
     }
 
@@ -169,7 +241,7 @@ impl Scheduler {
     pub fn lose_host_now(&self, node: NodeId) -> Option<NodeId> {
         let mut s = self.lock();
         s.host.hooks.as_ref()?;
-        if s.host.lost.is_none() {
+        if s.host.phase == Phase::Up {
             Self::lose(&mut s, node);
         }
         Self::settle_locked(&mut s)
@@ -177,19 +249,24 @@ impl Scheduler {
 
     /// After the clients are done: activates the view without a host lost
     /// during the run, letting virtual time pass to the end of the drain if
-    /// needed. Returns the lost node, if any.
+    /// needed. Returns the lost node, if one is out of service.
     pub fn settle_host_loss(&self) -> Option<NodeId> {
         let mut s = self.lock();
         Self::settle_locked(&mut s)
     }
 
     fn settle_locked(s: &mut State) -> Option<NodeId> {
-        let (node, decided) = s.host.lost?;
-        if let Some(loss) = s.host.timing {
-            s.now = s.now.max(decided + loss.drain_us);
+        match s.host.phase {
+            Phase::Lost(node, decided) => {
+                if let Some(loss) = s.host.timing {
+                    s.now = s.now.max(decided + loss.drain_us);
+                }
+                Self::activate_if_due(s);
+                Some(node)
+            }
+            Phase::Gone(node) => Some(node),
+            _ => None,
         }
-        Self::activate_if_due(s);
-        Some(node)
     }
 
     /// A CAS posted in view `posted_in` (see [`Scheduler::view_epoch`])

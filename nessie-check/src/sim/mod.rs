@@ -35,6 +35,10 @@
 //!   and background threads crash, its memory is wiped and the fabric
 //!   refuses every verb to it; the survivors' view changes at once and the
 //!   view without it is activated after the drain (`host.rs`).
+//! * **host returns empty** ([`HostReturn`]): once that view is active, a
+//!   replacement with the node's id and empty memory joins as a restoring
+//!   member, a scheduled thread copies its replicas while the clients go
+//!   on, and a view names it active again (`restore.rs`).
 //!
 //! The machinery (this module, `scheduler.rs`, `fabric.rs`, `clock.rs`,
 //! `faults.rs`) runs the scenarios (`scenario.rs`, built by `world.rs`):
@@ -50,6 +54,7 @@ mod host;
 mod invariants;
 mod mirrors;
 mod outcome;
+mod restore;
 mod run;
 mod scenario;
 mod scheduler;
@@ -58,7 +63,7 @@ mod world;
 
 pub use clock::SimClock;
 pub use fabric::{MemoryCheck, SimFabric};
-pub use faults::{Faults, ForwardStep, HostLoss, Injected};
+pub use faults::{Faults, ForwardStep, HostLoss, HostReturn, Injected};
 pub use invariants::{divergent_duplicates, divergent_duplicates_in};
 pub use outcome::SimOutcome;
 pub use run::{enumerate_faults, run, run_with, seeds, seeds_from};
@@ -189,6 +194,22 @@ pub struct SimCounts {
     /// CASes of a background thread posted in one view that landed after
     /// the next was activated (the recycler is not fenced by the drain).
     pub late_background_cas: u64,
+    /// Replacements of a lost host started (its memory opened and filled
+    /// with the restore's start values, the restoring view decided).
+    pub returns: u64,
+    /// Restores finished: every replica copied, the view naming the node
+    /// active again activated.
+    pub restores: u64,
+    /// Copies of a restore begun again after a verb failed.
+    pub restore_retries: u64,
+    /// Index and data slots the restores copied.
+    pub slots_copied: u64,
+    /// Chunks copied again because a slot changed under the copy.
+    pub recopies: u64,
+    /// Data slots the restored allocators took back as in use.
+    pub entries_adopted: u64,
+    /// Client operations begun while a restore was copying.
+    pub ops_during_copy: u64,
 }
 
 impl std::ops::AddAssign for SimCounts {
@@ -210,6 +231,13 @@ impl std::ops::AddAssign for SimCounts {
         self.view_changing += o.view_changing;
         self.stale_ops_at_activation += o.stale_ops_at_activation;
         self.late_background_cas += o.late_background_cas;
+        self.returns += o.returns;
+        self.restores += o.restores;
+        self.restore_retries += o.restore_retries;
+        self.slots_copied += o.slots_copied;
+        self.recopies += o.recopies;
+        self.entries_adopted += o.entries_adopted;
+        self.ops_during_copy += o.ops_during_copy;
     }
 }
 

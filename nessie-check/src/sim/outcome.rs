@@ -125,6 +125,26 @@ impl SimOutcome {
             s.stale_ops_at_activation,
             s.late_background_cas,
             self.stats.total().mirrors_behind,
+        ) + &self.restores()
+    }
+
+    /// The figures of hosts that returned empty (empty for runs without).
+    fn restores(&self) -> String {
+        let s = &self.sim;
+        if s.returns == 0 {
+            return String::new();
+        }
+        format!(
+            "; returns: {} replacements started, {} restores done, {} slots copied ({} chunks \
+             copied again, {} entries adopted), {} copies begun again after a verb failed, {} \
+             ops begun during a copy",
+            s.returns,
+            s.restores,
+            s.slots_copied,
+            s.recopies,
+            s.entries_adopted,
+            s.restore_retries,
+            s.ops_during_copy,
         )
     }
 }

@@ -31,6 +31,7 @@
 use super::audit::audit;
 use super::host::HostHooks;
 use super::mirrors::audit_mirrors;
+use super::restore::spawn_restorer;
 use super::threads::{spawn_recyclers, spawn_watch, ClientRun};
 use super::world::{world, World};
 use super::{
@@ -40,8 +41,9 @@ use super::{
 use crate::history::Recorder;
 use crate::linearizability::check;
 use nessie::data::Geometry;
-use nessie::{Clock, Cluster, Config, Error, View};
+use nessie::{Clock, Cluster, Config, Error, View, Views};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 /// Runs one seed of `scenario`. `Err` describes a violation: a
 /// non-linearizable history, a wedged key, a leaked slot, an unexpected
@@ -66,13 +68,14 @@ fn build(
     let land_by = scenario.land_by;
     let geometry = Geometry::new(config);
     let (check_config, check_geometry) = (config.clone(), geometry.clone());
-    let check_sched = Arc::clone(sched);
     // After a loss, the index as the active view serves it.
+    let views: Arc<OnceLock<Arc<Views>>> = Arc::new(OnceLock::new());
+    let check_views = Arc::clone(&views);
     let duplicates: MemoryCheck = Box::new(move |f| {
-        let mut view = View::first(check_config.nodes);
-        if let Some(n) = check_sched.activated_without() {
-            view = view.without(n);
-        }
+        let view = check_views.get().map_or_else(
+            || Arc::new(View::first(check_config.nodes)),
+            |v| v.current(),
+        );
         divergent_duplicates_in(f, &check_config, &check_geometry, &view)
     });
     let fabric = Arc::new(OnceLock::new());
@@ -93,23 +96,34 @@ fn build(
         .seed(seed)
         .build()?;
     let sim = fabric.get().cloned().unwrap_or_default();
+    let _ = views.set(Arc::clone(cluster.views()));
     Ok((Arc::new(cluster), sim))
 }
 
-/// What the loss of a host and the activation after it do in `cluster`
-/// (the fabric held weakly: it holds the scheduler that holds these).
-fn host_hooks(cluster: &Cluster, fabric: Weak<SimFabric>) -> HostHooks {
+/// What the loss of a host, a replacement's start, a decision and an
+/// activation do in `cluster` (the fabric and the cluster held weakly: they
+/// hold the scheduler that holds these).
+fn host_hooks(cluster: &Arc<Cluster>, fabric: Weak<SimFabric>) -> HostHooks {
     let regions = nessie::store_regions(cluster.config());
     let (views, also) = (Arc::clone(cluster.views()), Arc::clone(cluster.views()));
+    let (lost, returning) = (fabric.clone(), fabric);
+    let weak = Arc::downgrade(cluster);
     HostHooks {
         lose: Box::new(move |node| {
-            if let Some(f) = fabric.upgrade() {
+            if let Some(f) = lost.upgrade() {
                 f.lose(node, &regions);
             }
-            views.begin_change(views.current().epoch() + 1);
         }),
-        activate: Box::new(move |node| {
-            let next = also.current().without(node);
+        replace: Box::new(move |node| {
+            if let Some(f) = returning.upgrade() {
+                f.replace(node);
+            }
+            let cluster = weak.upgrade().ok_or("the cluster is gone")?;
+            cluster.prepare_replacement(node).map_err(|e| e.to_string())
+        }),
+        decide: Box::new(move || views.begin_change(views.current().epoch() + 1)),
+        activate: Box::new(move |node, state| {
+            let next = also.current().next_with(node, state);
             also.activate(next);
         }),
     }
@@ -128,7 +142,9 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         (true, false) => 1,
         (true, true) => scenario.nodes,
     };
-    let threads = scenario.clients + recyclers + usize::from(scenario.watched());
+    let restorer = scenario.replicas > 1 && faults.host_return.is_some();
+    let threads =
+        scenario.clients + recyclers + usize::from(scenario.watched()) + usize::from(restorer);
     let sched = Scheduler::new(seed, threads, scenario.nodes, 1_000_000, faults, 400_000);
     let clocks: Vec<Arc<dyn Clock>> = (0..scenario.nodes)
         .map(|n| Arc::new(SimClock::new(Arc::clone(&sched), n)) as Arc<dyn Clock>)
@@ -168,6 +184,11 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         let id = scenario.clients + recyclers;
         background.push(spawn_watch(&sched, &cluster, id, Arc::clone(&clocks[0])));
     }
+    if restorer {
+        let id = scenario.clients + recyclers + usize::from(scenario.watched());
+        let period = Duration::from_micros(scenario.op_timeout_us / 2);
+        background.push(spawn_restorer(&sched, &cluster, id, period));
+    }
     sched.start();
     let mut outcome = SimOutcome {
         runs: 1,
@@ -184,7 +205,7 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
         h.join()
             .map_err(|_| fail("a background thread panicked".into()))?;
     }
-    let during = sched.lost_node().is_some();
+    let during = sched.report().counts.hosts_lost > 0;
     let lost = after_the_clients(scenario, seed, &sched, &outcome);
     if lost.is_some() && !during {
         outcome.end_losses += 1;
@@ -214,10 +235,11 @@ pub fn run_with(scenario: &Scenario, seed: u64, faults: Faults) -> Result<SimOut
 }
 
 /// With replicas, once the clients are done: the view without a host lost
-/// during the run is activated; a run without loss in which a sync may have
-/// been cut short (a crash, a transport error, a client's `mirrors_behind`)
-/// or that was to lose a host loses one now, so that its mirrors are
-/// promoted. Returns the lost node.
+/// during the run (and not restored) is activated; a run whose nodes all
+/// serve in which a sync may have been cut short (a crash, a transport
+/// error, a client's `mirrors_behind`), or that was to lose a host and
+/// restored none, loses one now, so that its mirrors are promoted. Returns
+/// the lost node.
 fn after_the_clients(
     scenario: &Scenario,
     seed: u64,
@@ -233,7 +255,7 @@ fn after_the_clients(
     let c = sched.report().counts;
     let behind = outcome.stats.total().mirrors_behind;
     let cut_short = c.crashes > 0 || c.transport_errors > 0 || behind > 0;
-    if cut_short || sched.faults().host_loss.is_some() {
+    if cut_short || (sched.faults().host_loss.is_some() && c.restores == 0) {
         return sched.lose_host_now((seed % scenario.nodes as u64) as usize);
     }
     None
@@ -253,7 +275,10 @@ fn finish(
         return Err(v.clone());
     }
     let f = sched.faults();
-    let lossy = f.crash > 0.0 || f.crash_at.is_some() || f.transport > 0.0 || lost.is_some();
+    let lossy = f.crash > 0.0
+        || f.crash_at.is_some()
+        || f.transport > 0.0
+        || sched.report().counts.hosts_lost > 0;
     audit(
         scenario,
         (cluster, sched, recorder),

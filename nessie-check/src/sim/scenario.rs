@@ -1,6 +1,6 @@
 //! What a run exercises: the scenarios and the configuration they give.
 
-use crate::sim::{Faults, ForwardStep, HostLoss};
+use crate::sim::{Faults, ForwardStep, HostLoss, HostReturn};
 use nessie::layout::dte;
 use nessie::{ChecksumPolicy, Config, Optimizations};
 use std::ops::RangeInclusive;
@@ -408,6 +408,7 @@ impl Scenario {
                 crash_at: None,
                 stall_at: None,
                 host_loss: None,
+                host_return: None,
             },
             ..base
         }
@@ -468,6 +469,72 @@ impl Scenario {
         s.name = name;
         let config = s.config_with(Optimizations::default(), ChecksumPolicy::AfterStall, 8);
         s.faults.host_loss = Some(HostLoss::for_config(&config, 0.004));
+        s
+    }
+
+    /// [`Scenario::host_lost`] in which the lost host returns empty
+    /// ([`HostReturn`]): once the view without it is active, at a point
+    /// the scheduler draws, a replacement restores its replicas while the
+    /// clients go on under every fault, and a view names it active again;
+    /// every key is audited after the restore, and the mirrors against
+    /// their primaries where no sync was cut short. The clients issue
+    /// twice as many operations, so that most restores overlap them. A
+    /// run whose host is still lost when its clients are done restores it
+    /// then.
+    #[must_use]
+    pub fn host_returns(base: Scenario) -> Scenario {
+        let name = match base.name {
+            "contended" => "host-returns-contended",
+            "crowded" => "host-returns-crowded",
+            "recycling" => "host-returns-recycling",
+            "combined" => "host-returns-combined",
+            other => other,
+        };
+        let ops = base.ops_per_client * 2;
+        let mut s = Scenario::host_lost(base);
+        s.name = name;
+        s.ops_per_client = ops;
+        if let Some(loss) = s.faults.host_loss.as_mut() {
+            loss.p = 0.006;
+        }
+        s.faults.host_return = Some(HostReturn { p: 0.01, losses: 1 });
+        s
+    }
+
+    /// [`Scenario::host_returns`] of [`Scenario::combined`] without crashes
+    /// or transport errors (as [`Scenario::mirrored_zombies`]): most runs
+    /// end with the mirror audit after the restore, every mirror, the
+    /// restored ones included, equal to its primary.
+    #[must_use]
+    pub fn host_returns_mirrored() -> Scenario {
+        let mut s = Scenario::host_returns(Scenario::combined());
+        s.name = "host-returns-mirrored";
+        s.faults.crash = 0.0;
+        s.faults.max_crashes = 0;
+        s.faults.critical_crash = 0.0;
+        s.faults.transport = 0.0;
+        s
+    }
+
+    /// [`Scenario::host_returns`] with two losses one after the other, each
+    /// restored before the next may strike (the second may take the node
+    /// just restored, or the node whose mirrors it restored).
+    #[must_use]
+    pub fn host_returns_twice(base: Scenario) -> Scenario {
+        let name = match base.name {
+            "contended" => "host-returns-twice-contended",
+            "crowded" => "host-returns-twice-crowded",
+            "recycling" => "host-returns-twice-recycling",
+            "combined" => "host-returns-twice-combined",
+            other => other,
+        };
+        let ops = base.ops_per_client * 3;
+        let mut s = Scenario::host_returns(base);
+        s.name = name;
+        s.ops_per_client = ops;
+        if let Some(ret) = s.faults.host_return.as_mut() {
+            ret.losses = 2;
+        }
         s
     }
 

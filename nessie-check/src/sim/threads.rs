@@ -15,13 +15,18 @@ use std::time::Duration;
 
 /// How an operation's error enters the history: `Ok(true)` no effect,
 /// `Ok(false)` unknown outcome, `Err` a violation. A verb refused by the
-/// lost host `lost` leaves the outcome unknown, as a broken connection does.
-fn classify(e: &Error, transport_faults: bool, lost: Option<NodeId>) -> Result<bool, String> {
+/// host that was lost (`was_lost`) leaves the outcome unknown, as a broken
+/// connection does.
+fn classify(
+    e: &Error,
+    transport_faults: bool,
+    was_lost: impl Fn(NodeId) -> bool,
+) -> Result<bool, String> {
     match e {
         Error::IndexFull | Error::DataTableFull => Ok(true),
         Error::Timeout => Ok(false),
         Error::Fabric(_) if transport_faults => Ok(false),
-        Error::Fabric(FabricError::Disconnected { node, .. }) if lost == Some(*node) => Ok(false),
+        Error::Fabric(FabricError::Disconnected { node, .. }) if was_lost(*node) => Ok(false),
         other => Err(format!("unexpected error {other}")),
     }
 }
@@ -133,7 +138,7 @@ impl ClientRun {
                         self.scenario.skew_us,
                     )));
             }
-            Err(e) => match classify(&e, self.transport, self.sched.lost_node()) {
+            Err(e) => match classify(&e, self.transport, |n| self.sched.was_lost(n)) {
                 Ok(true) => self.recorder.failed(pending),
                 // Returned: whatever it did, it did by now.
                 Ok(false) => self.recorder.undecided(pending),

@@ -184,6 +184,43 @@ fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
     assert_eq!(reader.get(&key).unwrap().as_deref(), Some(&b"v1"[..]));
 }
 
+/// The seeds at which the simulator's host-returns-empty fault caught two
+/// flaws of the restore, and the restore's rules reverted one at a time by
+/// `scripts/fix-reverts/RS*.patch`
+/// (docs/testing.md#reverted-replication-rules), replayed on the real code
+/// (each failed before its fix or with its rule reverted;
+/// docs/replication.md#restore):
+/// * R1: a sync whose first mirror CAS was posted in a batch went on at
+///   the address the routed fabric had written into the batch, replica 0's
+///   plain one, which routes to the share's primary while the mirror is
+///   restoring: the loop never reached the restoring mirror, which kept
+///   the restorer's stale copy of the slot and served it once active (a
+///   wedged key after the restore);
+/// * R2: the restorer wrote a slot read before its reuse over the newer
+///   image the slot's owner had written to the restoring mirror since
+///   (its `expires_at` included): a stager's stamp then landed on a
+///   stamped slot (DOUBLE-STAGE on the mirror), and a mirror could lose a
+///   stamp written before the primary's.
+#[test]
+fn seeds_that_caught_restore_flaws() {
+    let caught = [
+        // R1.
+        (Scenario::host_returns(Scenario::recycling()), 36),
+        // R2.
+        (Scenario::host_returns_mirrored(), 241),
+        // RS1 reverted: the restorer's state words not moved forward only.
+        (Scenario::host_returns_mirrored(), 931),
+        // RS2 reverted: the copy without its verification.
+        (Scenario::host_returns(Scenario::contended()), 227),
+        (Scenario::host_returns_twice(Scenario::combined()), 205),
+    ];
+    for (scenario, seed) in caught {
+        if let Err(e) = run(&scenario, seed) {
+            panic!("scenario {}: {e}", scenario.name);
+        }
+    }
+}
+
 /// The seeds at which randomized replicated runs caught the flaws above
 /// (before their fixes) and the replication rules reverted one at a time
 /// in the library by `scripts/fix-reverts/RP*.patch`

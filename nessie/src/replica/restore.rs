@@ -164,6 +164,9 @@ fn copy_index(
             &mut chunk,
         )?;
         figures.bytes_read += chunk.len() as u64;
+        // Others may run between the READ and the copy's CASes: a fabric
+        // that schedules its threads interleaves them here.
+        cluster.yield_point();
         for i in 0..count {
             let offset = (start + i) * WORD as u64;
             let seen = read_word(&chunk, i as usize * WORD);
@@ -243,11 +246,13 @@ impl Table<'_> {
             .read(self.at(self.primary, start), &mut copied)?;
         figures.bytes_read += len as u64;
         for pass in 0.. {
+            // The window copy-then-verify exists for: the primary may change
+            // between the READ and the copy's WRITEs (a scheduling fabric
+            // runs other threads here).
+            self.cluster.yield_point();
             for i in 0..count {
                 let slot = &copied[i * self.bytes..(i + 1) * self.bytes];
-                let mine = self.at(self.mine, start + i);
-                self.local.write(mine.add(WORD as u64), &slot[WORD..])?;
-                forward_state(self.local, mine, DteState(read_word(slot, 0)))?;
+                copy_slot(self.local, self.at(self.mine, start + i), slot)?;
             }
             let mut again = vec![0u8; len];
             self.cluster
@@ -274,6 +279,30 @@ impl Table<'_> {
         }
         Ok(())
     }
+}
+
+/// Copies one slot read from the primary (`slot`) to the restorer's copy at
+/// `mine`, moving nothing back (docs/replication.md#restore): a copy whose
+/// state word already names another incarnation than `slot` holds a newer
+/// image, written there by its owner (RP1) after the primary was read, and
+/// is left to the verification; otherwise the created time, the links, the
+/// key and the value are written, `expires_at` only over 0 (a stager's
+/// stamp, which reaches the mirrors before the primary (RP5), is never
+/// undone), then the state word moves forward.
+fn copy_slot(local: &dyn Fabric, mine: RemoteAddr, slot: &[u8]) -> Result<(), FabricError> {
+    let target = DteState(read_word(slot, 0));
+    let cur = DteState(word_at(local, mine)?);
+    if cur != DteState::UNSET && cur.generation() != target.generation() {
+        return Ok(());
+    }
+    local.write(mine.add(WORD as u64), &slot[WORD..EXPIRES_AT_OFFSET])?;
+    let after = EXPIRES_AT_OFFSET + WORD;
+    local.write(mine.add(after as u64), &slot[after..])?;
+    let stamp = read_word(slot, EXPIRES_AT_OFFSET);
+    if stamp != 0 {
+        local.cas(mine.add(EXPIRES_AT_OFFSET as u64), 0, stamp)?;
+    }
+    forward_state(local, mine, target)
 }
 
 /// Moves the state word at `mine` towards `target`, forward only: from

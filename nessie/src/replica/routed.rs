@@ -5,6 +5,7 @@
 
 use super::view::Views;
 use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, Verb};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// A fabric that routes by the current view.
@@ -19,14 +20,35 @@ impl RoutedFabric {
         RoutedFabric { inner, views }
     }
 
-    fn route_batch(&self, batch: &mut [Verb<'_>]) {
-        for verb in batch {
-            match verb {
-                Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => {
-                    *addr = self.views.route(*addr);
-                }
-            }
+    /// Posts `batch` with every address routed, through `post`, and gives
+    /// the caller its batch back with the addresses it wrote. A caller
+    /// reads a verb's address again after the post (a sync's loop goes on
+    /// at the mirror its first CAS reached): a restoring node's alias
+    /// routed in place would come back as replica 0's plain address, which
+    /// routes to the share's primary, and the loop would never reach the
+    /// mirror (docs/replication.md#restore).
+    fn post_routed(
+        &self,
+        batch: &mut [Verb<'_>],
+        post: impl FnOnce(&mut [Verb<'_>]) -> Result<(), FabricError>,
+    ) -> Result<(), FabricError> {
+        let asked: SmallVec<[RemoteAddr; 8]> = batch.iter_mut().map(|v| *address(v)).collect();
+        for verb in batch.iter_mut() {
+            let addr = address(verb);
+            *addr = self.views.route(*addr);
         }
+        let result = post(batch);
+        for (verb, asked) in batch.iter_mut().zip(asked) {
+            *address(verb) = asked;
+        }
+        result
+    }
+}
+
+/// The address of a verb.
+fn address<'v>(verb: &'v mut Verb<'_>) -> &'v mut RemoteAddr {
+    match verb {
+        Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => addr,
     }
 }
 
@@ -85,13 +107,11 @@ impl Fabric for RoutedFabric {
     }
 
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-        self.route_batch(batch);
-        self.inner.post(batch)
+        self.post_routed(batch, |b| self.inner.post(b))
     }
 
     fn post_by(&self, batch: &mut [Verb<'_>], land_by_us: u64) -> Result<(), FabricError> {
-        self.route_batch(batch);
-        self.inner.post_by(batch, land_by_us)
+        self.post_routed(batch, |b| self.inner.post_by(b, land_by_us))
     }
 }
 
@@ -138,6 +158,55 @@ mod tests {
         routed.post(&mut batch).unwrap();
         assert_eq!(u64::from_le_bytes(w), 10);
         assert_eq!(word(&*local, slot), 7, "the lost replica is not written");
+    }
+
+    /// A sync's loop reads back the address its first CAS was posted to: a
+    /// restoring mirror's alias must come back as it was written, or the
+    /// loop's next CAS routes to the share's primary instead (found by the
+    /// simulator's host-returns-empty fault: the restoring mirror kept a
+    /// stale link and served it once active).
+    #[test]
+    fn a_posted_batch_keeps_the_addresses_it_was_given() {
+        use crate::layout::membership::MemberState;
+        let config = Config {
+            replicas: 2,
+            index_slots_per_node: 16,
+            data_bytes_per_node: 1 << 16,
+            value_size_max: 256,
+            ..Config::default()
+        };
+        let local: Arc<dyn Fabric> =
+            Arc::new(LocalFabric::new(3, &crate::store_regions(&config)).unwrap());
+        let views = Arc::new(Views::new(Geometry::new(&config)));
+        let routed = RoutedFabric::new(Arc::clone(&local), Arc::clone(&views));
+        let lost = View::first(3).without(2);
+        views.activate(lost.next_with(2, MemberState::Restoring));
+        let slot = RemoteAddr::new(2, region::INDEX, 8);
+        let mirror = views.mirrors(slot)[0];
+        assert_eq!(mirror.region, region::aliased(region::INDEX));
+        let mut batch = [Verb::Cas {
+            addr: mirror,
+            expected: 0,
+            new: 5,
+            old: 0,
+        }];
+        routed.post(&mut batch).unwrap();
+        let Verb::Cas { addr, old, .. } = batch[0] else {
+            unreachable!()
+        };
+        assert_eq!((addr, old), (mirror, 0), "the alias comes back");
+        assert_eq!(
+            routed.cas(addr, 5, 6).unwrap(),
+            5,
+            "and still reaches node 2"
+        );
+        let primary = RemoteAddr::new(0, region::replica(1, region::INDEX), 8);
+        let word = |at| {
+            let mut w = [0u8; 8];
+            local.read(at, &mut w).unwrap();
+            u64::from_le_bytes(w)
+        };
+        assert_eq!((word(slot), word(primary)), (6, 0));
     }
 
     /// A fabric that enforces land-by times and counts its yield points.
