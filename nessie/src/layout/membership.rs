@@ -295,4 +295,67 @@ mod tests {
         assert_eq!(first.disks().count(), 3);
         assert_eq!(view().disks().collect::<Vec<_>>(), vec![0, 2]);
     }
+
+    /// Every record written at its offset into a region of
+    /// `region_bytes` reads back intact: none overlaps another, and
+    /// nothing is left between them (the layout of the module's
+    /// documentation).
+    #[test]
+    fn every_record_has_its_own_words_and_the_region_no_others() {
+        for nodes in [3, 5, MAX_MEMBERS] {
+            let mut region = vec![0u8; region_bytes(nodes) as usize];
+            let put = |region: &mut Vec<u8>, at: u64, bytes: &[u8]| {
+                region[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+            };
+            let decided = ViewRecord {
+                epoch: 9,
+                members: vec![(MemberState::Active, 2); nodes],
+            };
+            put(&mut region, INCARNATION_OFFSET, &5u64.to_le_bytes());
+            put(&mut region, DECISION_OFFSET, &decided.encode());
+            let block = |instance: u64, p: usize| Block {
+                instance,
+                mbal: p as u64 + 1,
+                bal: p as u64,
+                inp: decided.clone(),
+            };
+            for instance in [0, 1] {
+                for p in 0..nodes {
+                    put(
+                        &mut region,
+                        block_offset(nodes, instance, p),
+                        &block(instance, p).encode(),
+                    );
+                }
+            }
+            let at = |at: u64, words: usize| &region[at as usize..at as usize + words * WORD];
+            assert_eq!(at(INCARNATION_OFFSET, 1), 5u64.to_le_bytes());
+            let view_len = view_words(nodes);
+            assert_eq!(
+                ViewRecord::decode(at(DECISION_OFFSET, view_len), nodes),
+                Some(decided.clone())
+            );
+            for instance in [0, 1] {
+                for p in 0..nodes {
+                    let bytes = at(block_offset(nodes, instance, p), block_words(nodes));
+                    assert_eq!(Block::decode(bytes, nodes), Ok(Some(block(instance, p))));
+                }
+            }
+            let used = WORD * (1 + view_len + 2 * nodes * block_words(nodes));
+            assert_eq!(region_bytes(nodes) as usize, used, "{nodes} nodes");
+        }
+    }
+
+    #[test]
+    fn the_region_id_is_the_stores_own() {
+        use crate::layout::region::{FIRST_EXTERNAL, INDEX, META};
+        assert!(
+            MEMBERSHIP.0 < FIRST_EXTERNAL,
+            "ids from FIRST_EXTERNAL on are other stores'"
+        );
+        assert_ne!(MEMBERSHIP, META);
+        assert_ne!(MEMBERSHIP, INDEX);
+        let last_class = (crate::layout::ite::MAX_CLASSES - 1) as u8;
+        assert!(crate::layout::region::data(last_class).0 < MEMBERSHIP.0);
+    }
 }
