@@ -354,4 +354,103 @@ mod tests {
             Ballot::NoMajority
         );
     }
+
+    /// Instance after instance on the same disks: a later proposer of
+    /// each adopts what the first decided (its blocks are found at the
+    /// instance's parity, not the previous instance's), and the decision
+    /// record reads back whole.
+    #[test]
+    fn instances_follow_one_another_on_the_same_disks() {
+        let fabric = disks_of(3);
+        let mut view = ViewRecord::first(3);
+        for instance in 0..4u64 {
+            let disks = Disks {
+                fabric: fabric.as_ref(),
+                view: &view,
+            };
+            let lost = (instance % 3) as usize;
+            let wanted = {
+                let mut v = view.clone();
+                v.epoch += 1;
+                v.members[lost].0 = MemberState::Lost;
+                v
+            };
+            let mut first = Proposer {
+                me: (lost + 1) % 3,
+                instance,
+                bal: 0,
+                inp: wanted.clone(),
+            };
+            let chosen = first.run(&disks, first.ballot_above(0, 3));
+            assert_eq!(
+                chosen,
+                Ballot::Decided(wanted.clone()),
+                "instance {instance}"
+            );
+            let mut other = wanted.clone();
+            other.members[(lost + 2) % 3].0 = MemberState::Restoring;
+            let mut second = Proposer {
+                me: (lost + 2) % 3,
+                instance,
+                bal: 0,
+                inp: other,
+            };
+            let again = second.run(&disks, second.ballot_above(9, 3));
+            assert_eq!(
+                again, chosen,
+                "instance {instance}: the decided view is adopted"
+            );
+            disks.write_decision(&wanted);
+            for (_, read) in disks.read_all(instance + 1) {
+                let read = read.expect("every disk answers");
+                assert_eq!(read.decision.as_ref(), Some(&wanted));
+                assert!(
+                    read.blocks.iter().all(Option::is_none),
+                    "no block of the next instance yet"
+                );
+            }
+            view = wanted;
+            view.members[lost].0 = MemberState::Active;
+        }
+    }
+
+    /// Five disks: three are a majority, two are not.
+    #[test]
+    fn a_majority_of_five_disks_is_three() {
+        let fabric = disks_of(5);
+        let view = ViewRecord::first(5);
+        let disks = Disks {
+            fabric: fabric.as_ref(),
+            view: &view,
+        };
+        assert_eq!(disks.majority(), 3);
+        let mut gone = |d: usize| {
+            fabric
+                .write(
+                    RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
+                    &9u64.to_le_bytes(),
+                )
+                .unwrap();
+        };
+        gone(3);
+        gone(4);
+        let mut p = Proposer {
+            me: 0,
+            instance: 0,
+            bal: 0,
+            inp: without(&view, 4),
+        };
+        assert_eq!(
+            p.run(&disks, p.ballot_above(0, 5)),
+            Ballot::Decided(without(&view, 4))
+        );
+        gone(2);
+        let mut q = Proposer {
+            me: 1,
+            instance: 1,
+            bal: 0,
+            inp: without(&view, 3),
+        };
+        assert_eq!(q.run(&disks, q.ballot_above(0, 5)), Ballot::NoMajority);
+    }
 }
