@@ -22,6 +22,12 @@ use twox_hash::XxHash3_64;
 /// The region's id.
 pub const MEMBERSHIP: RegionId = RegionId(super::region::FIRST_EXTERNAL - 2);
 
+// The store's own id, apart from its others: below the ids of other
+// stores, above every data table's, not META's.
+const _: () = assert!(MEMBERSHIP.0 < super::region::FIRST_EXTERNAL);
+const _: () = assert!(MEMBERSHIP.0 != super::region::META.0);
+const _: () = assert!(super::region::data((super::ite::MAX_CLASSES - 1) as u8).0 < MEMBERSHIP.0);
+
 /// Most nodes of a replicated cluster: every disk holds two blocks per
 /// node, each the size of a view.
 pub const MAX_MEMBERS: usize = 64;
@@ -344,18 +350,5 @@ mod tests {
             let used = WORD * (1 + view_len + 2 * nodes * block_words(nodes));
             assert_eq!(region_bytes(nodes) as usize, used, "{nodes} nodes");
         }
-    }
-
-    #[test]
-    fn the_region_id_is_the_stores_own() {
-        use crate::layout::region::{FIRST_EXTERNAL, INDEX, META};
-        assert!(
-            MEMBERSHIP.0 < FIRST_EXTERNAL,
-            "ids from FIRST_EXTERNAL on are other stores'"
-        );
-        assert_ne!(MEMBERSHIP, META);
-        assert_ne!(MEMBERSHIP, INDEX);
-        let last_class = (crate::layout::ite::MAX_CLASSES - 1) as u8;
-        assert!(crate::layout::region::data(last_class).0 < MEMBERSHIP.0);
     }
 }

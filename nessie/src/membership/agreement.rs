@@ -424,7 +424,7 @@ mod tests {
             view: &view,
         };
         assert_eq!(disks.majority(), 3);
-        let mut gone = |d: usize| {
+        let gone = |d: usize| {
             fabric
                 .write(
                     RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
