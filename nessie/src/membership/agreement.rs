@@ -247,7 +247,7 @@ impl Proposer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::{LocalFabric, RegionSpec};
+    use crate::fabric::{FabricError, LocalFabric, RegionSpec};
     use crate::layout::membership::{region_bytes, MemberState};
     use std::sync::Arc;
 
@@ -452,5 +452,56 @@ mod tests {
             inp: without(&view, 3),
         };
         assert_eq!(q.run(&disks, q.ballot_above(0, 5)), Ballot::NoMajority);
+    }
+
+    /// Disks whose READs fail (their WRITEs land: a connection reset
+    /// after the write) count toward no majority, though a READ batch
+    /// over every disk fails as a whole.
+    #[test]
+    fn disks_that_cannot_be_read_count_toward_no_majority() {
+        #[derive(Debug)]
+        struct Unreadable {
+            memory: Arc<LocalFabric>,
+            from: NodeId,
+        }
+        impl Fabric for Unreadable {
+            fn nodes(&self) -> usize {
+                self.memory.nodes()
+            }
+            fn region_len(&self, node: NodeId, region: crate::fabric::RegionId) -> Option<u64> {
+                self.memory.region_len(node, region)
+            }
+            fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+                if addr.node >= self.from {
+                    return Err(FabricError::Lost { node: addr.node });
+                }
+                self.memory.read(addr, buf)
+            }
+            fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+                self.memory.write(addr, data)
+            }
+            fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+                self.memory.cas(addr, expected, new)
+            }
+        }
+        let view = ViewRecord::first(3);
+        for (from, decides) in [(2, true), (1, false)] {
+            let fabric = Unreadable {
+                memory: disks_of(3),
+                from,
+            };
+            let disks = Disks {
+                fabric: &fabric,
+                view: &view,
+            };
+            let mut p = Proposer {
+                me: 0,
+                instance: 0,
+                bal: 0,
+                inp: without(&view, 2),
+            };
+            let ballot = p.run(&disks, p.ballot_above(0, 3));
+            assert_eq!(ballot == Ballot::NoMajority, !decides, "{ballot:?}");
+        }
     }
 }
