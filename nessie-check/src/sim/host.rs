@@ -61,6 +61,11 @@ pub(super) enum Phase {
     /// The copy is done; the view naming it active was decided at this
     /// time and is not active yet.
     Returning(NodeId, u64),
+    /// The view naming it active is active: the other replicas of its
+    /// share catch up with the commits it took first as a mirror
+    /// (docs/replication.md#rp3c). Its restore is done, and another host
+    /// may be lost, only after that.
+    CatchingUp(NodeId),
 }
 
 impl Phase {
@@ -80,7 +85,7 @@ impl Phase {
         match self {
             Phase::Lost(n, _) => Phase::Gone(n),
             Phase::Restoring(n, _) => Phase::Copying(n),
-            Phase::Returning(..) => Phase::Up,
+            Phase::Returning(n, _) => Phase::CatchingUp(n),
             other => other,
         }
     }
@@ -131,8 +136,8 @@ impl Scheduler {
         }
     }
 
-    /// The node whose host is lost and not back in service (lost, or
-    /// returning but not yet active again), if any.
+    /// The node whose host is lost and not restored yet (lost, or
+    /// returning but not yet active again or not yet caught up), if any.
     #[must_use]
     pub fn lost_node(&self) -> Option<NodeId> {
         match self.lock().host.phase {
@@ -141,7 +146,8 @@ impl Scheduler {
             | Phase::Gone(n)
             | Phase::Restoring(n, _)
             | Phase::Copying(n)
-            | Phase::Returning(n, _) => Some(n),
+            | Phase::Returning(n, _)
+            | Phase::CatchingUp(n) => Some(n),
         }
     }
 

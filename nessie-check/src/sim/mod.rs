@@ -210,6 +210,9 @@ pub struct SimCounts {
     pub entries_adopted: u64,
     /// Client operations begun while a restore was copying.
     pub ops_during_copy: u64,
+    /// State words the restored nodes' catch-ups moved forward on their
+    /// shares' other replicas (docs/replication.md#rp3c).
+    pub caught_up: u64,
 }
 
 impl std::ops::AddAssign for SimCounts {
@@ -238,6 +241,7 @@ impl std::ops::AddAssign for SimCounts {
         self.recopies += o.recopies;
         self.entries_adopted += o.entries_adopted;
         self.ops_during_copy += o.ops_during_copy;
+        self.caught_up += o.caught_up;
     }
 }
 

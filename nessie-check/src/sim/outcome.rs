@@ -137,7 +137,7 @@ impl SimOutcome {
         format!(
             "; returns: {} replacements started, {} restores done, {} slots copied ({} chunks \
              copied again, {} entries adopted), {} copies begun again after a verb failed, {} \
-             ops begun during a copy",
+             ops begun during a copy, {} commits caught up after the switch back",
             s.returns,
             s.restores,
             s.slots_copied,
@@ -145,6 +145,7 @@ impl SimOutcome {
             s.entries_adopted,
             s.restore_retries,
             s.ops_during_copy,
+            s.caught_up,
         )
     }
 }

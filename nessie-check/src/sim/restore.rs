@@ -10,7 +10,11 @@
 //! each of its READs of a primary, and the point between a READ and the
 //! copy's WRITEs, is a yield point where the clients, the recyclers and
 //! every fault go on. When the copy is done the view naming the node
-//! active is decided, and activated after another drain.
+//! active is decided, and activated after another drain; then the restorer
+//! brings the other replicas of the node's share up to the commits the node
+//! took first as a mirror ([`nessie::Cluster::catch_up_replicas`],
+//! docs/replication.md#rp3c), and only then is the node restored: another
+//! loss may strike from there on.
 
 use super::host::Phase;
 use super::scheduler::{Scheduler, State};
@@ -28,6 +32,8 @@ use std::time::Duration;
 enum Step {
     /// Copy the replicas of this node.
     Copy(NodeId),
+    /// Catch the other replicas of this node's share up with it.
+    CatchUp(NodeId),
     /// Wait (a view change drains, or no host is lost).
     Wait,
     /// Stop: the clients are done and no host is out of service.
@@ -71,6 +77,7 @@ impl Scheduler {
         let mut s = self.lock();
         match s.host.phase {
             Phase::Copying(node) => Step::Copy(node),
+            Phase::CatchingUp(node) => Step::CatchUp(node),
             Phase::Gone(node) if done => {
                 Self::start_return(&mut s, node);
                 Step::Wait
@@ -94,6 +101,14 @@ impl Scheduler {
         }
     }
 
+    /// The other replicas of node `node`'s share caught up with it: the
+    /// node is restored.
+    fn caught_up(&self, moved: u64) {
+        let mut s = self.lock();
+        s.counts.caught_up += moved;
+        s.host.phase = Phase::Up;
+    }
+
     /// Counts a client operation begun while a restore copies.
     pub(super) fn note_op_during_copy(s: &mut State) {
         if matches!(s.host.phase, Phase::Copying(_)) {
@@ -105,8 +120,9 @@ impl Scheduler {
 /// Starts the restorer as scheduled background thread `id`: it waits
 /// (every `period`) for a view naming a returning node restoring, copies
 /// that node's replicas with `cluster`'s hook, begins the copy again after
-/// a verb failed (a transport error), and stops once the clients are done
-/// and every node serves.
+/// a verb failed (a transport error), catches the node's share up once the
+/// view naming it active is active (again after a failed verb), and stops
+/// once the clients are done and every node is restored.
 pub(super) fn spawn_restorer(
     sched: &Arc<Scheduler>,
     cluster: &Arc<Cluster>,
@@ -128,6 +144,18 @@ pub(super) fn spawn_restorer(
                         }
                         Err(e) => {
                             sched.violation(format!("the restore of node {node} failed: {e}"));
+                            break;
+                        }
+                    },
+                    Step::CatchUp(node) => match cluster.catch_up_replicas(node) {
+                        Ok(moved) => sched.caught_up(moved),
+                        Err(Error::Fabric(_)) => {
+                            sched.count(|c| c.restore_retries += 1);
+                            sched.sleep(period);
+                        }
+                        Err(e) => {
+                            let what = format!("the catch-up after node {node}'s restore: {e}");
+                            sched.violation(what);
                             break;
                         }
                     },

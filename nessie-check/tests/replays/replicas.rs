@@ -267,3 +267,28 @@ fn seeds_that_caught_replication_flaws() {
         }
     }
 }
+
+/// R3, the switch back (docs/replication.md#rp3c), at seed 511 of
+/// `host_returns_combined` and of `host_returns_twice` (the same first
+/// run): a client's MIGRATE copy of a preloaded key links its copy and
+/// installs its marker, then its host (node 1) is lost; while node 1
+/// restores, a helper rolls the dead copy forward (V2) and commits it on
+/// node 1, a mirror then (RP3: mirrors first), but its deadline passes
+/// before the commit on node 2, the share's primary. The view naming node
+/// 1 active makes it primary again with the copy VALID over node 2's
+/// INVALID; a client reads the copy committed and clears its marker. When
+/// node 1 is lost again, node 2's copy is INVALID with no marker left, is
+/// aborted, and the key reads as absent. The catch-up after the switch
+/// back commits the copy on node 2 first.
+#[test]
+fn a_commit_on_the_restoring_mirror_only_is_caught_up_after_the_switch_back() {
+    for scenario in [
+        Scenario::host_returns(Scenario::combined()),
+        Scenario::host_returns_twice(Scenario::combined()),
+    ] {
+        match run(&scenario, 511) {
+            Ok(o) => assert!(o.sim.caught_up > 0, "nothing was caught up"),
+            Err(e) => panic!("scenario {}: {e}", scenario.name),
+        }
+    }
+}

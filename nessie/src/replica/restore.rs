@@ -1,7 +1,9 @@
 //! The copy a restoring node makes of every replica it holds, while the
 //! cluster serves (docs/replication.md#restore): index slots by the mirror
 //! sync from a value no primary holds, entries by copy-then-verify with
-//! state words moved forward only.
+//! state words moved forward only; once the node is primary of its share
+//! again, the share's other replicas catch up with the commits it took
+//! first as a mirror (docs/replication.md#rp3c).
 
 use super::{sync_mirror, SyncVerbs};
 use crate::data::Geometry;
@@ -30,6 +32,10 @@ pub struct RestoreFigures {
     pub recopies: u64,
     /// Data slots the node's allocator took back as in use after the copy.
     pub entries_adopted: u64,
+    /// State words of the node's own share moved from INVALID to VALID on
+    /// its other replicas once the node was primary again
+    /// (docs/replication.md#rp3c).
+    pub caught_up: u64,
 }
 
 /// The regions node `me` holds a replica in, with the share each
@@ -329,6 +335,72 @@ fn forward_state(
         }
         cur = was;
     }
+}
+
+/// The switch back (docs/replication.md#rp3c): once the view naming `me`
+/// active is active, `me` is primary of its own share again and the
+/// replica that was primary while it restored is a mirror. A commit that
+/// reached `me` as a mirror (RP3: mirrors first) and was cut short before
+/// that primary left the entry VALID on `me` and INVALID there: a VALID
+/// primary over an INVALID mirror, which RP3 forbids. Every such state word
+/// of every other replica of the share is moved forward to `me`'s (a CAS
+/// from that very INVALID word, so a slot reused meanwhile is left alone).
+/// `cluster` reaches the other replicas, `local` `me`'s own memory.
+/// Returns the state words moved.
+///
+/// # Errors
+/// A failed verb; the pass may run again (it only moves words forward).
+pub(crate) fn catch_up(
+    cluster: &dyn Fabric,
+    local: &dyn Fabric,
+    geometry: &Geometry,
+    me: NodeId,
+) -> Result<u64, FabricError> {
+    let mut moved = 0;
+    for class in 0..geometry.classes() as u8 {
+        let bytes = geometry.slot_bytes(class);
+        if bytes == 0 {
+            continue;
+        }
+        let slots = geometry.slots(class);
+        let per_chunk = (CHUNK_BYTES / bytes).max(1);
+        let mine = |slot: usize| RemoteAddr::new(me, region::data(class), (slot * bytes) as u64);
+        for j in 1..geometry.replicas() {
+            let mut start = 0;
+            while start < slots {
+                let count = per_chunk.min(slots - start);
+                let mut theirs = vec![0u8; count * bytes];
+                cluster.read(geometry.replica_addr(mine(start), j), &mut theirs)?;
+                for i in 0..count {
+                    let committed = DteState(word_at(local, mine(start + i))?);
+                    if committed.status() != DteStatus::Valid {
+                        continue;
+                    }
+                    let seen = DteState(read_word(&theirs, i * bytes));
+                    // Share `me`'s owners were lost with its host: while it
+                    // restored, only helpers changed its entries' states, and
+                    // a helper's mirror commit is a roll-forward (V2), which
+                    // no helper aborts.
+                    debug_assert_ne!(
+                        seen,
+                        committed.with_status(DteStatus::Aborted),
+                        "an entry VALID on its restored primary is ABORTED on replica {j} \
+                         (docs/replication.md#rp3c)"
+                    );
+                    let lagging = committed.with_status(DteStatus::Invalid);
+                    if seen != lagging {
+                        continue;
+                    }
+                    let at = geometry.replica_addr(mine(start + i), j);
+                    if cluster.cas(at, lagging.0, committed.0)? == lagging.0 {
+                        moved += 1;
+                    }
+                }
+                start += count;
+            }
+        }
+    }
+    Ok(moved)
 }
 
 #[cfg(test)]

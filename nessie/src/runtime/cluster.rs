@@ -83,7 +83,7 @@ impl Cluster {
     /// and a view without it is active: its tables hold values no primary
     /// holds until copied (docs/replication.md#restore). Then: a view with
     /// the node restoring (after the drain), [`Cluster::copy_replicas`], a
-    /// view with it active. A cluster of processes does all of this in
+    /// view with it active, [`Cluster::catch_up_replicas`]. A cluster of processes does all of this in
     /// [`crate::Node::rejoin`].
     ///
     /// # Errors
@@ -115,6 +115,28 @@ impl Cluster {
             data,
             node,
         )
+    }
+
+    /// The last step of node `node`'s restore, once the view naming it
+    /// active is active: the other replicas of its share catch up with the
+    /// commits it took first as a restoring mirror
+    /// (docs/replication.md#rp3c). The restore is done, and another host
+    /// may be lost, only once this has returned. Returns the state words
+    /// moved forward.
+    ///
+    /// # Errors
+    /// A failed verb (the pass may run again), or a node this cluster does
+    /// not host.
+    pub fn catch_up_replicas(&self, node: NodeId) -> Result<u64, Error> {
+        let data = self.shared.data(node).ok_or_else(|| Error::RejoinRefused {
+            reason: format!("node {node} is not in this cluster"),
+        })?;
+        Ok(crate::replica::catch_up(
+            self.shared.fabric().as_ref(),
+            self.shared.scan_fabric().as_ref(),
+            data.geometry(),
+            node,
+        )?)
     }
 
     /// The fabric every client uses (e.g. to inspect memory in tests).

@@ -10,7 +10,7 @@ use crate::layout::membership::{
     view_words, MemberState, ViewRecord, DECISION_OFFSET, INCARNATION_OFFSET, MEMBERSHIP,
 };
 use crate::layout::WORD;
-use crate::replica::{prepare, restore, View};
+use crate::replica::{catch_up, prepare, restore, View};
 use crate::runtime::store::store_regions;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
@@ -22,8 +22,9 @@ impl Node {
     /// incarnation above its predecessor's, so that no member reads the new
     /// memory as the old: M3), copies every replica it holds from the
     /// primaries while the cluster serves, rebuilds its allocator from the
-    /// copies, and returns once a view names it active again and its lease
-    /// lets it serve. Its verbs and its join go over the fabric, whose
+    /// copies, and returns once a view names it active again, its lease
+    /// lets it serve and its share's other replicas have caught up with the
+    /// commits it took first as a mirror. Its verbs and its join go over the fabric, whose
     /// handshake checks the cluster's secret.
     ///
     /// # Errors
@@ -112,6 +113,16 @@ impl Node {
         );
         membership.wish(MemberState::Active, incarnation);
         node.await_state(MemberState::Active, wait)?;
+        // Primary of its share again: the replica that was primary while it
+        // restored catches up with the commits it took first
+        // (docs/replication.md#rp3c).
+        let mut figures = figures;
+        figures.caught_up = catch_up(
+            node.shared.fabric().as_ref(),
+            local.as_ref(),
+            &geometry,
+            node_id,
+        )?;
         node.restored = Some(figures);
         Ok(node)
     }
