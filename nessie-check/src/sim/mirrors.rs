@@ -4,6 +4,7 @@
 
 use nessie::data::Geometry;
 use nessie::fabric::{Fabric, RemoteAddr};
+use nessie::layout::dte::{entry_bytes, DteState};
 use nessie::layout::{Ite, IteKind};
 use nessie::Cluster;
 
@@ -25,7 +26,7 @@ fn slot_bytes(fabric: &dyn Fabric, at: RemoteAddr, len: usize) -> Result<Vec<u8>
 
 /// Compares every mirror with its primary: every index slot's value
 /// exactly, and for every slot that links an entry (or names a MIGRATE
-/// copy in a marker), the entry's whole DTE slot byte for byte. Call it
+/// copy in a marker), the entry's bytes (header, key, value). Call it
 /// with no verb in flight and every node alive. Returns how many entries
 /// were compared.
 ///
@@ -61,7 +62,11 @@ pub(super) fn audit_mirrors(cluster: &Cluster) -> Result<u64, String> {
             let Some(at) = geometry.dte_addr(dte) else {
                 continue;
             };
-            let len = geometry.slot_bytes(dte.class);
+            // The entry's own bytes: what lies beyond it in the slot is an
+            // older entry's leftover, which no copy needs.
+            let state = DteState(word(fabric, at)?);
+            let len =
+                entry_bytes(state.key_len(), state.value_len()).min(geometry.slot_bytes(dte.class));
             let image = slot_bytes(fabric, at, len)?;
             for mirror in geometry.mirrors(at) {
                 let copy = slot_bytes(fabric, mirror, len)?;

@@ -200,7 +200,9 @@ fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
 ///   image the slot's owner had written to the restoring mirror since
 ///   (its `expires_at` included): a stager's stamp then landed on a
 ///   stamped slot (DOUBLE-STAGE on the mirror), and a mirror could lose a
-///   stamp written before the primary's.
+///   stamp written before the primary's;
+/// * RS3: a slot its owner took (and wrote) between the restorer's check
+///   and its WRITEs got the older entry's image and stamp.
 #[test]
 fn seeds_that_caught_restore_flaws() {
     let caught = [
@@ -213,6 +215,11 @@ fn seeds_that_caught_restore_flaws() {
         // RS2 reverted: the copy without its verification.
         (Scenario::host_returns(Scenario::contended()), 227),
         (Scenario::host_returns_twice(Scenario::combined()), 205),
+        // RS3 reverted: slots written that their owner may take first.
+        (Scenario::host_returns(Scenario::combined()), 1980),
+        (Scenario::host_returns_mirrored(), 2161),
+        (Scenario::host_returns(Scenario::recycling()), 2389),
+        (Scenario::host_returns_twice(Scenario::combined()), 1637),
     ];
     for (scenario, seed) in caught {
         if let Err(e) = run(&scenario, seed) {

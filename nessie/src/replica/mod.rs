@@ -10,7 +10,7 @@ mod routed;
 mod view;
 
 pub use restore::RestoreFigures;
-pub(crate) use restore::{catch_up, prepare, restore};
+pub(crate) use restore::{catch_up, prepare, restore, CopyTime};
 pub(crate) use routed::RoutedFabric;
 pub(crate) use view::PerReplica;
 pub use view::{View, Views};

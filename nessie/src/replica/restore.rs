@@ -6,11 +6,23 @@
 //! first as a mirror (docs/replication.md#rp3c).
 
 use super::{sync_mirror, SyncVerbs};
+use crate::clock::Clock;
 use crate::data::Geometry;
 use crate::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr};
 use crate::layout::dte::{DteState, DteStatus, EXPIRES_AT_OFFSET};
 use crate::layout::{read_word, region, Ite, WORD};
 use crate::Error;
+
+/// The clock a restorer checks before it writes a slot, and the landing
+/// bound its writes are assumed to land within (RS3,
+/// docs/replication.md#rs3).
+#[derive(Clone, Copy)]
+pub(crate) struct CopyTime<'a> {
+    /// The restoring node's clock.
+    pub(crate) clock: &'a dyn Clock,
+    /// The landing bound, µs.
+    pub(crate) landing_us: u64,
+}
 
 /// Bytes a restorer reads from a primary in one READ.
 const CHUNK_BYTES: usize = 64 << 10;
@@ -114,14 +126,14 @@ fn copy_all(
     local: &dyn Fabric,
     geometry: &Geometry,
     me: NodeId,
+    time: CopyTime<'_>,
 ) -> Result<RestoreFigures, Error> {
     let mut figures = RestoreFigures::default();
     for (share, j) in held(geometry, me) {
         copy_index(cluster, local, geometry, (share, j), me, &mut figures)?;
         for class in 0..geometry.classes() as u8 {
             copy_table(
-                cluster,
-                local,
+                Table::endpoints(cluster, local, time),
                 geometry,
                 (share, j, class),
                 me,
@@ -144,8 +156,9 @@ pub(crate) fn restore(
     geometry: &Geometry,
     data: &crate::data::NodeData,
     me: NodeId,
+    time: CopyTime<'_>,
 ) -> Result<RestoreFigures, Error> {
-    let mut figures = copy_all(cluster, local, geometry, me)?;
+    let mut figures = copy_all(cluster, local, geometry, me, time)?;
     figures.entries_adopted = data.adopt_restored(local)?;
     Ok(figures)
 }
@@ -192,8 +205,7 @@ fn copy_index(
 }
 
 fn copy_table(
-    cluster: &dyn Fabric,
-    local: &dyn Fabric,
+    endpoints: Table<'_>,
     geometry: &Geometry,
     (share, j, class): (NodeId, usize, u8),
     me: NodeId,
@@ -206,11 +218,10 @@ fn copy_table(
     }
     let per_chunk = (CHUNK_BYTES / bytes).max(1);
     let table = Table {
-        cluster,
-        local,
         primary: (share, region::data(class)),
         mine: (me, region::replica(j, region::data(class))),
         bytes,
+        ..endpoints
     };
     let mut start = 0;
     while start < slots {
@@ -226,12 +237,25 @@ fn copy_table(
 struct Table<'a> {
     cluster: &'a dyn Fabric,
     local: &'a dyn Fabric,
+    time: CopyTime<'a>,
     primary: (NodeId, RegionId),
     mine: (NodeId, RegionId),
     bytes: usize,
 }
 
-impl Table<'_> {
+impl<'a> Table<'a> {
+    /// Where a table's copy reads and writes, before its regions are set.
+    fn endpoints(cluster: &'a dyn Fabric, local: &'a dyn Fabric, time: CopyTime<'a>) -> Self {
+        Table {
+            cluster,
+            local,
+            time,
+            primary: (0, region::INDEX),
+            mine: (0, region::INDEX),
+            bytes: 0,
+        }
+    }
+
     fn at(&self, (node, region): (NodeId, RegionId), slot: usize) -> RemoteAddr {
         RemoteAddr::new(node, region, (slot * self.bytes) as u64)
     }
@@ -258,7 +282,7 @@ impl Table<'_> {
             self.cluster.yield_point();
             for i in 0..count {
                 let slot = &copied[i * self.bytes..(i + 1) * self.bytes];
-                copy_slot(self.local, self.at(self.mine, start + i), slot)?;
+                self.copy_slot(self.at(self.mine, start + i), slot)?;
             }
             let mut again = vec![0u8; len];
             self.cluster
@@ -287,34 +311,65 @@ impl Table<'_> {
     }
 }
 
-/// Copies one slot read from the primary (`slot`) to the restorer's copy at
-/// `mine`, moving nothing back (docs/replication.md#restore): a copy whose
-/// state word already names another incarnation than `slot` holds a newer
-/// image, written there by its owner (RP1) after the primary was read, and
-/// is left to the verification; otherwise the created time, the links, the
-/// key and the value are written, `expires_at` only over 0 (a stager's
-/// stamp, which reaches the mirrors before the primary (RP5), is never
-/// undone), then the state word moves forward.
-fn copy_slot(local: &dyn Fabric, mine: RemoteAddr, slot: &[u8]) -> Result<(), FabricError> {
-    let target = DteState(read_word(slot, 0));
-    let cur = DteState(word_at(local, mine)?);
-    if cur != DteState::UNSET && cur.generation() != target.generation() {
-        return Ok(());
+impl Table<'_> {
+    /// Copies one slot read from the primary (`slot`) to the restorer's
+    /// copy at `mine`, moving nothing back (docs/replication.md#restore):
+    /// a copy whose state word already names another incarnation than
+    /// `slot` holds a newer image, written there by its owner (RP1) after
+    /// the primary was read, and is left to the verification; otherwise
+    /// the created time, the links, the key and the value are written,
+    /// `expires_at` only over 0 (a stager's stamp, which reaches the
+    /// mirrors before the primary (RP5), is never undone), then the state
+    /// word moves forward. A slot its owner may take for a new entry before
+    /// the copy's writes land is not written at all (RS3): its WRITEs are
+    /// not conditional, and would land over the owner's image.
+    fn copy_slot(&self, mine: RemoteAddr, slot: &[u8]) -> Result<(), FabricError> {
+        let local = self.local;
+        let target = DteState(read_word(slot, 0));
+        loop {
+            let cur = DteState(word_at(local, mine)?);
+            if cur != DteState::UNSET && cur.generation() != target.generation() {
+                return Ok(());
+            }
+            let checked = self.time.clock.now_us();
+            let stamp = read_word(slot, EXPIRES_AT_OFFSET)
+                .max(word_at(local, mine.add(EXPIRES_AT_OFFSET as u64))?);
+            if !may_write(target, stamp, checked, self.time.landing_us) {
+                return Ok(());
+            }
+            // The writes below land within the landing bound of the check
+            // (docs/replication.md#rs3); a scheduling fabric runs other
+            // threads here, and a restorer resumed later checks again.
+            self.cluster.yield_point();
+            let landed_by = checked.saturating_add(self.time.landing_us);
+            if self.time.clock.now_us() <= landed_by {
+                break;
+            }
+        }
+        local.write(mine.add(WORD as u64), &slot[WORD..EXPIRES_AT_OFFSET])?;
+        let after = EXPIRES_AT_OFFSET + WORD;
+        local.write(mine.add(after as u64), &slot[after..])?;
+        let stamp = read_word(slot, EXPIRES_AT_OFFSET);
+        if stamp != 0 {
+            local.cas(mine.add(EXPIRES_AT_OFFSET as u64), 0, stamp)?;
+        }
+        forward_state(local, mine, target)
     }
-    local.write(mine.add(WORD as u64), &slot[WORD..EXPIRES_AT_OFFSET])?;
-    let after = EXPIRES_AT_OFFSET + WORD;
-    local.write(mine.add(after as u64), &slot[after..])?;
-    let stamp = read_word(slot, EXPIRES_AT_OFFSET);
-    if stamp != 0 {
-        local.cas(mine.add(EXPIRES_AT_OFFSET as u64), 0, stamp)?;
-    }
-    forward_state(local, mine, target)
 }
 
-/// Moves the state word at `mine` towards `target`, forward only: from
-/// UNSET to anything, and from INVALID to VALID or ABORTED of the same
-/// entry. A mirror already at or past `target` is left alone: an owner's or
-/// a helper's CAS got there first (docs/replication.md#restore).
+/// RS3 (docs/replication.md#rs3): whether a restorer that checked at wall
+/// time `checked` may write a copy of the entry `target`, whose stamp is
+/// `stamp` (0: not staged) on the primary or on the copy: an entry, not
+/// a slot never used (an owner may take that at any time), and either not
+/// staged (a stamp from now on expires an expiry later, far beyond the
+/// landing bound) or staged with a stamp that no clock can read as
+/// expired before the copy's writes land (a slot is reused only once its
+/// stamp has passed on the reusing node's clock, plus the skew).
+fn may_write(target: DteState, stamp: u64, checked: u64, landing_us: u64) -> bool {
+    let entry = target.0 != 0 && target != DteState::UNSET;
+    entry && (stamp == 0 || stamp > checked.saturating_add(landing_us))
+}
+
 fn forward_state(
     local: &dyn Fabric,
     mine: RemoteAddr,

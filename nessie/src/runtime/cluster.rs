@@ -108,12 +108,17 @@ impl Cluster {
         let data = self.shared.data(node).ok_or_else(|| Error::RejoinRefused {
             reason: format!("node {node} is not in this cluster"),
         })?;
+        let time = crate::replica::CopyTime {
+            clock: self.shared.clock(node).as_ref(),
+            landing_us: self.config().landing_bound().as_micros() as u64,
+        };
         crate::replica::restore(
             self.shared.fabric().as_ref(),
             self.shared.scan_fabric().as_ref(),
             data.geometry(),
             data,
             node,
+            time,
         )
     }
 

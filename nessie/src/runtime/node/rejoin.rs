@@ -10,7 +10,7 @@ use crate::layout::membership::{
     view_words, MemberState, ViewRecord, DECISION_OFFSET, INCARNATION_OFFSET, MEMBERSHIP,
 };
 use crate::layout::WORD;
-use crate::replica::{catch_up, prepare, restore, View};
+use crate::replica::{catch_up, prepare, restore, CopyTime, View};
 use crate::runtime::store::store_regions;
 use crate::runtime::Hosting;
 use crate::{Config, Error};
@@ -95,12 +95,17 @@ impl Node {
             .ok_or_else(|| Error::RejoinRefused {
                 reason: "the node's tables are not hosted here".into(),
             })?;
+        let time = CopyTime {
+            clock: node.shared.clock(node_id).as_ref(),
+            landing_us: node.shared.config().landing_bound().as_micros() as u64,
+        };
         let figures = restore(
             node.shared.fabric().as_ref(),
             local.as_ref(),
             &geometry,
             data,
             node_id,
+            time,
         )?;
         tracing::warn!(
             node = node_id,
