@@ -13,7 +13,9 @@
 #   (a) nessie-fabric/tests/verbs_fabric.rs: the fabric conformance suite,
 #       the bootstrap suite (other secret, replayed and tampered rendezvous
 #       messages, duplicate node id, other node count: typed errors), other
-#       cluster or region sizes refused, batching and a latency report,
+#       cluster or region sizes refused, batching, a fenced node refused
+#       both ways (its zombie reaches no member's memory), and a latency
+#       report,
 #   (b) nessie-check/tests/verbs_store.rs: the store's verb counts vs shm,
 #   (c) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
 #       verbs meeting through the authenticated rendezvous, their merged
@@ -30,7 +32,7 @@
 #
 # Environment:
 #   RXE_VM_DIR       work directory (default: <cargo target dir>/rxe-vm)
-#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 1800)
+#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 900)
 #   RXE_VM_ACCEL     tcg (default) or kvm
 #   RXE_VM_MEM       VM memory, MiB (default 2048)
 #   RXE_VM_OPS       operations per client thread in (c) (default 150)
@@ -41,7 +43,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 W=${RXE_VM_DIR:-$TARGET_DIR/rxe-vm}
-VM_TIMEOUT=${RXE_VM_TIMEOUT:-1800}
+VM_TIMEOUT=${RXE_VM_TIMEOUT:-900}
 ACCEL=${RXE_VM_ACCEL:-tcg}
 VM_MEM=${RXE_VM_MEM:-2048}
 OPS=${RXE_VM_OPS:-150}
