@@ -214,5 +214,12 @@ fn a_killed_node_with_two_replicas_is_served_again() {
 #[test]
 #[ignore = "run as a child process by a_killed_node_with_two_replicas_is_served_again"]
 fn replicated_kill_node() {
+    // The node's warnings on stderr: its suspicion, the views it learns
+    // and activates, the node it fences.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
     replicated_kill::child(replicated_config, &KILL_PACE);
 }

@@ -82,6 +82,9 @@ pub struct Report {
     pub audited: usize,
     /// Whether node 2 was stopped (then killed) inside an operation.
     pub caught: bool,
+    /// When node 2 was killed (wall-clock ns since the Unix epoch), to
+    /// compare with the times the nodes log.
+    pub killed_at_ns: u64,
     /// From the kill to the first call refused with `ViewChanging` (a view
     /// without node 2 decided and learnt), ms; `None` if none was refused.
     pub to_view_change_ms: Option<f64>,
@@ -116,7 +119,8 @@ impl Report {
             .to_view_change_ms
             .map_or_else(|| "none".to_owned(), |ms| format!("{ms:.0} ms"));
         out.push(format!(
-            "{tag}: first ViewChanging after the kill {detected}; longest time without a successful operation {:.0} ms (kill + {:.0} ms to kill + {:.0} ms); {} operations, {} of unknown outcome, {} keys audited, linearizable (checked in {:.1} s); node 2 caught mid-operation: {}; {:.1} s in all",
+            "{tag}: node 2 killed at {:.3} s (Unix time); first ViewChanging after the kill {detected}; longest time without a successful operation {:.0} ms (kill + {:.0} ms to kill + {:.0} ms); {} operations, {} of unknown outcome, {} keys audited, linearizable (checked in {:.1} s); node 2 caught mid-operation: {}; {:.1} s in all",
+            self.killed_at_ns as f64 / 1e9,
             self.gap_ms.1 - self.gap_ms.0,
             self.gap_ms.0,
             self.gap_ms.1,
@@ -247,6 +251,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         unknown: history.unknown_outcomes(),
         audited,
         caught,
+        killed_at_ns: killed_at,
         to_view_change_ms: first_refusal.map(|t| ms_between(killed_at, t)),
         gap_ms: (ms_between(killed_at, from), ms_between(killed_at, to)),
         check_s,
