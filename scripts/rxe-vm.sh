@@ -13,13 +13,19 @@
 #   (a) nessie-fabric/tests/verbs_fabric.rs: the fabric conformance suite,
 #       the bootstrap suite (other secret, replayed and tampered rendezvous
 #       messages, duplicate node id, other node count: typed errors), other
-#       cluster or region sizes refused, batching and a latency report,
+#       cluster or region sizes refused, batching, a fenced node refused
+#       both ways (its zombie reaches no member's memory), and a latency
+#       report,
 #   (b) nessie-check/tests/verbs_store.rs: the store's verb counts vs shm,
 #   (c) nessie-check/tests/verbs_linearizable_processes.rs: three node processes on
 #       verbs meeting through the authenticated rendezvous, their merged
 #       history checked for linearizability, and
 #   (d) the same file: a node process killed with SIGKILL; the survivors'
 #       operations all return, typed errors for those needing its memory,
+#   (e) the same file, with two replicas (verbs-replicated-kill): a node
+#       process killed with SIGKILL mid-operation; the survivors agree on a
+#       view without it, serve every key again, and the merged history
+#       (their reads of every key included) is linearizable,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
 # every check passed.
@@ -220,7 +226,7 @@ run() {
   cat /tmp/out.log
   took=$(awk "BEGIN {printf \"%.1f\", $(up) - $t}")
   # (node processes spawned by a test print their own `test child_node` lines)
-  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node) ' | awk '{print $2 "=" $4}'); do
+  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node|replicated_kill_node) ' | awk '{print $2 "=" $4}'); do
     test_name=${line%%=*} verdict=${line#*=}
     [ "$verdict" = ok ] && result "$name/$test_name" ok || result "$name/$test_name" FAIL
   done
@@ -232,6 +238,8 @@ run verbs-linearizability 300 /tests/verbs_linearizable_processes --exact \
   three_processes_on_verbs_stay_linearizable --ignored --test-threads=1 --show-output
 run verbs-peer-death 300 /tests/verbs_linearizable_processes --exact \
   a_killed_peer_fails_only_what_needs_it --ignored --test-threads=1 --show-output
+run verbs-replicated-kill 600 /tests/verbs_linearizable_processes --exact \
+  a_killed_node_with_two_replicas_is_served_again --ignored --test-threads=1 --show-output
 
 echo "$RESULTS"
 dmesg | grep -iE 'rxe|rdma' | tail -20
@@ -275,7 +283,8 @@ echo "=== summary"
 tr -d '\r' < "$LOG" | grep '^RESULT ' || true
 FAIL=0
 grep -q 'RXE-VM-DONE' "$LOG" || { log "the VM did not finish (timeout ${VM_TIMEOUT} s or crash)"; FAIL=1; }
-for check in modules rxe-device verbs-fabric verbs-store verbs-linearizability verbs-peer-death; do
+for check in modules rxe-device verbs-fabric verbs-store verbs-linearizability verbs-peer-death \
+    verbs-replicated-kill; do
   tr -d '\r' < "$LOG" | grep -q "^RESULT $check: ok" || { log "check $check did not pass"; FAIL=1; }
 done
 if tr -d '\r' < "$LOG" | grep '^RESULT ' | grep -q ': FAIL'; then FAIL=1; fi

@@ -3,7 +3,9 @@
 //! a mixed workload on shared keys whose merged history is linearizable,
 //! and a peer killed with SIGKILL whose survivors' operations all return
 //! (typed errors for those that need its memory, within about
-//! `op_timeout`).
+//! `op_timeout`), and with two replicas, a node killed mid-operation whose
+//! survivors agree on a view without it and serve every key again, with a
+//! linearizable history.
 //!
 //! Needs an RDMA device: `#[ignore]`d, run with `--ignored` and the device
 //! in `NESSIE_VERBS_DEVICE` (optionally a GID index in `NESSIE_VERBS_GID`;
@@ -15,6 +17,7 @@
 use nessie::{Config, FabricConfig, Node};
 use nessie_check::process::history::read_logs;
 use nessie_check::process::peer_death;
+use nessie_check::process::replicated_kill::{self, Pace};
 use nessie_check::process::workload::{
     child_test, finish_together, run_node_workers, spawned_node, ChildGuard, NodeWork,
 };
@@ -163,4 +166,60 @@ fn peer_death_node() {
         nodes: peer_death::NODES,
         ..config(cluster, rendezvous)
     });
+}
+
+/// Under an emulated CPU every verb is slow and three processes share two
+/// CPUs: generous bounds (hang detectors only).
+const KILL_PACE: Pace = Pace {
+    after_kill: 40,
+    warm_up: Duration::from_secs(2),
+    start_within: Duration::from_secs(120),
+    survivors_within: Duration::from_secs(240),
+    worker_limit: Duration::from_secs(180),
+    audit_limit: Duration::from_secs(60),
+};
+
+/// Two replicas: bounds long enough that a stall of the emulated CPU is
+/// not taken for a loss (`failure_timeout`), and a lease above `op_timeout`
+/// plus the landing bound (here 2.39 s, from `expiry`), which also bounds
+/// the queue pairs' retransmissions.
+fn replicated_config(cluster: &str, rendezvous: &str) -> Config {
+    Config {
+        nodes: replicated_kill::NODES,
+        replicas: 2,
+        op_timeout: Duration::from_secs(1),
+        lease: Duration::from_secs(4),
+        failure_timeout: Duration::from_secs(2),
+        ..config(cluster, rendezvous)
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn a_killed_node_with_two_replicas_is_served_again() {
+    let rendezvous = free_address();
+    let report = replicated_kill::run(
+        "replicated_kill_node",
+        replicated_config,
+        &rendezvous,
+        &KILL_PACE,
+    );
+    for line in report.lines("VERBS-REPLICATED-KILL") {
+        println!("{line}");
+    }
+    report.check(&KILL_PACE);
+}
+
+/// One node process (run only when spawned by the test above).
+#[test]
+#[ignore = "run as a child process by a_killed_node_with_two_replicas_is_served_again"]
+fn replicated_kill_node() {
+    // The node's warnings on stderr: its suspicion, the views it learns
+    // and activates, the node it fences.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
+    replicated_kill::child(replicated_config, &KILL_PACE);
 }

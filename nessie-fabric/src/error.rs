@@ -198,9 +198,10 @@ pub enum FabricError {
         source: io::Error,
     },
     /// The node's host is lost (emulated on `shm`: its regions were wiped
-    /// and every verb to it is refused until a replacement takes them).
+    /// and every verb to it is refused until a replacement takes them; on
+    /// `verbs`: this process fenced it, [`crate::Fabric::fence_node`]).
     /// The verb did not execute.
-    #[error("node {node}'s host is lost: its memory is gone")]
+    #[error("node {node} is lost: its memory is gone, or this node fenced it")]
     Lost {
         /// The lost node.
         node: NodeId,

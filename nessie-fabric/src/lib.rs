@@ -325,6 +325,21 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         let _ = closed;
     }
 
+    /// Fences `node`, which the active view of a replicated store names
+    /// lost (docs/replication.md, "fencing a zombie of the lost node"):
+    /// from now on this process exchanges nothing with it, either way. A
+    /// zombie of the node (a stalled process whose memory is still
+    /// registered) can then neither read nor write this node's memory, and
+    /// this process's verbs to it fail at once with [`FabricError::Lost`]
+    /// instead of waiting out a transport's timeouts. The fence is for good:
+    /// a fabric that fences does not reconnect a returning node. Fencing
+    /// this node itself, or a node the fabric does not know, does nothing.
+    /// The default does nothing: a fabric whose lost nodes are fenced
+    /// elsewhere (by the lease alone, or by the emulated loss on `shm`).
+    fn fence_node(&self, node: NodeId) {
+        let _ = node;
+    }
+
     /// Posts every verb of `batch` at once and waits for all completions.
     /// Verbs of one batch may complete in any order; do not batch verbs that
     /// depend on each other.

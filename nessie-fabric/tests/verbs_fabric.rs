@@ -10,7 +10,8 @@
 //! verb (even node 0's to node 1) goes through the NIC
 //! (`nessie_fabric::conformance::verbs`). The bootstrap suite (other
 //! secret, replayed and tampered messages, duplicate id, other node count)
-//! runs here too. `a_missing_device_is_a_typed_error` needs no hardware and
+//! runs here too, and so does `a_fenced_node_is_refused_both_ways`
+//! ([`Fabric::fence_node`]). `a_missing_device_is_a_typed_error` needs no hardware and
 //! always runs. The store's half (its verbs against `shm`'s) is
 //! `nessie-check/tests/verbs_store.rs`.
 
@@ -237,6 +238,102 @@ fn large_batches_are_split_and_large_verbs_staged() {
             .unwrap();
         assert_eq!(u64::from_le_bytes(w), i + 1);
     }
+}
+
+/// Node 0 fences node 2, as a member does when the view names 2 lost:
+/// node 0's verbs to node 2 are refused before anything is posted, and
+/// node 2, a zombie whose memory is still registered, reaches none of node
+/// 0's memory from any lane. Node 1, which fenced no one, still talks to
+/// both.
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn a_fenced_node_is_refused_both_ways() {
+    let spec = ClusterSpec {
+        nodes: 3,
+        regions: vec![RegionSpec {
+            id: SMALL,
+            len: 4096,
+        }],
+    };
+    let views = open_cluster(&spec);
+    let word = |node| RemoteAddr::new(node, SMALL, 64);
+    let value = |f: &VerbsFabric, at| {
+        let mut w = [0u8; 8];
+        f.read(at, &mut w).expect("a READ between members");
+        u64::from_le_bytes(w)
+    };
+    views[0].write(word(0), &1u64.to_le_bytes()).unwrap();
+    views[2].write(word(2), &5u64.to_le_bytes()).unwrap();
+    assert_eq!(
+        views[2].cas(word(0), 1, 2).unwrap(),
+        1,
+        "node 2 reaches node 0"
+    );
+    views[0].fence_node(2);
+    views[0].fence_node(0); // itself: nothing happens
+    views[0].fence_node(7); // not a node: nothing happens
+    assert_eq!(views[0].fenced_nodes(), [2]);
+
+    // Node 0's verbs to node 2: refused, none posted.
+    let mut w = [0u8; 8];
+    let mine = [
+        views[0].read(word(2), &mut w).err(),
+        views[0].write(word(2), &9u64.to_le_bytes()).err(),
+        views[0].cas(word(2), 5, 9).err(),
+        views[0]
+            .post(&mut [Verb::Read {
+                addr: word(2),
+                buf: &mut w,
+            }])
+            .err(),
+    ];
+    for e in &mine {
+        assert!(
+            matches!(e, Some(FabricError::Lost { node: 2 })),
+            "node 0's verb to node 2: {e:?}"
+        );
+    }
+
+    // Node 2's verbs to node 0, from more threads than lanes: every one
+    // fails (its queue pair meets a responder in the error state).
+    let threads = 2 * nessie_fabric::DEFAULT_LANES;
+    let reached: usize = std::thread::scope(|s| {
+        let zombie = &views[2];
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut w = [0u8; 8];
+                    let verbs = [
+                        zombie
+                            .write(word(0), &(100 + t as u64).to_le_bytes())
+                            .is_ok(),
+                        zombie.cas(word(0), 2, 200 + t as u64).is_ok(),
+                        zombie.read(word(0), &mut w).is_ok(),
+                    ];
+                    verbs.iter().filter(|&&ok| ok).count()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(reached, 0, "verbs of the fenced node that reached node 0");
+    assert_eq!(
+        value(&views[0], word(0)),
+        2,
+        "node 0's word, read by itself"
+    );
+    assert_eq!(
+        value(&views[1], word(0)),
+        2,
+        "node 0's word, read by node 1"
+    );
+
+    // Node 1 fenced no one: it reaches both, and node 2 reaches it.
+    assert_eq!(value(&views[1], word(2)), 5);
+    views[2].write(word(1), &7u64.to_le_bytes()).unwrap();
+    assert_eq!(value(&views[1], word(1)), 7);
+    assert_eq!(value(&views[0], word(1)), 7);
+    assert!(views[1].fenced_nodes().is_empty());
 }
 
 fn median_us(mut samples: Vec<Duration>) -> f64 {

@@ -217,6 +217,10 @@ impl Fabric for Losable {
     fn nodes(&self) -> usize {
         self.inner.nodes()
     }
+
+    fn fence_node(&self, node: usize) {
+        self.inner.fence_node(node);
+    }
     fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
         self.inner.region_len(node, region)
     }
@@ -401,6 +405,10 @@ struct MissedImages {
 impl Fabric for MissedImages {
     fn nodes(&self) -> usize {
         self.inner.nodes()
+    }
+
+    fn fence_node(&self, node: usize) {
+        self.inner.fence_node(node);
     }
     fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
         self.inner.region_len(node, region)

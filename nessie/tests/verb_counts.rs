@@ -22,6 +22,10 @@ impl Fabric for IndexVerbs {
     fn nodes(&self) -> usize {
         self.inner.nodes()
     }
+
+    fn fence_node(&self, node: usize) {
+        self.inner.fence_node(node);
+    }
     fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
         self.inner.region_len(node, region)
     }

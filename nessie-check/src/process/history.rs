@@ -14,7 +14,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
-fn now_ns() -> u64 {
+/// Wall-clock time, ns since the Unix epoch: the time base of every log
+/// (and of the marks the process scenarios compare with them).
+#[must_use]
+pub fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -9,6 +9,8 @@
 //! * [`history`]: histories recorded by node processes, merged and checked.
 //! * [`replicated`]: workers of a replicated cluster whose view changes
 //!   under them (typed refusals, unknown outcomes, the gap in service).
+//! * [`replicated_kill`]: a member of a replicated cluster killed
+//!   mid-operation; the survivors' view change, service and history.
 //! * [`workload`]: the workload a node process runs for those checks.
 //! * [`stress`]: threads of one process hammering a small cluster.
 
@@ -16,5 +18,6 @@ pub mod chaos;
 pub mod history;
 pub mod peer_death;
 pub mod replicated;
+pub mod replicated_kill;
 pub mod stress;
 pub mod workload;

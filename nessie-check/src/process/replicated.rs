@@ -20,7 +20,7 @@
 //! [`workload::run_node_workers`]: crate::process::workload::run_node_workers
 
 use crate::history::{Call, ClientId, History};
-use crate::process::history::ProcLog;
+use crate::process::history::{now_ns, ProcLog};
 use crate::process::stress::{stress_key, unique_value};
 use crate::process::workload::client_id;
 use nessie::{Error, KvClient, Node};
@@ -75,6 +75,9 @@ pub struct Tally {
     pub slowest_ms: f64,
     /// Threads that hit `limit` before their work was done.
     pub gave_up: usize,
+    /// When the first call was refused with `ViewChanging` (wall-clock ns,
+    /// as the logs; 0: none was).
+    pub first_view_changing_ns: u64,
     /// One message per distinct error of unknown outcome.
     pub errors: Vec<String>,
 }
@@ -89,6 +92,11 @@ impl Tally {
         self.full += other.full;
         self.slowest_ms = self.slowest_ms.max(other.slowest_ms);
         self.gave_up += other.gave_up;
+        self.first_view_changing_ns =
+            match (self.first_view_changing_ns, other.first_view_changing_ns) {
+                (0, t) | (t, 0) => t,
+                (a, b) => a.min(b),
+            };
         for e in &other.errors {
             if !self.errors.contains(e) {
                 self.errors.push(e.clone());
@@ -100,7 +108,7 @@ impl Tally {
     #[must_use]
     pub fn to_text(&self) -> String {
         format!(
-            "{} {} {} {} {} {} {:.3} {}\n{}",
+            "{} {} {} {} {} {} {:.3} {} {}\n{}",
             self.ok,
             self.ok_after_marker,
             self.view_changing,
@@ -109,6 +117,7 @@ impl Tally {
             self.full,
             self.slowest_ms,
             self.gave_up,
+            self.first_view_changing_ns,
             self.errors.join("\n")
         )
     }
@@ -128,6 +137,7 @@ impl Tally {
             full: n(5)?,
             slowest_ms: head.get(6)?.parse().ok()?,
             gave_up: n(7)?,
+            first_view_changing_ns: head.get(8)?.parse().ok()?,
             errors: lines.map(str::to_owned).collect(),
         })
     }
@@ -174,6 +184,9 @@ fn call_once(
         Err(Error::ViewChanging { .. }) => {
             log.refused(id).expect("log a refusal");
             tally.view_changing += 1;
+            if tally.first_view_changing_ns == 0 {
+                tally.first_view_changing_ns = now_ns();
+            }
             Ended::Refused
         }
         Err(Error::NoQuorum { .. }) => {
@@ -347,6 +360,7 @@ mod tests {
             full: 0,
             slowest_ms: 12.5,
             gave_up: 0,
+            first_view_changing_ns: 1_700_000_000_123_456_789,
             errors: vec!["a b".into(), "c".into()],
         };
         assert_eq!(Tally::parse(&t.to_text()), Some(t));

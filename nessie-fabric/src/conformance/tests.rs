@@ -30,6 +30,10 @@ impl Fabric for Faulty {
         self.inner.nodes()
     }
 
+    fn fence_node(&self, node: usize) {
+        self.inner.fence_node(node);
+    }
+
     fn region_len(&self, node: usize, region: RegionId) -> Option<u64> {
         self.inner.region_len(node, region)
     }

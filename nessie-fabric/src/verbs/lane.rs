@@ -197,6 +197,16 @@ impl Lane {
         &mut self.qps[node].0
     }
 
+    /// Fences the queue pair to `node`: marks it broken, so that no verb
+    /// is posted on it again, and moves it to the error state. Call with
+    /// nothing in flight (the caller holds the lane). Returns whether the
+    /// device accepted the state change.
+    pub(super) fn fence(&mut self, node: NodeId) -> bool {
+        let (qp, broken) = &mut self.qps[node];
+        *broken = true;
+        Device::fail(qp)
+    }
+
     fn staging(&mut self, device: &Device, bytes: usize) -> Result<&mut Staging, FabricError> {
         if self.staging.as_ref().is_none_or(|s| s.len < bytes) {
             let fresh = Staging::new(device, bytes)?;

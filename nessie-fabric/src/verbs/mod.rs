@@ -49,6 +49,17 @@
 //! pair in the error state: verbs from that lane to that node then fail
 //! with [`VerbsFailure::Broken`] until the fabric is reopened; there is no
 //! reconnection.
+//!
+//! **Fencing.** [`Fabric::fence_node`] moves every queue pair this node
+//! holds to the fenced node to the error state: each lane's initiator (a
+//! lane busy with a round trip is fenced once it is done) and the
+//! responders that serve the node's requests. A zombie of the node (a
+//! stalled process whose memory is still registered) then reaches none of
+//! this node's memory: its requests meet a queue pair in the error state,
+//! which drops them, and its verbs fail once their retries run out. This
+//! node's verbs to it are refused at once with [`FabricError::Lost`],
+//! before anything is posted. The queue pairs stay in the error state: a
+//! returning node is not reconnected.
 #![expect(
     unsafe_code,
     reason = "the verbs backend hands registered memory to the NIC"
@@ -74,7 +85,7 @@ use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::ExtendedQueuePair;
 use std::cell::Cell;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 pub use self::card::MAX_LANES;
@@ -171,8 +182,9 @@ struct OpenLanes {
     lanes: Vec<Mutex<Lane>>,
     /// Each lane's queue pair info, one per node.
     infos: Vec<Vec<QpInfo>>,
-    /// The loopback responders (and later the peers' responders).
-    responders: Vec<ExtendedQueuePair>,
+    /// The loopback responders (and later the peers' responders), each
+    /// with the node whose requests it serves.
+    responders: Vec<(NodeId, ExtendedQueuePair)>,
     idle_cq: Arc<ExtendedCompletionQueue>,
 }
 
@@ -202,7 +214,7 @@ fn open_lanes(
         let (mut responder, back) = device.qp(&idle_cq, 1)?;
         device.connect(&mut qps[me], lane_infos[me], back, &device.address, me)?;
         device.connect(&mut responder, back, lane_infos[me], &device.address, me)?;
-        responders.push(responder);
+        responders.push((me, responder));
         lane_list.push(Mutex::new(Lane::new(cq, qps)));
         infos.push(lane_infos);
     }
@@ -231,9 +243,12 @@ pub struct VerbsFabric {
     // Field order is drop order: queue pairs first, then the memory they
     // reach, then the device.
     lanes: Vec<Mutex<Lane>>,
-    responders: Vec<ExtendedQueuePair>,
+    /// Every responder queue pair, with the node whose requests it serves.
+    responders: Mutex<Vec<(NodeId, ExtendedQueuePair)>>,
     idle_cq: Arc<ExtendedCompletionQueue>,
     table: Vec<Vec<Option<RemoteRegion>>>,
+    /// Per node: fenced ([`Fabric::fence_node`]), so its verbs are refused.
+    fenced: Vec<AtomicBool>,
     _own: Vec<OwnRegion>,
     device: Device,
     node: NodeId,
@@ -246,7 +261,7 @@ impl std::fmt::Debug for VerbsFabric {
             .field("nodes", &self.table.len())
             .field("device", &self.device)
             .field("lanes", &self.lanes.len())
-            .field("responders", &self.responders.len())
+            .field("fenced", &self.fenced_nodes())
             .finish_non_exhaustive()
     }
 }
@@ -330,9 +345,10 @@ impl VerbsFabric {
         table[me] = region_table(&own_table);
         let mut fabric = VerbsFabric {
             lanes: lanes.lanes,
-            responders: lanes.responders,
+            responders: Mutex::new(lanes.responders),
             idle_cq: lanes.idle_cq,
             table,
+            fenced: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
             _own: own,
             device,
             node: me,
@@ -408,8 +424,17 @@ impl VerbsFabric {
                 Ok(())
             },
         )?;
-        self.responders
-            .extend(responders.into_iter().flatten().flatten());
+        let own = self
+            .responders
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for lane in responders {
+            own.extend(
+                lane.into_iter()
+                    .enumerate()
+                    .filter_map(|(peer, qp)| Some((peer, qp?))),
+            );
+        }
         Ok(())
     }
 
@@ -454,6 +479,14 @@ impl VerbsFabric {
         self.node
     }
 
+    /// The nodes this fabric has fenced, in order.
+    #[must_use]
+    pub fn fenced_nodes(&self) -> Vec<NodeId> {
+        (0..self.fenced.len())
+            .filter(|&n| self.fenced[n].load(Ordering::Acquire))
+            .collect()
+    }
+
     /// A lane for this thread: its own if free, else any free one, else
     /// its own once free.
     fn lane(&self) -> MutexGuard<'_, Lane> {
@@ -474,6 +507,13 @@ impl VerbsFabric {
     /// Checks a verb of `len` bytes at `addr` against the target's region
     /// table.
     fn resolve(&self, addr: RemoteAddr, len: usize) -> Result<Target, FabricError> {
+        if self
+            .fenced
+            .get(addr.node)
+            .is_some_and(|f| f.load(Ordering::Acquire))
+        {
+            return Err(FabricError::Lost { node: addr.node });
+        }
         let regions = self.table.get(addr.node).ok_or(FabricError::UnknownNode {
             node: addr.node,
             nodes: self.table.len(),
@@ -623,6 +663,43 @@ impl Fabric for VerbsFabric {
 
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.execute(batch)
+    }
+
+    fn fence_node(&self, node: NodeId) {
+        let Some(flag) = self.fenced.get(node) else {
+            return;
+        };
+        if node == self.node || flag.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // New verbs to the node are refused from here on; each lane's
+        // initiator is failed once the round trip holding the lane ends.
+        let mut refused = 0;
+        for lane in &self.lanes {
+            let mut lane = lane.lock().unwrap_or_else(PoisonError::into_inner);
+            refused += usize::from(!lane.fence(node));
+        }
+        let mut responders = self
+            .responders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (_, qp) in responders.iter_mut().filter(|(peer, _)| *peer == node) {
+            refused += usize::from(!Device::fail(qp));
+        }
+        if refused > 0 {
+            tracing::error!(
+                node = self.node,
+                fenced = node,
+                refused,
+                "queue pairs to a fenced node refused the error state"
+            );
+        } else {
+            tracing::warn!(
+                node = self.node,
+                fenced = node,
+                "queue pairs to a lost node fenced"
+            );
+        }
     }
 }
 

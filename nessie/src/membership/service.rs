@@ -93,6 +93,7 @@ impl Membership {
             views,
             bounds,
         };
+        member.fence_lost(&member.view);
         // Serving starts with the first renewal.
         member.views.set_lease_until(0);
         member.round();
@@ -259,7 +260,23 @@ impl Member {
         }
         self.views.begin_change(decided.epoch);
         self.views.set_lease_until(0);
+        self.fence_lost(&decided);
         self.pending = Some((decided, now + self.bounds.drain_us));
+    }
+
+    /// Fences, on the fabric, every other node `view` names lost: a zombie
+    /// of it can no longer reach this node's memory, and verbs to it fail
+    /// at once (docs/replication.md#fencing-a-zombie-of-the-lost-node).
+    /// Done at the decision: from then on no operation starts until the
+    /// view is active, and none of the new view needs the node; one still
+    /// under way that needs it ends with an unknown outcome, as it would
+    /// at the node's loss.
+    fn fence_lost(&self, view: &ViewRecord) {
+        for (node, member) in view.members.iter().enumerate() {
+            if member.0 == MemberState::Lost && node != self.me {
+                self.fabric.fence_node(node);
+            }
+        }
     }
 
     fn activate(&mut self, now: u64) {
@@ -313,5 +330,104 @@ impl Member {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::WallClock;
+    use crate::data::Geometry;
+    use crate::fabric::{FabricError, LocalFabric, RegionId, RegionSpec};
+    use crate::layout::membership::{region_bytes, MEMBERSHIP};
+
+    /// One node's fabric over memory shared by every node: it records the
+    /// nodes this node fences.
+    #[derive(Debug)]
+    struct Fences {
+        inner: Arc<LocalFabric>,
+        fenced: Mutex<Vec<NodeId>>,
+    }
+
+    impl Fabric for Fences {
+        fn nodes(&self) -> usize {
+            self.inner.nodes()
+        }
+        fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+            self.inner.region_len(node, region)
+        }
+        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+            self.inner.read(addr, buf)
+        }
+        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+            self.inner.write(addr, data)
+        }
+        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+            self.inner.cas(addr, expected, new)
+        }
+        fn fence_node(&self, node: NodeId) {
+            self.fenced.lock().unwrap().push(node);
+        }
+    }
+
+    fn member(me: NodeId, memory: &Arc<LocalFabric>) -> (Member, Arc<Fences>) {
+        let config = crate::Config {
+            nodes: 3,
+            replicas: 2,
+            ..crate::Config::default()
+        };
+        let fences = Arc::new(Fences {
+            inner: Arc::clone(memory),
+            fenced: Mutex::new(Vec::new()),
+        });
+        let member = Member {
+            me,
+            fabric: Arc::clone(&fences) as Arc<dyn Fabric>,
+            clock: Arc::new(WallClock::default()),
+            views: Arc::new(Views::new(Geometry::new(&config))),
+            bounds: Bounds {
+                lease_us: 1_000_000,
+                failure_us: 1_000_000,
+                drain_us: 1_000_000,
+            },
+            view: ViewRecord::first(3),
+            pending: None,
+            beats: vec![(0, 0); 3],
+            ballot_since: None,
+            proposer: None,
+            highest: 0,
+            evicted: false,
+            wish: Arc::new(Mutex::new(None)),
+        };
+        (member, fences)
+    }
+
+    #[test]
+    fn members_fence_the_node_a_decided_view_names_lost_and_it_fences_nothing() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let mut members: Vec<_> = (0..3).map(|me| member(me, &memory)).collect();
+        let fenced = |m: &(Member, Arc<Fences>)| m.1.fenced.lock().unwrap().clone();
+        // Renewals in an all-active view fence nothing.
+        for (m, _) in &mut members {
+            m.renew(0);
+        }
+        assert!(members.iter().all(|m| fenced(m).is_empty()));
+        let mut next = members[0].0.next_view();
+        next.members[2].0 = MemberState::Lost;
+        members[0].0.propose(next, 0);
+        assert!(members[0].0.pending.is_some(), "node 0 decided the view");
+        assert_eq!(fenced(&members[0]), [2], "the proposer fences node 2");
+        members[1].0.renew(0);
+        assert!(members[1].0.pending.is_some(), "node 1 learnt the view");
+        assert_eq!(fenced(&members[1]), [2], "a member that learns it too");
+        // Node 2, alive after all, learns that it was removed: it stops
+        // serving and fences no one.
+        members[2].0.renew(0);
+        assert!(members[2].0.evicted);
+        assert!(fenced(&members[2]).is_empty());
     }
 }

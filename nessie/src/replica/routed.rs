@@ -106,6 +106,10 @@ impl Fabric for RoutedFabric {
         self.inner.close_own_memory(closed);
     }
 
+    fn fence_node(&self, node: NodeId) {
+        self.inner.fence_node(node);
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.post_routed(batch, |b| self.inner.post(b))
     }
@@ -219,6 +223,10 @@ mod tests {
     impl Fabric for Strict {
         fn nodes(&self) -> usize {
             self.inner.nodes()
+        }
+
+        fn fence_node(&self, node: usize) {
+            self.inner.fence_node(node);
         }
         fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
             self.inner.region_len(node, region)

@@ -1,0 +1,329 @@
+//! A replicated cluster (r = 2) of three node processes on a fabric between
+//! processes (`tcp`, `verbs`) runs concurrent logged workers on shared
+//! keys; node 2 is killed with SIGKILL in the middle of an operation while
+//! they run. The survivors suspect it, agree on a view without it and
+//! drain; meanwhile their calls are refused (`ViewChanging`, `NoQuorum`:
+//! nothing done) or end with an unknown outcome (`Timeout`, a fabric
+//! error). They go on until each worker has done its operations after the
+//! kill, then each survivor reads every key. The merged history, those
+//! reads included, must be linearizable: every key holds its latest
+//! acknowledged value or one of the unknown-outcome writes after it.
+//!
+//! A test supplies the configuration ([`Configure`]), the [`Pace`] of the
+//! run, and names the child test that runs [`child`]; [`run`] is the
+//! parent and returns a [`Report`] of what the survivors saw, whose
+//! [`Report::check`] asserts what holds on every fabric (counts only).
+//!
+//! (r = 1, where the dead node's share is gone and its keys fail with typed
+//! errors, is [`crate::process::peer_death`].)
+
+use crate::process::history::{now_ns, read_logs, stop_mid_operation};
+use crate::process::replicated::{
+    audit, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
+};
+use crate::process::workload::{
+    child_test, client_id, mark_started, spawned_node, wait_until_started, ChildGuard,
+};
+use nessie::{Config, Node};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// Nodes of the scenario.
+pub const NODES: usize = 3;
+/// The node killed.
+pub const KILLED: usize = 2;
+/// The nodes that stay.
+pub const SURVIVORS: [usize; 2] = [0, 1];
+/// Keys shared by every worker.
+pub const KEYS: usize = 12;
+/// Worker threads per node.
+pub const THREADS: usize = 2;
+/// Client ids of the survivors' audits are this plus the node id.
+const AUDIT_CLIENT: u64 = 1000;
+const NODE_ENV: &str = "NESSIE_REPLICATED_KILL_NODE";
+const DIR_ENV: &str = "NESSIE_REPLICATED_KILL_DIR";
+const CLUSTER_ENV: &str = "NESSIE_REPLICATED_KILL_CLUSTER";
+const RENDEZVOUS_ENV: &str = "NESSIE_REPLICATED_KILL_RENDEZVOUS";
+
+/// Builds the cluster's configuration from its name and rendezvous address
+/// (the same in every process); it must set `replicas: 2` and
+/// `nodes: `[`NODES`].
+pub type Configure = fn(cluster: &str, rendezvous: &str) -> Config;
+
+/// How long the steps of a run may take and how much work they do: a
+/// fabric under an emulated CPU needs more time than one on the host's.
+/// Every bound here is a hang detector, not a claim about latency.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// Successful operations each survivor's worker does after the kill.
+    pub after_kill: usize,
+    /// How long the workers run before the kill.
+    pub warm_up: Duration,
+    /// How long the nodes may take to start.
+    pub start_within: Duration,
+    /// How long the survivors may take to finish once node 2 is killed.
+    pub survivors_within: Duration,
+    /// A worker not done after this long gives up (and the run fails).
+    pub worker_limit: Duration,
+    /// How long a survivor retries its read of one key in the audit.
+    pub audit_limit: Duration,
+}
+
+/// What a run saw, from the survivors' tallies and the merged history.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Each survivor's tally (in the order of [`SURVIVORS`]).
+    pub tallies: Vec<Tally>,
+    /// Operations in the merged history (the audits' reads included).
+    pub operations: usize,
+    /// Of those, the ones whose outcome is unknown.
+    pub unknown: usize,
+    /// The survivors' audit reads that returned.
+    pub audited: usize,
+    /// Whether node 2 was stopped (then killed) inside an operation.
+    pub caught: bool,
+    /// When node 2 was killed (wall-clock ns since the Unix epoch), to
+    /// compare with the times the nodes log.
+    pub killed_at_ns: u64,
+    /// From the kill to the first call refused with `ViewChanging` (a view
+    /// without node 2 decided and learnt), ms; `None` if none was refused.
+    pub to_view_change_ms: Option<f64>,
+    /// The longest stretch without a successful survivor call after the
+    /// kill: its start and end, ms after the kill.
+    pub gap_ms: (f64, f64),
+    /// How long the linearizability check took, s.
+    pub check_s: f64,
+    /// The whole run, s.
+    pub total_s: f64,
+}
+
+fn ms_between(from_ns: u64, to_ns: u64) -> f64 {
+    to_ns.saturating_sub(from_ns) as f64 / 1e6
+}
+
+impl Report {
+    /// The report as lines of text, each starting with `tag`.
+    #[must_use]
+    pub fn lines(&self, tag: &str) -> Vec<String> {
+        let mut out: Vec<String> = SURVIVORS
+            .iter()
+            .zip(&self.tallies)
+            .map(|(node, t)| {
+                format!(
+                    "{tag} survivor {node}: {} ok ({} after the kill), refused {} ViewChanging + {} NoQuorum, {} unknown, {} full, slowest call {:.1} ms; errors: {:?}",
+                    t.ok, t.ok_after_marker, t.view_changing, t.no_quorum, t.unknown, t.full, t.slowest_ms, t.errors
+                )
+            })
+            .collect();
+        let detected = self
+            .to_view_change_ms
+            .map_or_else(|| "none".to_owned(), |ms| format!("{ms:.0} ms"));
+        out.push(format!(
+            "{tag}: node 2 killed at {:.3} s (Unix time); first ViewChanging after the kill {detected}; longest time without a successful operation {:.0} ms (kill + {:.0} ms to kill + {:.0} ms); {} operations, {} of unknown outcome, {} keys audited, linearizable (checked in {:.1} s); node 2 caught mid-operation: {}; {:.1} s in all",
+            self.killed_at_ns as f64 / 1e9,
+            self.gap_ms.1 - self.gap_ms.0,
+            self.gap_ms.0,
+            self.gap_ms.1,
+            self.operations,
+            self.unknown,
+            self.audited,
+            self.check_s,
+            self.caught,
+            self.total_s
+        ));
+        out
+    }
+
+    /// Asserts what every fabric must show, by counts: no survivor's
+    /// worker gave up, each did its `pace.after_kill` operations after the
+    /// kill, some call met the view change, and every key was read back by
+    /// both survivors (the history's linearizability is checked by
+    /// [`run`]).
+    ///
+    /// # Panics
+    /// If any of that does not hold.
+    pub fn check(&self, pace: &Pace) {
+        assert!(
+            self.tallies.iter().all(|t| t.gave_up == 0),
+            "a survivor's worker gave up: {:?}",
+            self.tallies
+        );
+        assert!(
+            self.tallies
+                .iter()
+                .all(|t| t.ok_after_marker >= THREADS * pace.after_kill),
+            "a survivor did not finish its work after the kill: {:?}",
+            self.tallies
+        );
+        assert!(
+            self.tallies.iter().any(|t| t.view_changing > 0),
+            "no call met the view change: {:?}",
+            self.tallies
+        );
+        assert_eq!(
+            self.audited,
+            SURVIVORS.len() * KEYS,
+            "the survivors' reads of every key"
+        );
+    }
+}
+
+/// The parent: starts the three node processes (each the child test
+/// `child_name` of the calling test binary), kills node 2 inside an
+/// operation once the workers have run for `pace.warm_up`, waits for the
+/// survivors, and checks the merged history for linearizability.
+///
+/// # Panics
+/// If a process cannot be started, the nodes do not start, a survivor
+/// fails or hangs, a tally is missing, or the history is not linearizable.
+#[must_use]
+pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace) -> Report {
+    let began = Instant::now();
+    let cluster = format!("replicated-kill-{}", std::process::id());
+    configure(&cluster, rendezvous)
+        .validate()
+        .expect("a valid configuration");
+    let dir = tempfile::tempdir().expect("scratch directory").keep();
+    let mut guard = ChildGuard::new(dir.clone());
+    for node in 0..NODES {
+        guard.children.push(
+            child_test(child_name)
+                .env(NODE_ENV, node.to_string())
+                .env(DIR_ENV, &dir)
+                .env(CLUSTER_ENV, &cluster)
+                .env(RENDEZVOUS_ENV, rendezvous)
+                .spawn()
+                .expect("spawn a node process"),
+        );
+    }
+    assert!(
+        wait_until_started(&dir, NODES, pace.start_within),
+        "the nodes did not start"
+    );
+    std::thread::sleep(pace.warm_up);
+    // Kill node 2 inside an operation (see linearizable_processes.rs).
+    let pid = Pid::from_raw(guard.children[KILLED].id() as i32);
+    let logs: Vec<_> = (0..THREADS)
+        .map(|t| dir.join(format!("hist-{}", client_id(KILLED, THREADS, t))))
+        .collect();
+    let caught = stop_mid_operation(pid, &logs, 200, Duration::from_millis(2)).unwrap();
+    let killed_at = now_ns();
+    guard.children[KILLED].kill().unwrap();
+    let _ = guard.children[KILLED].wait();
+    std::fs::write(dir.join("killed"), b"").unwrap();
+    let deadline = Instant::now() + pace.survivors_within;
+    for node in SURVIVORS {
+        let child = &mut guard.children[node];
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "survivor {node} failed: {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "survivor {node} hangs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let tallies: Vec<Tally> = SURVIVORS
+        .iter()
+        .map(|&n| Tally::read(&dir, n).expect("a survivor's tally"))
+        .collect();
+    let history = read_logs(&dir).unwrap();
+    let audited = history
+        .ops()
+        .iter()
+        .filter(|op| op.client >= AUDIT_CLIENT && op.responded().is_some())
+        .count();
+    let checked = Instant::now();
+    crate::linearizability::check(&history).unwrap_or_else(|e| panic!("{e}"));
+    let check_s = checked.elapsed().as_secs_f64();
+    let clients: Vec<u64> = SURVIVORS
+        .iter()
+        .flat_map(|&n| (0..THREADS).map(move |t| client_id(n, THREADS, t)))
+        .collect();
+    let (from, to) = serving_gap(&history, &clients, killed_at).expect("served after the kill");
+    let first_refusal = tallies
+        .iter()
+        .map(|t| t.first_view_changing_ns)
+        .filter(|&t| t > 0)
+        .min();
+    Report {
+        operations: history.len(),
+        unknown: history.unknown_outcomes(),
+        audited,
+        caught,
+        killed_at_ns: killed_at,
+        to_view_change_ms: first_refusal.map(|t| ms_between(killed_at, t)),
+        gap_ms: (ms_between(killed_at, from), ms_between(killed_at, to)),
+        check_s,
+        total_s: began.elapsed().as_secs_f64(),
+        tallies,
+    }
+}
+
+/// The body of a node process: returns at once unless spawned by [`run`].
+/// Node 2 works until it is killed; the survivors work until each worker
+/// has done `pace.after_kill` operations after the kill, then each reads
+/// every key.
+///
+/// # Panics
+/// If the node cannot start, a call returns an error a replicated store
+/// must not return, or the other survivor does not keep up.
+pub fn child(configure: Configure, pace: &Pace) {
+    let Some((node, dir)) = spawned_node(NODE_ENV, DIR_ENV) else {
+        return;
+    };
+    let var = |name| std::env::var(name).unwrap_or_default();
+    let n = Node::start(configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV)), node)
+        .unwrap_or_else(|e| panic!("node {node}: {e}"));
+    mark_started(&dir, node).unwrap();
+    assert!(
+        wait_until_started(&dir, NODES, pace.start_within),
+        "the other nodes did not start"
+    );
+    let work = FaultWork {
+        node,
+        threads: THREADS,
+        keys: KEYS,
+        max_value: 2000,
+        // Node 2 works without pauses, so that the kill finds it mid-call.
+        pause: if node == KILLED {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(2)
+        },
+        backoff: Duration::from_millis(50),
+        salt: 0x6b69_6c6c,
+        marker: "killed",
+        after_marker: if node == KILLED {
+            usize::MAX
+        } else {
+            pace.after_kill
+        },
+        limit: pace.worker_limit,
+    };
+    run_fault_workers(&n, &dir, work);
+    if node == KILLED {
+        // Killed before it gets here.
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let timeout = pace.worker_limit;
+    assert!(
+        barrier(&dir, "workers-done", node, &SURVIVORS, timeout),
+        "the other survivor's workers did not finish"
+    );
+    audit(
+        &n,
+        &dir,
+        node,
+        KEYS,
+        AUDIT_CLIENT + node as u64,
+        pace.audit_limit,
+    );
+    // Keep this node's memory up until the other survivor has read too.
+    assert!(
+        barrier(&dir, "audited", node, &SURVIVORS, timeout),
+        "the other survivor did not finish its reads"
+    );
+}
