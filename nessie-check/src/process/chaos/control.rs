@@ -312,7 +312,7 @@ impl Controller<'_> {
                 let generation = self.generations[node];
                 let path = self.dir.join(format!("rejoined-{node}-{generation}"));
                 if let Ok(text) = std::fs::read_to_string(&path) {
-                    self.count_rejoin(&text);
+                    self.count_rejoin(&text)?;
                     self.report.longest_loss = self.report.longest_loss.max(now - loss.killed);
                     self.loss = None;
                     self.whole_since = now;
@@ -340,17 +340,19 @@ impl Controller<'_> {
 
     /// Reads a replacement's `rejoined-` file: the rejoin's ms, then the
     /// index slots, data slots and bytes it restored.
-    fn count_rejoin(&mut self, text: &str) {
+    fn count_rejoin(&mut self, text: &str) -> Result<(), String> {
         let n: Vec<u64> = text
             .split_whitespace()
             .filter_map(|s| s.parse().ok())
             .collect();
-        if let [ms, index, data, bytes] = n[..] {
-            self.report.rejoins += 1;
-            self.report.slowest_rejoin = self.report.slowest_rejoin.max(Duration::from_millis(ms));
-            self.report.restored_slots += index + data;
-            self.report.restored_bytes += bytes;
-        }
+        let [ms, index, data, bytes] = n[..] else {
+            return Err(format!("a replacement's rejoined file reads {text:?}"));
+        };
+        self.report.rejoins += 1;
+        self.report.slowest_rejoin = self.report.slowest_rejoin.max(Duration::from_millis(ms));
+        self.report.restored_slots += index + data;
+        self.report.restored_bytes += bytes;
+        Ok(())
     }
 
     /// Tells every process to stop and waits for each, bounded: one that

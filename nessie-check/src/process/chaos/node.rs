@@ -137,10 +137,12 @@ fn rejoin(me: &Me) -> Node {
         f.data_slots,
         f.bytes_read
     );
-    let path = me
-        .dir
-        .join(format!("rejoined-{}-{}", me.node, me.generation));
-    std::fs::write(path, text).expect("the rejoined marker");
+    // Written whole, then renamed: the controller must never read it half
+    // written (it would see the rejoin without its figures).
+    let name = format!("rejoined-{}-{}", me.node, me.generation);
+    let partial = me.dir.join(format!(".{name}"));
+    std::fs::write(&partial, text).expect("the rejoined marker");
+    std::fs::rename(&partial, me.dir.join(name)).expect("the rejoined marker");
     n
 }
 
