@@ -504,4 +504,59 @@ mod tests {
             assert_eq!(ballot == Ballot::NoMajority, !decides, "{ballot:?}");
         }
     }
+
+    /// Each proposer's ballots are its own (no two proposers share one)
+    /// and above any ballot it has seen, by less than two rounds.
+    #[test]
+    fn ballots_are_each_proposers_own_and_above_what_was_seen() {
+        let view = ViewRecord::first(5);
+        for members in [3usize, 5] {
+            for above in [0u64, 1, 4, 5, 6, 97, 1000] {
+                let mut ballots = std::collections::HashSet::new();
+                for me in 0..members {
+                    let p = Proposer {
+                        me,
+                        instance: 0,
+                        bal: 0,
+                        inp: view.clone(),
+                    };
+                    let b = p.ballot_above(above, members);
+                    assert!(b > above, "{b} is not above {above}");
+                    assert!(b <= above + 2 * members as u64, "{b} is far above {above}");
+                    assert_eq!((b - 1) % members as u64, me as u64, "{b} is not {me}'s");
+                    ballots.insert(b);
+                }
+                assert_eq!(ballots.len(), members, "proposers share a ballot");
+            }
+        }
+    }
+
+    /// A value a proposer only announced (phase 1, accepted by no ballot)
+    /// is not adopted by the next: it decides its own.
+    #[test]
+    fn a_value_only_announced_is_not_adopted() {
+        let fabric = disks_of(3);
+        let view = ViewRecord::first(3);
+        let disks = Disks {
+            fabric: fabric.as_ref(),
+            view: &view,
+        };
+        let announced = Block {
+            instance: 0,
+            mbal: 2,
+            bal: 0,
+            inp: without(&view, 1),
+        };
+        assert_eq!(disks.write_block(1, &announced).len(), 3);
+        let mut p = Proposer {
+            me: 2,
+            instance: 0,
+            bal: 0,
+            inp: without(&view, 0),
+        };
+        assert_eq!(
+            p.run(&disks, p.ballot_above(2, 3)),
+            Ballot::Decided(without(&view, 0))
+        );
+    }
 }
