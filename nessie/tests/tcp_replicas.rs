@@ -52,8 +52,15 @@ fn start_nodes() -> (Config, Vec<Node>) {
 }
 
 fn start_sized(nodes: usize, replicas: usize) -> (Config, Vec<Node>) {
+    start_with(|| sized(nodes, replicas))
+}
+
+/// Starts every node of a configuration `config` makes, with another one
+/// (other ports) after a failed start, up to five times.
+fn start_with(config: impl Fn() -> Config) -> (Config, Vec<Node>) {
     for _ in 0..5 {
-        let config = sized(nodes, replicas);
+        let config = config();
+        let nodes = config.nodes;
         let started: Result<Vec<Node>, Error> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..nodes)
                 .map(|n| {
@@ -212,7 +219,7 @@ fn under_a_rendezvous_a_replacement_of_node_0_learns_its_peers_from_a_survivor()
 
 /// Three nodes with two replicas meeting at a rendezvous on loopback.
 fn start_at_rendezvous() -> (Config, Vec<Node>) {
-    for _ in 0..5 {
+    start_with(|| {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -226,21 +233,8 @@ fn start_at_rendezvous() -> (Config, Vec<Node>) {
             secret: "tcp-replicas-test-secret".into(),
             threads: 2,
         };
-        let started: Result<Vec<Node>, Error> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..NODES)
-                .map(|n| {
-                    let c = config.clone();
-                    s.spawn(move || Node::start(c, n))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        match started {
-            Ok(nodes) => return (config, nodes),
-            Err(e) => eprintln!("retrying with another port: {e}"),
-        }
-    }
-    panic!("could not start a tcp cluster at a rendezvous");
+        config
+    })
 }
 
 #[test]
