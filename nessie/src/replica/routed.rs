@@ -128,8 +128,9 @@ mod tests {
     use crate::replica::View;
     use crate::Config;
 
-    #[test]
-    fn verbs_to_a_lost_share_reach_its_mirror_and_others_are_untouched() {
+    /// Three nodes' memory with two replicas, their views and the fabric
+    /// routing by them.
+    fn three_nodes() -> (Arc<dyn Fabric>, Arc<Views>, RoutedFabric) {
         let config = Config {
             replicas: 2,
             index_slots_per_node: 16,
@@ -141,6 +142,12 @@ mod tests {
             Arc::new(LocalFabric::new(3, &crate::store_regions(&config)).unwrap());
         let views = Arc::new(Views::new(Geometry::new(&config)));
         let routed = RoutedFabric::new(Arc::clone(&local), Arc::clone(&views));
+        (local, views, routed)
+    }
+
+    #[test]
+    fn verbs_to_a_lost_share_reach_its_mirror_and_others_are_untouched() {
+        let (local, views, routed) = three_nodes();
         let slot = RemoteAddr::new(2, region::INDEX, 8);
         let mirror = RemoteAddr::new(0, region::replica(1, region::INDEX), 8);
         routed.write(slot, &7u64.to_le_bytes()).unwrap();
@@ -172,17 +179,7 @@ mod tests {
     #[test]
     fn a_posted_batch_keeps_the_addresses_it_was_given() {
         use crate::layout::membership::MemberState;
-        let config = Config {
-            replicas: 2,
-            index_slots_per_node: 16,
-            data_bytes_per_node: 1 << 16,
-            value_size_max: 256,
-            ..Config::default()
-        };
-        let local: Arc<dyn Fabric> =
-            Arc::new(LocalFabric::new(3, &crate::store_regions(&config)).unwrap());
-        let views = Arc::new(Views::new(Geometry::new(&config)));
-        let routed = RoutedFabric::new(Arc::clone(&local), Arc::clone(&views));
+        let (local, views, routed) = three_nodes();
         let lost = View::first(3).without(2);
         views.activate(lost.next_with(2, MemberState::Restoring));
         let slot = RemoteAddr::new(2, region::INDEX, 8);
