@@ -12,7 +12,7 @@
 //! that runs [`child`]; [`run`] is the parent.
 
 use crate::process::workload::{
-    child_test, finish_together, mark_started, spawned_node, wait_until_started, ChildGuard,
+    finish_together, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
 };
 use nessie::{Config, KvClient, Node};
 use std::time::{Duration, Instant};
@@ -89,18 +89,13 @@ fn value(k: usize, round: u8) -> Vec<u8> {
 pub fn run(child_name: &str, rendezvous: &str) -> Vec<Survivor> {
     let dir = tempfile::tempdir().expect("scratch directory").keep();
     let cluster = format!("peer-death-{}", std::process::id());
-    let mut guard = ChildGuard::new(dir.clone());
-    for node in 0..NODES {
-        guard.children.push(
-            child_test(child_name)
-                .env(NODE_ENV, node.to_string())
-                .env(DIR_ENV, &dir)
-                .env(CLUSTER_ENV, &cluster)
-                .env(RENDEZVOUS_ENV, rendezvous)
-                .spawn()
-                .expect("spawn a node process"),
-        );
-    }
+    let vars = NodeVars {
+        node: NODE_ENV,
+        dir: DIR_ENV,
+        cluster: CLUSTER_ENV,
+        rendezvous: RENDEZVOUS_ENV,
+    };
+    let mut guard = ChildGuard::spawn_nodes(child_name, vars, NODES, (&dir, &cluster, rendezvous));
     assert!(
         wait_until_started(&dir, NODES, Duration::from_secs(300)),
         "the nodes did not write their keys"

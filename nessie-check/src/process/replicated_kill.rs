@@ -22,7 +22,7 @@ use crate::process::replicated::{
     audit, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
 };
 use crate::process::workload::{
-    child_test, client_id, mark_started, spawned_node, wait_until_started, ChildGuard,
+    client_id, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
 };
 use nessie::{Config, Node};
 use nix::unistd::Pid;
@@ -184,18 +184,13 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         .validate()
         .expect("a valid configuration");
     let dir = tempfile::tempdir().expect("scratch directory").keep();
-    let mut guard = ChildGuard::new(dir.clone());
-    for node in 0..NODES {
-        guard.children.push(
-            child_test(child_name)
-                .env(NODE_ENV, node.to_string())
-                .env(DIR_ENV, &dir)
-                .env(CLUSTER_ENV, &cluster)
-                .env(RENDEZVOUS_ENV, rendezvous)
-                .spawn()
-                .expect("spawn a node process"),
-        );
-    }
+    let vars = NodeVars {
+        node: NODE_ENV,
+        dir: DIR_ENV,
+        cluster: CLUSTER_ENV,
+        rendezvous: RENDEZVOUS_ENV,
+    };
+    let mut guard = ChildGuard::spawn_nodes(child_name, vars, NODES, (&dir, &cluster, rendezvous));
     assert!(
         wait_until_started(&dir, NODES, pace.start_within),
         "the nodes did not start"

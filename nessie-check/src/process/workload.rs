@@ -219,6 +219,50 @@ impl ChildGuard {
     }
 }
 
+/// The names of the variables a scenario's node processes read: their node
+/// id, the scratch directory, the cluster name and the rendezvous address.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeVars {
+    /// The node id's variable.
+    pub node: &'static str,
+    /// The scratch directory's variable.
+    pub dir: &'static str,
+    /// The cluster name's variable.
+    pub cluster: &'static str,
+    /// The rendezvous address's variable.
+    pub rendezvous: &'static str,
+}
+
+impl ChildGuard {
+    /// Spawns `nodes` processes of the child test `child_name`, node `i`
+    /// told its id, `dir`, `cluster` and `rendezvous` through `vars`;
+    /// the guard owns `dir`.
+    ///
+    /// # Panics
+    /// If a process cannot be spawned.
+    #[must_use]
+    pub fn spawn_nodes(
+        child_name: &str,
+        vars: NodeVars,
+        nodes: usize,
+        (dir, cluster, rendezvous): (&Path, &str, &str),
+    ) -> ChildGuard {
+        let mut guard = ChildGuard::new(dir.to_path_buf());
+        for node in 0..nodes {
+            guard.children.push(
+                child_test(child_name)
+                    .env(vars.node, node.to_string())
+                    .env(vars.dir, dir)
+                    .env(vars.cluster, cluster)
+                    .env(vars.rendezvous, rendezvous)
+                    .spawn()
+                    .expect("spawn a node process"),
+            );
+        }
+        guard
+    }
+}
+
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         for c in &mut self.children {
