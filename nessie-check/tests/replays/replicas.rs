@@ -292,3 +292,24 @@ fn a_commit_on_the_restoring_mirror_only_is_caught_up_after_the_switch_back() {
         }
     }
 }
+
+/// R4, an answer from reads alone after the view changed twice
+/// (docs/replication.md#rp0b), at seed 2095 of `host_returns_contended`:
+/// a client on node 0 acknowledges a PUT of a key whose entry is on node
+/// 1; another client's DELETE of the key reads the key's ITE, which names
+/// that entry, and stalls before reading the entry's header. Node 1's host
+/// is lost, and its replacement's memory is open and being restored when
+/// the DELETE's READ of the header goes on: torn, its state word from the
+/// lost host and its key from the replacement's memory, not yet copied. The
+/// DELETE finds another key there and, its reverse pass reading the same
+/// ITEs, would answer "absent" ten deadlines after it started; the same
+/// client's next GET reads the value from the promoted replica. The answer
+/// is checked against the deadline first, and the DELETE returns `Timeout`.
+#[test]
+fn a_delete_stalled_across_a_return_does_not_answer_absent() {
+    let scenario = Scenario::host_returns(Scenario::contended());
+    match run(&scenario, 2095) {
+        Ok(o) => assert_eq!(o.sim.restores, 1, "node 1 was restored"),
+        Err(e) => panic!("scenario {}: {e}", scenario.name),
+    }
+}
