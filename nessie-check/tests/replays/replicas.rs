@@ -208,11 +208,18 @@ fn seeds_that_caught_restore_flaws() {
         (Scenario::host_returns(Scenario::recycling()), 36),
         // R2.
         (Scenario::host_returns_mirrored(), 241),
-        // RS1 reverted: the restorer's state words not moved forward only.
+        // RS1 reverted: the restorer's state words not moved forward only
+        // (931 before RP0b, the others since).
         (Scenario::host_returns_mirrored(), 931),
-        // RS2 reverted: the copy without its verification.
+        (Scenario::host_returns(Scenario::contended()), 471),
+        (Scenario::host_returns(Scenario::combined()), 1190),
+        (Scenario::host_returns_mirrored(), 2386),
+        (Scenario::host_returns_twice(Scenario::combined()), 1107),
+        // RS2 reverted: the copy without its verification (205 before
+        // RP0b, 454 since).
         (Scenario::host_returns(Scenario::contended()), 227),
         (Scenario::host_returns_twice(Scenario::combined()), 205),
+        (Scenario::host_returns_twice(Scenario::combined()), 454),
     ];
     for (scenario, seed) in caught {
         if let Err(e) = run(&scenario, seed) {
