@@ -249,12 +249,15 @@ fn seeds_that_caught_replication_flaws() {
         (lost(Scenario::combined()), 96),
         // RP3 reverted: the primary committed first.
         (Scenario::mirrored_zombies(), 8),
+        (replicated(Scenario::contended()), 184),
+        (lost(Scenario::recycling()), 121),
         (replicated(Scenario::recycling()), 11),
         (replicated(Scenario::crowded()), 12),
         (lost(Scenario::contended()), 54),
         // RP3b reverted: no mirror aborted before a restore.
         (replicated(Scenario::crowded()), 966),
         (replicated(Scenario::combined()), 2292),
+        (replicated(Scenario::combined()), 2980),
         // RP4 reverted: the link's sync after the commit.
         (replicated(Scenario::crowded()), 21),
         (replicated(Scenario::combined()), 21),

@@ -97,7 +97,7 @@ impl<'a> Gate<'a> {
     /// once the deadline (capped by the lease, if any) has passed, since
     /// the reads behind the answer may postdate the next view's activation
     /// (docs/replication.md#rp0b).
-    pub(crate) fn check_lease(&self) -> Result<(), Error> {
+    pub(crate) fn check_answer(&self) -> Result<(), Error> {
         if self.fenced {
             self.check_deadline()
         } else {
