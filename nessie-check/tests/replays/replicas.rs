@@ -210,11 +210,18 @@ fn seeds_that_caught_restore_flaws() {
         (Scenario::host_returns(Scenario::recycling()), 36),
         // R2.
         (Scenario::host_returns_mirrored(), 241),
-        // RS1 reverted: the restorer's state words not moved forward only.
+        // RS1 reverted: the restorer's state words not moved forward only
+        // (931 before RP0b, the others since).
         (Scenario::host_returns_mirrored(), 931),
-        // RS2 reverted: the copy without its verification.
+        (Scenario::host_returns(Scenario::contended()), 471),
+        (Scenario::host_returns(Scenario::combined()), 1190),
+        (Scenario::host_returns_mirrored(), 2386),
+        (Scenario::host_returns_twice(Scenario::combined()), 1107),
+        // RS2 reverted: the copy without its verification (205 before
+        // RP0b, 454 since).
         (Scenario::host_returns(Scenario::contended()), 227),
         (Scenario::host_returns_twice(Scenario::combined()), 205),
+        (Scenario::host_returns_twice(Scenario::combined()), 454),
         // RS3 reverted: slots written that their owner may take first.
         (Scenario::host_returns(Scenario::combined()), 1980),
         (Scenario::host_returns_mirrored(), 2161),
@@ -249,12 +256,15 @@ fn seeds_that_caught_replication_flaws() {
         (lost(Scenario::combined()), 96),
         // RP3 reverted: the primary committed first.
         (Scenario::mirrored_zombies(), 8),
+        (replicated(Scenario::contended()), 184),
+        (lost(Scenario::recycling()), 121),
         (replicated(Scenario::recycling()), 11),
         (replicated(Scenario::crowded()), 12),
         (lost(Scenario::contended()), 54),
         // RP3b reverted: no mirror aborted before a restore.
         (replicated(Scenario::crowded()), 966),
         (replicated(Scenario::combined()), 2292),
+        (replicated(Scenario::combined()), 2980),
         // RP4 reverted: the link's sync after the commit.
         (replicated(Scenario::crowded()), 21),
         (replicated(Scenario::combined()), 21),
@@ -297,5 +307,26 @@ fn a_commit_on_the_restoring_mirror_only_is_caught_up_after_the_switch_back() {
             Ok(o) => assert!(o.sim.caught_up > 0, "nothing was caught up"),
             Err(e) => panic!("scenario {}: {e}", scenario.name),
         }
+    }
+}
+
+/// R4, an answer from reads alone after the view changed twice
+/// (docs/replication.md#rp0b), at seed 2095 of `host_returns_contended`:
+/// a client on node 0 acknowledges a PUT of a key whose entry is on node
+/// 1; another client's DELETE of the key reads the key's ITE, which names
+/// that entry, and stalls before reading the entry's header. Node 1's host
+/// is lost, and its replacement's memory is open and being restored when
+/// the DELETE's READ of the header goes on: torn, its state word from the
+/// lost host and its key from the replacement's memory, not yet copied. The
+/// DELETE finds another key there and, its reverse pass reading the same
+/// ITEs, would answer "absent" ten deadlines after it started; the same
+/// client's next GET reads the value from the promoted replica. The answer
+/// is checked against the deadline first, and the DELETE returns `Timeout`.
+#[test]
+fn a_delete_stalled_across_a_return_does_not_answer_absent() {
+    let scenario = Scenario::host_returns(Scenario::contended());
+    match run(&scenario, 2095) {
+        Ok(o) => assert_eq!(o.sim.restores, 1, "node 1 was restored"),
+        Err(e) => panic!("scenario {}: {e}", scenario.name),
     }
 }

@@ -9,9 +9,9 @@ use crate::index::KeyHasher;
 use crate::replica::Views;
 use crate::Config;
 
-/// The time bounds of a configuration in microseconds, computed once.
+/// The time bounds of a configuration in microseconds, computed once, and
+/// whether they fence answers read alone.
 #[derive(Clone, Copy, Debug)]
-#[expect(clippy::struct_field_names, reason = "the unit is part of each name")]
 pub(crate) struct Timing {
     pub(super) op_timeout_us: u64,
     pub(super) expiry_us: u64,
@@ -21,6 +21,9 @@ pub(crate) struct Timing {
     dead_after_us: u64,
     /// Δ₀, see [`Config::landing_bound`].
     pub(super) landing_us: u64,
+    /// Whether the cluster keeps replicas, so that views change under its
+    /// operations (docs/replication.md#rp0b).
+    pub(super) replicated: bool,
 }
 
 impl Timing {
@@ -35,6 +38,7 @@ impl Timing {
             expiry_us: micros(config.expiry),
             dead_after_us: micros(config.op_timeout + config.max_clock_skew * 2 + mirrors_land),
             landing_us: micros(config.landing_bound()),
+            replicated: config.replicas > 1,
         }
     }
 }

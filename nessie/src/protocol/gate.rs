@@ -30,9 +30,11 @@ pub(crate) struct Gate<'a> {
     landing_us: u64,
     /// CASes that returned later than the landing bound after their check.
     pub(super) late_cas: u64,
-    /// Whether the deadline is capped by the node's lease, so that a GET
-    /// checks it before answering (docs/replication.md#rp0).
-    leased: bool,
+    /// Whether views may change under the operation (it runs under a
+    /// lease, or the cluster keeps replicas), so that an answer decided by
+    /// reads alone is checked against the deadline
+    /// (docs/replication.md#rp0b).
+    fenced: bool,
     /// No verb of the operation waits for a silent peer past its deadline
     /// and the landing bound (docs/replication.md#failure-detection).
     _wait: WaitBound,
@@ -57,7 +59,7 @@ impl<'a> Gate<'a> {
                 .min(lease_until),
             landing_us: timing.landing_us,
             late_cas: 0,
-            leased: lease_until != u64::MAX,
+            fenced: lease_until != u64::MAX || timing.replicated,
             _wait: WaitBound::until(
                 Instant::now()
                     + Duration::from_micros(timing.op_timeout_us.saturating_add(timing.landing_us)),
@@ -90,11 +92,13 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// Before a GET answers: under a lease, fails with [`Error::Timeout`]
-    /// once the deadline (capped by the lease) has passed, since the reads
-    /// behind the answer may postdate the lease (docs/replication.md#rp0).
-    pub(crate) fn check_lease(&self) -> Result<(), Error> {
-        if self.leased {
+    /// Before an answer decided by reads alone (a GET's, a DELETE's of an
+    /// absent key): where views may change, fails with [`Error::Timeout`]
+    /// once the deadline (capped by the lease, if any) has passed, since
+    /// the reads behind the answer may postdate the next view's activation
+    /// (docs/replication.md#rp0b).
+    pub(crate) fn check_answer(&self) -> Result<(), Error> {
+        if self.fenced {
             self.check_deadline()
         } else {
             Ok(())

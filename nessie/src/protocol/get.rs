@@ -86,12 +86,12 @@ impl Ctx<'_> {
             first = false;
             let ites = self.read_ites(&cands, false)?;
             match self.get_pass(key, filter, &cands, &ites, out)? {
-                Pass::Found => return self.gate.check_lease().map(|()| true),
-                Pass::Absent => return self.gate.check_lease().map(|()| false),
+                Pass::Found => return self.gate.check_answer().map(|()| true),
+                Pass::Absent => return self.gate.check_answer().map(|()| false),
                 Pass::Again(why) => self.retry(why)?,
                 Pass::NothingHere | Pass::Skip => {
                     if self.read_ites(&cands, true)? == ites {
-                        return self.gate.check_lease().map(|()| false);
+                        return self.gate.check_answer().map(|()| false);
                     }
                     self.retry(Retry::Changed)?;
                 }

@@ -165,8 +165,11 @@ impl Ctx<'_> {
         let existed = plan.holder.is_some() && !plan.holder_shape.0;
         if kind == WriteKind::Delete && !existed {
             // Absent (or a committed tombstone): nothing to change, once a
-            // reverse pass confirms no writer slipped in.
+            // reverse pass confirms no writer slipped in. The answer comes
+            // from reads alone, so where views change it is checked against
+            // the deadline, as a GET's is (docs/replication.md#rp0b).
             return Ok(if self.read_ites(cands, true)? == ites {
+                self.gate.check_answer()?;
                 Step::Done(false)
             } else {
                 Step::Again(Retry::Changed)
