@@ -3,7 +3,7 @@
 # once its fix is undone, and each hand-made mutant (M1 … M3) once applied.
 # For each name (F1 … F5, A1, M1 … M3, default all; or RP2b RP3 RP3b RP4 RP4b
 # RP5o, the replication rules, or RS1 RS2 RS3, the restore's,
-# docs/testing.md#reverted-replication-rules), applies
+# docs/testing-reverts.md#reverted-replication-rules), applies
 # scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
 # simulation in release mode, and runs every randomized scenario from seed
 # 0 until one fails (at most SEEDS seeds each, default 3000). Prints, per

@@ -1,7 +1,7 @@
 //! Replication (docs/replication.md) replayed: the schedules of the flaws
 //! the simulator's replicated runs found, step by step, and the seeds of
 //! randomized replicated runs that caught them and the rules reverted one
-//! at a time (docs/testing.md#reverted-replication-rules), on the real
+//! at a time (docs/testing-reverts.md#reverted-replication-rules), on the real
 //! code.
 
 use nessie::data::Geometry;
@@ -187,7 +187,7 @@ fn a_timed_out_put_committed_on_its_mirror_never_takes_effect_later() {
 /// The seeds at which the simulator's host-returns-empty fault caught two
 /// flaws of the restore, and the restore's rules reverted one at a time by
 /// `scripts/fix-reverts/RS*.patch`
-/// (docs/testing.md#reverted-replication-rules), replayed on the real code
+/// (docs/testing-reverts.md#reverted-replication-rules), replayed on the real code
 /// (each failed before its fix or with its rule reverted;
 /// docs/replication.md#restore):
 /// * R1: a sync whose first mirror CAS was posted in a batch went on at
@@ -238,7 +238,7 @@ fn seeds_that_caught_restore_flaws() {
 /// The seeds at which randomized replicated runs caught the flaws above
 /// (before their fixes) and the replication rules reverted one at a time
 /// in the library by `scripts/fix-reverts/RP*.patch`
-/// (docs/testing.md#reverted-replication-rules), replayed on the real
+/// (docs/testing-reverts.md#reverted-replication-rules), replayed on the real
 /// code: each must pass.
 #[test]
 fn seeds_that_caught_replication_flaws() {
