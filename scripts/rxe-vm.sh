@@ -26,13 +26,17 @@
 #       process killed with SIGKILL mid-operation; the survivors agree on a
 #       view without it, serve every key again, and the merged history
 #       (their reads of every key included) is linearizable,
+#   (f) the same file (verbs-rejoin): as (e), then a replacement process
+#       with the killed node's id rejoins (Node::rejoin: its fresh queue
+#       pairs and regions reconnected to the survivors, its copies
+#       restored), and every node reads every key, linearizably,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
 # every check passed.
 #
 # Environment:
 #   RXE_VM_DIR       work directory (default: <cargo target dir>/rxe-vm)
-#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 900)
+#   RXE_VM_TIMEOUT   hard limit of the VM run, seconds (default 1500)
 #   RXE_VM_ACCEL     tcg (default) or kvm
 #   RXE_VM_MEM       VM memory, MiB (default 2048)
 #   RXE_VM_OPS       operations per client thread in (c) (default 150)
@@ -43,7 +47,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 W=${RXE_VM_DIR:-$TARGET_DIR/rxe-vm}
-VM_TIMEOUT=${RXE_VM_TIMEOUT:-900}
+VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500}
 ACCEL=${RXE_VM_ACCEL:-tcg}
 VM_MEM=${RXE_VM_MEM:-2048}
 OPS=${RXE_VM_OPS:-150}
@@ -226,7 +230,7 @@ run() {
   cat /tmp/out.log
   took=$(awk "BEGIN {printf \"%.1f\", $(up) - $t}")
   # (node processes spawned by a test print their own `test child_node` lines)
-  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node|replicated_kill_node) ' | awk '{print $2 "=" $4}'); do
+  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node|replicated_kill_node|replicated_rejoin_node) ' | awk '{print $2 "=" $4}'); do
     test_name=${line%%=*} verdict=${line#*=}
     [ "$verdict" = ok ] && result "$name/$test_name" ok || result "$name/$test_name" FAIL
   done
@@ -240,6 +244,8 @@ run verbs-peer-death 300 /tests/verbs_linearizable_processes --exact \
   a_killed_peer_fails_only_what_needs_it --ignored --test-threads=1 --show-output
 run verbs-replicated-kill 600 /tests/verbs_linearizable_processes --exact \
   a_killed_node_with_two_replicas_is_served_again --ignored --test-threads=1 --show-output
+run verbs-rejoin 600 /tests/verbs_linearizable_processes --exact \
+  a_replacement_rejoins_on_verbs --ignored --test-threads=1 --show-output
 
 echo "$RESULTS"
 dmesg | grep -iE 'rxe|rdma' | tail -20
@@ -284,7 +290,7 @@ tr -d '\r' < "$LOG" | grep '^RESULT ' || true
 FAIL=0
 grep -q 'RXE-VM-DONE' "$LOG" || { log "the VM did not finish (timeout ${VM_TIMEOUT} s or crash)"; FAIL=1; }
 for check in modules rxe-device verbs-fabric verbs-store verbs-linearizability verbs-peer-death \
-    verbs-replicated-kill; do
+    verbs-replicated-kill verbs-rejoin; do
   tr -d '\r' < "$LOG" | grep -q "^RESULT $check: ok" || { log "check $check did not pass"; FAIL=1; }
 done
 if tr -d '\r' < "$LOG" | grep '^RESULT ' | grep -q ': FAIL'; then FAIL=1; fi

@@ -5,7 +5,9 @@
 //! (typed errors for those that need its memory, within about
 //! `op_timeout`), and with two replicas, a node killed mid-operation whose
 //! survivors agree on a view without it and serve every key again, with a
-//! linearizable history.
+//! linearizable history, and then a replacement with the killed node's id
+//! that rejoins (its fresh queue pairs and regions reconnected to the
+//! survivors), after which every node serves every acknowledged key.
 //!
 //! Needs an RDMA device: `#[ignore]`d, run with `--ignored` and the device
 //! in `NESSIE_VERBS_DEVICE` (optionally a GID index in `NESSIE_VERBS_GID`;
@@ -177,6 +179,14 @@ const KILL_PACE: Pace = Pace {
     survivors_within: Duration::from_secs(240),
     worker_limit: Duration::from_secs(180),
     audit_limit: Duration::from_secs(60),
+    rejoin_within: None,
+};
+
+/// As [`KILL_PACE`], and then a replacement of the killed node rejoins
+/// (restoring its copies under an emulated CPU: a hang detector only).
+const REJOIN_PACE: Pace = Pace {
+    rejoin_within: Some(Duration::from_secs(300)),
+    ..KILL_PACE
 };
 
 /// Two replicas: bounds long enough that a stall of the emulated CPU is
@@ -222,4 +232,33 @@ fn replicated_kill_node() {
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .try_init();
     replicated_kill::child(replicated_config, &KILL_PACE);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn a_replacement_rejoins_on_verbs() {
+    let rendezvous = free_address();
+    let report = replicated_kill::run(
+        "replicated_rejoin_node",
+        replicated_config,
+        &rendezvous,
+        &REJOIN_PACE,
+    );
+    for line in report.lines("VERBS-REJOIN") {
+        println!("{line}");
+    }
+    report.check(&REJOIN_PACE);
+}
+
+/// One node process, the replacement too (run only when spawned by the
+/// test above).
+#[test]
+#[ignore = "run as a child process by a_replacement_rejoins_on_verbs"]
+fn replicated_rejoin_node() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
+    replicated_kill::child(replicated_config, &REJOIN_PACE);
 }

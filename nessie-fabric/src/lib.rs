@@ -331,12 +331,24 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     /// zombie of the node (a stalled process whose memory is still
     /// registered) can then neither read nor write this node's memory, and
     /// this process's verbs to it fail at once with [`FabricError::Lost`]
-    /// instead of waiting out a transport's timeouts. The fence is for good:
-    /// a fabric that fences does not reconnect a returning node. Fencing
-    /// this node itself, or a node the fabric does not know, does nothing.
-    /// The default does nothing: a fabric whose lost nodes are fenced
-    /// elsewhere (by the lease alone, or by the emulated loss on `shm`).
+    /// instead of waiting out a transport's timeouts. The fence holds until
+    /// [`Fabric::readmit_node`]; what it closed stays closed for good (on
+    /// `verbs`, a replacement of the node reconnects over new queue pairs).
+    /// Fencing this node itself, or a node the fabric does not know, does
+    /// nothing. The default does nothing: a fabric whose lost nodes are
+    /// fenced elsewhere (by the lease alone, or by the emulated loss on
+    /// `shm`).
     fn fence_node(&self, node: NodeId) {
+        let _ = node;
+    }
+
+    /// Lifts the fence of `node`, which a decided view names a member again
+    /// (its replacement restoring: docs/replication.md#joining-after-start-up):
+    /// this process's verbs to it go again, over what its replacement
+    /// connected since the fence; without such a reconnection they fail as
+    /// the fence left them. Readmitting a node not fenced does nothing. The
+    /// default does nothing, as for [`Fabric::fence_node`].
+    fn readmit_node(&self, node: NodeId) {
         let _ = node;
     }
 

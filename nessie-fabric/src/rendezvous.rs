@@ -49,6 +49,8 @@ mod join;
 mod sealed;
 mod server;
 
+#[cfg(feature = "verbs")]
+pub(crate) use join::request;
 pub use join::{join, JoinService, Joins, BIND_RETRY};
 
 use self::sealed::{decode_failure, refusal_reason, seal, unseal, Session};
@@ -492,4 +494,42 @@ pub(crate) fn wildcard_for(address: &str) -> &'static str {
     } else {
         "0.0.0.0:0"
     }
+}
+
+/// The `host:port` a node advertises for a listener on `port`: `host` its
+/// address on `route` to the server, or, on the server (no route), the
+/// host of the rendezvous address `rv_address`.
+pub(crate) fn advertised(route: Option<SocketAddr>, rv_address: &str, port: u16) -> String {
+    if let Some(local) = route {
+        SocketAddr::new(local.ip(), port).to_string()
+    } else {
+        let host = rv_address.rsplit_once(':').map_or("", |(host, _)| host);
+        format!("{host}:{port}")
+    }
+}
+
+/// Every node's `host:port` from a table of advertised addresses (`None`:
+/// a blob is not one). The entry of `server`, if its host is unspecified,
+/// takes the address the server was reached at, `server_addr`.
+pub(crate) fn addresses(
+    blobs: &[Vec<u8>],
+    server: NodeId,
+    server_addr: Option<SocketAddr>,
+) -> Option<Vec<String>> {
+    blobs
+        .iter()
+        .enumerate()
+        .map(|(node, blob)| {
+            let addr = std::str::from_utf8(blob).ok()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            let port = port.parse::<u16>().ok()?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            match (host.parse::<std::net::IpAddr>(), server_addr) {
+                (Ok(ip), Some(at)) if ip.is_unspecified() && node == server => {
+                    Some(SocketAddr::new(at.ip(), port).to_string())
+                }
+                _ => Some(addr.to_owned()),
+            }
+        })
+        .collect()
 }

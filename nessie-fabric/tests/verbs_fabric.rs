@@ -23,7 +23,7 @@ use nessie_fabric::conformance::verbs::{
 };
 use nessie_fabric::conformance::{self, ClusterSpec, Factory, FORMAT_VERSION, LARGE, SMALL};
 use nessie_fabric::{
-    Fabric, FabricError, HandshakeFailure, Membership, RcTimeouts, RegionSpec, RemoteAddr,
+    Fabric, FabricError, HandshakeFailure, Joins, Membership, RcTimeouts, RegionSpec, RemoteAddr,
     RendezvousFailure, RendezvousOptions, Verb, VerbsFabric, VerbsOptions,
 };
 use std::sync::Arc;
@@ -69,6 +69,7 @@ fn a_missing_device_is_a_typed_error() {
         },
         lanes: 1,
         retransmission: RcTimeouts::default(),
+        joins: Joins::Off,
     };
     match VerbsFabric::open(&o) {
         Err(FabricError::NoDevice { wanted, found }) => {
@@ -92,6 +93,7 @@ fn open_verbs(rendezvous: RendezvousOptions) -> Result<Arc<dyn Fabric>, FabricEr
         rendezvous,
         lanes: 2,
         retransmission: RcTimeouts::default(),
+        joins: Joins::Off,
     };
     Ok(Arc::new(VerbsFabric::open(&options)?))
 }
@@ -334,6 +336,93 @@ fn a_fenced_node_is_refused_both_ways() {
     assert_eq!(value(&views[1], word(1)), 7);
     assert_eq!(value(&views[0], word(1)), 7);
     assert!(views[1].fenced_nodes().is_empty());
+}
+
+/// A replacement of a lost node (same id, a new device context, new queue
+/// pairs, newly registered regions) reconnects to every member through
+/// their reconnection service: refused while the members have not fenced
+/// the node, refused under another secret; then it reaches the members'
+/// memory at once, while their verbs to it stay refused until they
+/// readmit it, and then reach its new memory, not its predecessor's.
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn a_replacement_reconnects_and_is_refused_until_readmitted() {
+    let (nodes, regions) = (
+        3,
+        vec![RegionSpec {
+            id: SMALL,
+            len: 4096,
+        }],
+    );
+    let (listener, addr) = rendezvous_listener();
+    let id = next_cluster();
+    let node = |n: usize, joins: Joins| VerbsOptions {
+        joins,
+        ..options(n, nodes, &addr, id, &regions)
+    };
+    let all = (0..nodes).map(|n| node(n, Joins::Serve)).collect();
+    let mut views: Vec<VerbsFabric> = open_all(all, listener)
+        .into_iter()
+        .map(|f| f.expect("a member opens"))
+        .collect();
+    let word = |n| RemoteAddr::new(n, SMALL, 64);
+    let value = |f: &VerbsFabric, at| {
+        let mut w = [0u8; 8];
+        f.read(at, &mut w).expect("a READ");
+        u64::from_le_bytes(w)
+    };
+    views[0].write(word(0), &1u64.to_le_bytes()).unwrap();
+    views[2].write(word(2), &5u64.to_le_bytes()).unwrap();
+    assert_eq!(value(&views[0], word(2)), 5);
+    // Node 2 is lost: its process ends (its queue pairs and services go).
+    drop(views.pop());
+    let replacement = |timeout: Duration, secret: &str| {
+        let mut o = node(2, Joins::Replace { also: Vec::new() });
+        o.rendezvous.timeout = timeout;
+        o.rendezvous.secret = secret.into();
+        VerbsFabric::open(&o)
+    };
+    // Not fenced yet: the members count node 2 alive and refuse it.
+    match replacement(Duration::from_secs(4), SECRET) {
+        Err(FabricError::Rendezvous {
+            reason: RendezvousFailure::Refused(why),
+            ..
+        }) => assert!(matches!(*why, RendezvousFailure::Duplicate(2)), "{why}"),
+        other => panic!("a replacement of an unfenced node: {other:?}"),
+    }
+    for v in &views {
+        v.fence_node(2);
+    }
+    // Another secret: refused, and the members keep node 2 fenced.
+    let stranger = replacement(Duration::from_secs(4), "not-the-cluster-secret");
+    assert!(
+        matches!(&stranger, Err(FabricError::Rendezvous { .. })),
+        "a replacement under another secret: {stranger:?}"
+    );
+    let fresh = replacement(Duration::from_secs(60), SECRET).expect("the replacement opens");
+    // It reaches the members at once; their verbs to it stay refused.
+    assert_eq!(value(&fresh, word(0)), 1);
+    assert_eq!(fresh.cas(word(1), 0, 3).unwrap(), 0);
+    assert_eq!(value(&views[1], word(1)), 3);
+    for v in &views {
+        assert_eq!(v.fenced_nodes(), [2]);
+        let mut w = [0u8; 8];
+        assert!(
+            matches!(v.read(word(2), &mut w), Err(FabricError::Lost { node: 2 })),
+            "a member's verb to the fenced node"
+        );
+    }
+    // Readmitted: they reach its new memory (its predecessor's 5 is gone).
+    for v in &views {
+        v.readmit_node(2);
+        assert!(v.fenced_nodes().is_empty());
+    }
+    assert_eq!(value(&views[0], word(2)), 0);
+    views[0].write(word(2), &7u64.to_le_bytes()).unwrap();
+    assert_eq!(views[1].cas(word(2), 7, 8).unwrap(), 7);
+    assert_eq!(value(&fresh, word(2)), 8);
+    assert_eq!(value(&views[0], word(2)), 8);
+    assert!(fresh.fenced_nodes().is_empty());
 }
 
 fn median_us(mut samples: Vec<Duration>) -> f64 {

@@ -221,6 +221,10 @@ impl Fabric for Losable {
     fn fence_node(&self, node: usize) {
         self.inner.fence_node(node);
     }
+
+    fn readmit_node(&self, node: usize) {
+        self.inner.readmit_node(node);
+    }
     fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
         self.inner.region_len(node, region)
     }
@@ -409,6 +413,10 @@ impl Fabric for MissedImages {
 
     fn fence_node(&self, node: usize) {
         self.inner.fence_node(node);
+    }
+
+    fn readmit_node(&self, node: usize) {
+        self.inner.readmit_node(node);
     }
     fn region_len(&self, node: usize, region: nessie::fabric::RegionId) -> Option<u64> {
         self.inner.region_len(node, region)

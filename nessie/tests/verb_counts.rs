@@ -26,6 +26,10 @@ impl Fabric for IndexVerbs {
     fn fence_node(&self, node: usize) {
         self.inner.fence_node(node);
     }
+
+    fn readmit_node(&self, node: usize) {
+        self.inner.readmit_node(node);
+    }
     fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
         self.inner.region_len(node, region)
     }

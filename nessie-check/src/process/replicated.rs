@@ -283,8 +283,31 @@ pub fn audit(
     audit_client: ClientId,
     limit: Duration,
 ) {
+    audit_into(
+        node,
+        dir,
+        &format!("hist-audit-{node_id}"),
+        (node_id, keys),
+        audit_client,
+        limit,
+    );
+}
+
+/// As [`audit`], logging to the file `log` of `dir` (a second audit of the
+/// same node needs a log of its own).
+///
+/// # Panics
+/// As [`audit`].
+pub fn audit_into(
+    node: &Node,
+    dir: &Path,
+    log: &str,
+    (node_id, keys): (usize, usize),
+    audit_client: ClientId,
+    limit: Duration,
+) {
     let mut client = node.client().expect("client");
-    let path = dir.join(format!("hist-audit-{node_id}"));
+    let path = dir.join(log);
     let mut log = ProcLog::create(&path, audit_client).expect("log");
     let mut tally = Tally::default();
     let deadline = Instant::now() + limit;

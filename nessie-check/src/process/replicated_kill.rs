@@ -14,12 +14,17 @@
 //! parent and returns a [`Report`] of what the survivors saw, whose
 //! [`Report::check`] asserts what holds on every fabric (counts only).
 //!
+//! With [`Pace::rejoin_within`], a replacement process then takes node 2's
+//! id ([`Node::rejoin`]): it restores its copies while the survivors wait,
+//! and then every node, the replacement too, reads every key, those reads
+//! in the history as well.
+//!
 //! (r = 1, where the dead node's share is gone and its keys fail with typed
 //! errors, is [`crate::process::peer_death`].)
 
 use crate::process::history::{now_ns, read_logs, stop_mid_operation};
 use crate::process::replicated::{
-    audit, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
+    audit, audit_into, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
 };
 use crate::process::workload::{
     client_id, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
@@ -40,6 +45,10 @@ pub const KEYS: usize = 12;
 pub const THREADS: usize = 2;
 /// Client ids of the survivors' audits are this plus the node id.
 const AUDIT_CLIENT: u64 = 1000;
+/// Client ids of every node's audit after a rejoin: this plus the node id.
+const REJOIN_AUDIT_CLIENT: u64 = 2000;
+/// Set (to anything) for the replacement's process.
+const REPLACEMENT_ENV: &str = "NESSIE_REPLICATED_KILL_REPLACEMENT";
 const NODE_ENV: &str = "NESSIE_REPLICATED_KILL_NODE";
 const DIR_ENV: &str = "NESSIE_REPLICATED_KILL_DIR";
 const CLUSTER_ENV: &str = "NESSIE_REPLICATED_KILL_CLUSTER";
@@ -67,6 +76,10 @@ pub struct Pace {
     pub worker_limit: Duration,
     /// How long a survivor retries its read of one key in the audit.
     pub audit_limit: Duration,
+    /// With `Some`, a replacement of node 2 rejoins once the survivors
+    /// have read every key, within this long, and then every node reads
+    /// every key; with `None`, the run ends with the survivors' reads.
+    pub rejoin_within: Option<Duration>,
 }
 
 /// What a run saw, from the survivors' tallies and the merged history.
@@ -95,6 +108,9 @@ pub struct Report {
     pub check_s: f64,
     /// The whole run, s.
     pub total_s: f64,
+    /// How long the replacement's `Node::rejoin` took, ms (`None`: no
+    /// rejoin in this run).
+    pub rejoin_ms: Option<f64>,
 }
 
 fn ms_between(from_ns: u64, to_ns: u64) -> f64 {
@@ -118,6 +134,11 @@ impl Report {
         let detected = self
             .to_view_change_ms
             .map_or_else(|| "none".to_owned(), |ms| format!("{ms:.0} ms"));
+        if let Some(ms) = self.rejoin_ms {
+            out.push(format!(
+                "{tag}: a replacement of node 2 rejoined in {ms:.0} ms; then every node read every key"
+            ));
+        }
         out.push(format!(
             "{tag}: node 2 killed at {:.3} s (Unix time); first ViewChanging after the kill {detected}; longest time without a successful operation {:.0} ms (kill + {:.0} ms to kill + {:.0} ms); {} operations, {} of unknown outcome, {} keys audited, linearizable (checked in {:.1} s); node 2 caught mid-operation: {}; {:.1} s in all",
             self.killed_at_ns as f64 / 1e9,
@@ -160,11 +181,17 @@ impl Report {
             "no call met the view change: {:?}",
             self.tallies
         );
+        let after_rejoin = if pace.rejoin_within.is_some() {
+            NODES * KEYS
+        } else {
+            0
+        };
         assert_eq!(
             self.audited,
-            SURVIVORS.len() * KEYS,
-            "the survivors' reads of every key"
+            SURVIVORS.len() * KEYS + after_rejoin,
+            "the survivors' reads of every key (and every node's after the rejoin)"
         );
+        assert_eq!(self.rejoin_ms.is_some(), pace.rejoin_within.is_some());
     }
 }
 
@@ -206,15 +233,44 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
     guard.children[KILLED].kill().unwrap();
     let _ = guard.children[KILLED].wait();
     std::fs::write(dir.join("killed"), b"").unwrap();
-    let deadline = Instant::now() + pace.survivors_within;
-    for node in SURVIVORS {
+    let mut deadline = Instant::now() + pace.survivors_within;
+    let mut waited: Vec<usize> = SURVIVORS.to_vec();
+    if let Some(within) = pace.rejoin_within {
+        // Once both survivors have read every key, a replacement rejoins.
+        let audited = |n: usize| dir.join(format!("audited-{n}")).exists();
+        while !SURVIVORS.iter().all(|&n| audited(n)) {
+            for &n in &SURVIVORS {
+                if let Some(status) = guard.children[n].try_wait().unwrap() {
+                    panic!("survivor {n} ended before the rejoin: {status}");
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the survivors did not read every key"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        guard.children.push(
+            child_test(child_name)
+                .env(NODE_ENV, KILLED.to_string())
+                .env(REPLACEMENT_ENV, "1")
+                .env(DIR_ENV, &dir)
+                .env(CLUSTER_ENV, &cluster)
+                .env(RENDEZVOUS_ENV, rendezvous)
+                .spawn()
+                .expect("spawn the replacement's process"),
+        );
+        waited.push(NODES);
+        deadline = Instant::now() + within;
+    }
+    for node in waited {
         let child = &mut guard.children[node];
         loop {
             if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "survivor {node} failed: {status}");
+                assert!(status.success(), "process {node} failed: {status}");
                 break;
             }
-            assert!(Instant::now() < deadline, "survivor {node} hangs");
+            assert!(Instant::now() < deadline, "process {node} hangs");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -241,7 +297,14 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         .map(|t| t.first_view_changing_ns)
         .filter(|&t| t > 0)
         .min();
+    let rejoin_ms = pace.rejoin_within.map(|_| {
+        std::fs::read_to_string(dir.join("rejoin-ms"))
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .expect("the replacement's rejoin time")
+    });
     Report {
+        rejoin_ms,
         operations: history.len(),
         unknown: history.unknown_outcomes(),
         audited,
@@ -268,6 +331,14 @@ pub fn child(configure: Configure, pace: &Pace) {
         return;
     };
     let var = |name| std::env::var(name).unwrap_or_default();
+    if std::env::var_os(REPLACEMENT_ENV).is_some() {
+        replacement(
+            configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV)),
+            &dir,
+            pace,
+        );
+        return;
+    }
     let n = Node::start(configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV)), node)
         .unwrap_or_else(|e| panic!("node {node}: {e}"));
     mark_started(&dir, node).unwrap();
@@ -321,4 +392,44 @@ pub fn child(configure: Configure, pace: &Pace) {
         barrier(&dir, "audited", node, &SURVIVORS, timeout),
         "the other survivor did not finish its reads"
     );
+    if let Some(within) = pace.rejoin_within {
+        after_rejoin(&n, &dir, node, pace, within);
+    }
+}
+
+/// Every node once the replacement has rejoined: reads every key, then
+/// keeps its memory up until every other node has read too.
+fn after_rejoin(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, within: Duration) {
+    let all: Vec<usize> = (0..NODES).collect();
+    assert!(
+        barrier(dir, "rejoined", node, &all, within),
+        "node {node}: the replacement did not rejoin"
+    );
+    audit_into(
+        n,
+        dir,
+        &format!("hist-rejoin-audit-{node}"),
+        (node, KEYS),
+        REJOIN_AUDIT_CLIENT + node as u64,
+        pace.audit_limit,
+    );
+    assert!(
+        barrier(dir, "rejoin-audited", node, &all, within),
+        "node {node}: another node did not read every key after the rejoin"
+    );
+}
+
+/// The replacement's process: rejoins as node 2, then as every node.
+fn replacement(config: Config, dir: &std::path::Path, pace: &Pace) {
+    let within = pace
+        .rejoin_within
+        .expect("a replacement runs only to rejoin");
+    let started = Instant::now();
+    let n = Node::rejoin(config, KILLED).unwrap_or_else(|e| panic!("the replacement: {e}"));
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    std::fs::write(dir.join("rejoin-ms"), format!("{ms:.0}")).unwrap();
+    if let Some(f) = n.restore_figures() {
+        println!("REJOIN-FIGURES {f:?}");
+    }
+    after_rejoin(&n, dir, KILLED, pace, within);
 }

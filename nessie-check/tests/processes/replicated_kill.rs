@@ -21,6 +21,7 @@ const PACE: Pace = Pace {
     survivors_within: Duration::from_secs(45),
     worker_limit: Duration::from_secs(40),
     audit_limit: Duration::from_secs(10),
+    rejoin_within: None,
 };
 
 /// Short bounds, so that a view change takes a few seconds: the lease must

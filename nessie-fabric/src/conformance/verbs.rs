@@ -82,6 +82,7 @@ pub fn options(
         },
         lanes: DEFAULT_LANES,
         retransmission: RcTimeouts::default(),
+        joins: crate::Joins::Off,
     }
 }
 

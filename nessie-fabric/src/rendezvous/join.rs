@@ -15,10 +15,10 @@
 //! registration and reply, one deadline, bounded lengths), so a join
 //! proves the cluster secret as a start-up registration does.
 
-use super::server::serve_joins;
+use super::server::{serve_requests, Answer};
 use super::{dial, exchange, wildcard_for, Attempt, RendezvousOptions, RendezvousOutcome};
 use crate::wire::rendezvous::Reply;
-use crate::{FabricError, RendezvousFailure};
+use crate::{FabricError, NodeId, RendezvousFailure};
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,13 +72,49 @@ impl JoinService {
                 reason: "a join service's table has one blob per node",
             });
         }
+        let me = options.membership.node;
+        let answer = move |node: NodeId, _: &[u8]| -> Answer {
+            // A claim of this member's own id: it is alive, so not lost.
+            if node == me {
+                Err(RendezvousFailure::Duplicate(me))
+            } else {
+                Ok(table.clone())
+            }
+        };
+        let options = options.clone();
+        Self::spawn("nessie-join", move |stop| {
+            serve_while(&options, stop, answer);
+        })
+    }
+
+    /// Answers authenticated requests on `listener` (bound by the caller)
+    /// with `answer`, for as long as the returned service lives: a `verbs`
+    /// member's reconnection service.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn answer_on(
+        options: &RendezvousOptions,
+        listener: TcpListener,
+        answer: impl FnMut(NodeId, &[u8]) -> Answer + Send + 'static,
+    ) -> Result<Self, FabricError> {
+        let options = options.clone();
+        Self::spawn("nessie-rejoin", move |stop| {
+            if let Err(e) = serve_requests(&options, &listener, stop, answer) {
+                tracing::warn!("the reconnection service stopped: {e}");
+            }
+        })
+    }
+
+    fn spawn(
+        name: &str,
+        body: impl FnOnce(&AtomicBool) + Send + 'static,
+    ) -> Result<Self, FabricError> {
         let stop = Arc::new(AtomicBool::new(false));
-        let (options, halt) = (options.clone(), Arc::clone(&stop));
+        let halt = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
-            .name("nessie-join".into())
-            .spawn(move || serve_while(&options, &table, &halt))
+            .name(name.into())
+            .spawn(move || body(&halt))
             .map_err(|_| FabricError::Options {
-                reason: "cannot start the join service's thread",
+                reason: "cannot start a join service's thread",
             })?;
         Ok(JoinService {
             stop,
@@ -97,7 +133,11 @@ impl Drop for JoinService {
 }
 
 /// Holds the join port whenever it can, until `stop`.
-fn serve_while(options: &RendezvousOptions, table: &[Vec<u8>], stop: &AtomicBool) {
+fn serve_while(
+    options: &RendezvousOptions,
+    stop: &AtomicBool,
+    answer: impl FnMut(NodeId, &[u8]) -> Answer,
+) {
     let mut told = false;
     while !stop.load(Ordering::Acquire) {
         match bind_join_port(&options.address) {
@@ -107,7 +147,7 @@ fn serve_while(options: &RendezvousOptions, table: &[Vec<u8>], stop: &AtomicBool
                     "serving joins at {:?}",
                     listener.local_addr().ok()
                 );
-                if let Err(e) = serve_joins(options, &listener, table, stop) {
+                if let Err(e) = serve_requests(options, &listener, stop, answer) {
                     tracing::warn!("the join service stopped: {e}");
                 }
                 return;
@@ -204,6 +244,29 @@ fn ask(
     address: &str,
     within: Duration,
 ) -> Result<RendezvousOutcome, RendezvousFailure> {
+    let (outcome, _) = request(options, address, within, &[])?;
+    let me = &options.membership;
+    if outcome.blobs.len() != me.nodes {
+        return Err(RendezvousFailure::Malformed);
+    }
+    Ok(outcome)
+}
+
+/// One authenticated request to a member at `address` within `within`,
+/// registering `blob`: the member's answer, which names a node of the
+/// cluster other than this one, and the connection it came on (closed by
+/// dropping it).
+///
+/// # Errors
+/// [`RendezvousFailure::Refused`] with the member's reason, and every
+/// failure of the exchange (unreachable, another secret, tampered or
+/// replayed messages, malformed answers, I/O).
+pub(crate) fn request(
+    options: &RendezvousOptions,
+    address: &str,
+    within: Duration,
+    blob: &[u8],
+) -> Result<(RendezvousOutcome, std::net::TcpStream), RendezvousFailure> {
     let stream = dial(address, within)?;
     let io = RendezvousFailure::Io;
     let attempt = RendezvousOptions {
@@ -211,7 +274,7 @@ fn ask(
         timeout: within,
         ..options.clone()
     };
-    let (reply, _) = exchange(&stream, &attempt, &[]).map_err(|a| match a {
+    let (reply, _) = exchange(&stream, &attempt, blob).map_err(|a| match a {
         Attempt::Closed(e) => io(e),
         Attempt::Failed(reason) => reason,
     })?;
@@ -223,17 +286,18 @@ fn ask(
             blobs,
         } => {
             let server = server as usize;
-            if blobs.len() != me.nodes || server >= me.nodes || server == me.node {
+            if server >= me.nodes || server == me.node {
                 return Err(RendezvousFailure::Malformed);
             }
-            Ok(RendezvousOutcome {
+            let outcome = RendezvousOutcome {
                 blobs,
                 server,
                 local_addr: Some(stream.local_addr().map_err(io)?),
                 server_addr: Some(stream.peer_addr().map_err(io)?),
                 seen_from: Some(seen_from),
                 refused: Vec::new(),
-            })
+            };
+            Ok((outcome, stream))
         }
         Reply::Refuse { status, detail } => Err(RendezvousFailure::Refused(Box::new(
             super::sealed::refusal_reason(status, &detail),

@@ -95,16 +95,23 @@ fn serve_counting(
 /// How often the join service looks for new connections.
 const JOIN_POLL: Duration = Duration::from_millis(50);
 
-/// Serves joins on `listener` until `stop` is set: every registration
-/// that checks out is answered at once with `table`, the start-up table,
-/// unchanged (docs/replication.md#joining-after-start-up). The same
-/// handlers, deadlines and cap on connections in their exchange as at
-/// start-up keep strangers from holding it up.
-pub(super) fn serve_joins(
+/// What a member answers an authenticated request with: the blobs of an
+/// acceptance, or why it refuses.
+pub(crate) type Answer = Result<Vec<Vec<u8>>, RendezvousFailure>;
+
+/// Serves requests after start-up on `listener` until `stop` is set: every
+/// registration that checks out (sealed, the secret proven, the
+/// membership this member's) is answered at once, sealed, with what
+/// `answer` makes of the requesting node's id and blob: the start-up table
+/// to a join (docs/replication.md#joining-after-start-up), a member's new
+/// queue pairs to a `verbs` replacement. The same handlers, deadlines and
+/// cap on connections in their exchange as at start-up keep strangers
+/// from holding it up.
+pub(super) fn serve_requests(
     options: &RendezvousOptions,
     listener: &TcpListener,
-    table: &[Vec<u8>],
     stop: &AtomicBool,
+    mut answer: impl FnMut(NodeId, &[u8]) -> Answer,
 ) -> Result<(), FabricError> {
     let me = &options.membership;
     me.validate()?;
@@ -120,7 +127,7 @@ pub(super) fn serve_joins(
             secret: options.secret.as_bytes().to_vec(),
             step: step(options.timeout),
         }),
-        blobs: table.iter().cloned().map(Some).collect(),
+        blobs: Vec::new(),
         waiting: Vec::new(),
         refused: Vec::new(),
         handlers: Handlers {
@@ -133,7 +140,7 @@ pub(super) fn serve_joins(
     while !stop.load(Ordering::Acquire) {
         server.accept_all(listener, &tx);
         if let Ok((peer, result)) = rx.recv_timeout(JOIN_POLL) {
-            server.answer_join(peer, result);
+            server.answer_request(peer, result, &mut answer);
         }
     }
     Ok(())
@@ -350,32 +357,43 @@ impl Server {
         }
     }
 
-    /// Answers a join: the table, unless the node claims this member's
-    /// own id (which is alive, so not lost).
-    fn answer_join(&mut self, peer: SocketAddr, result: Result<Registered, RendezvousFailure>) {
+    /// Answers a request after start-up with what `answer` makes of it.
+    fn answer_request(
+        &mut self,
+        peer: SocketAddr,
+        result: Result<Registered, RendezvousFailure>,
+        answer: &mut impl FnMut(NodeId, &[u8]) -> Answer,
+    ) {
         let mut reg = match result {
             Ok(reg) => reg,
             Err(reason) => {
-                tracing::warn!("rendezvous: refused a join from {peer}: {reason}");
+                tracing::warn!("rendezvous: refused a request from {peer}: {reason}");
                 return;
             }
         };
-        let me = self.ctx.membership.node;
-        let body = if reg.node == me {
-            tracing::warn!("rendezvous: {peer} claims this node's id {me} to join");
-            refusal(&RendezvousFailure::Duplicate(me))
-        } else {
-            tracing::info!("rendezvous: node {} asks to join from {peer}", reg.node);
-            Reply::Accept {
-                server: me as u32,
-                seen_from: peer,
-                blobs: self.blobs.iter().flatten().cloned().collect(),
+        let body = match answer(reg.node, &reg.blob) {
+            Ok(blobs) => {
+                tracing::info!("rendezvous: answered node {} at {peer}", reg.node);
+                let body = Reply::Accept {
+                    server: self.ctx.membership.node as u32,
+                    seen_from: peer,
+                    blobs,
+                }
+                .encode();
+                if body.len() > MAX_REPLY_BODY {
+                    refusal(&RendezvousFailure::Malformed)
+                } else {
+                    body
+                }
             }
-            .encode()
+            Err(reason) => {
+                tracing::warn!("rendezvous: refused node {} at {peer}: {reason}", reg.node);
+                refusal(&reason)
+            }
         };
         let sealed = seal(&self.ctx.secret, KIND_REPLY, &reg.session, &body);
         if let Err(e) = reg.stream.write_all(&sealed) {
-            tracing::warn!("rendezvous: cannot answer the join from {peer}: {e}");
+            tracing::warn!("rendezvous: cannot answer {peer}: {e}");
         }
     }
 

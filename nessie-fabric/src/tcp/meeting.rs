@@ -6,7 +6,7 @@
 use super::{bad_options, TcpFabric, TcpOptions};
 use crate::rendezvous::{self, JoinService, Joins, RendezvousOptions, RendezvousOutcome};
 use crate::{FabricError, RendezvousFailure};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 
 /// `options` with the peers' addresses the rendezvous taught: each node
 /// registers `host:port` of `listener`, `host` its address on the route
@@ -30,13 +30,7 @@ pub(super) fn find_peers(
         })?
         .port();
     let outcome = rendezvous::rendezvous_with(rv, |route| {
-        let advertised = if let Some(local) = route {
-            SocketAddr::new(local.ip(), port).to_string()
-        } else {
-            let host = rv.address.rsplit_once(':').map_or("", |(host, _)| host);
-            format!("{host}:{port}")
-        };
-        advertised.into_bytes()
+        rendezvous::advertised(route, &rv.address, port).into_bytes()
     })?;
     with_peers(options, rv, &outcome)
 }
@@ -104,26 +98,9 @@ impl TcpFabric {
 }
 
 /// Every node's `host:port` from a rendezvous (`None`: a blob is not
-/// one). The server's own entry, if its host is unspecified, takes the
-/// address this node reached the server at.
+/// one).
 fn peer_addresses(outcome: &RendezvousOutcome) -> Option<Vec<String>> {
-    outcome
-        .blobs
-        .iter()
-        .enumerate()
-        .map(|(node, blob)| {
-            let addr = std::str::from_utf8(blob).ok()?;
-            let (host, port) = addr.rsplit_once(':')?;
-            port.parse::<u16>().ok()?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            match (host.parse::<std::net::IpAddr>(), outcome.server_addr) {
-                (Ok(ip), Some(server)) if ip.is_unspecified() && node == outcome.server => {
-                    Some(SocketAddr::new(server.ip(), port.parse().ok()?).to_string())
-                }
-                _ => Some(addr.to_owned()),
-            }
-        })
-        .collect()
+    rendezvous::addresses(&outcome.blobs, outcome.server, outcome.server_addr)
 }
 
 #[cfg(test)]

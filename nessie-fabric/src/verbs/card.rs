@@ -14,7 +14,10 @@
 //! `global: u8`, `mtu: u8`, `rd_atomic: u8`, `gid[16]`, `lanes: u32`,
 //! `nodes: u32`, initiators then responders, each `lanes × nodes ×
 //! (qpn: u32, psn: u32)` (lane-major), `regions: u32`, then `regions ×
-//! (id: u16, len: u64, addr: u64, rkey: u32)`.
+//! (id: u16, len: u64, addr: u64, rkey: u32)`, `rejoin_len: u16`, then
+//! `rejoin_len` bytes: the `host:port` where the node answers a
+//! replacement's reconnection (empty when it answers none; see the
+//! `rejoin` module).
 
 use super::device::{PortAddress, QpInfo};
 use super::RemoteRegion;
@@ -25,6 +28,8 @@ const MAGIC: [u8; 8] = *b"NESSIEvc";
 pub const MAX_LANES: usize = 64;
 /// Bytes of one region entry.
 const REGION_BYTES: usize = 22;
+/// Longest reconnection address a card carries.
+pub(super) const MAX_REJOIN_BYTES: usize = 256;
 
 /// What one node publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +42,8 @@ pub(super) struct Card {
     /// (its own entry is unused).
     pub(super) responders: Vec<Vec<QpInfo>>,
     pub(super) regions: Vec<(RegionId, RemoteRegion)>,
+    /// `host:port` where the node answers reconnections (empty: nowhere).
+    pub(super) rejoin: Vec<u8>,
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -108,6 +115,9 @@ impl Card {
             out.extend_from_slice(&r.addr.to_le_bytes());
             out.extend_from_slice(&r.rkey.to_le_bytes());
         }
+        let rejoin = &self.rejoin[..self.rejoin.len().min(MAX_REJOIN_BYTES)];
+        out.extend_from_slice(&(rejoin.len() as u16).to_le_bytes());
+        out.extend_from_slice(rejoin);
         out
     }
 
@@ -145,7 +155,12 @@ impl Card {
                 ))
             })
             .collect::<Option<Vec<_>>>()?;
-        r.0.is_empty().then_some(Card {
+        let rejoin_len = usize::from(r.u16()?);
+        if rejoin_len > MAX_REJOIN_BYTES || rejoin_len != r.0.len() {
+            return None;
+        }
+        let rejoin = r.0.to_vec();
+        Some(Card {
             address: PortAddress {
                 lid,
                 gid,
@@ -156,6 +171,7 @@ impl Card {
             initiators,
             responders,
             regions,
+            rejoin,
         })
     }
 
@@ -265,6 +281,7 @@ mod tests {
                     },
                 ),
             ],
+            rejoin: b"10.0.0.7:41000".to_vec(),
         }
     }
 

@@ -114,6 +114,8 @@ pub(super) struct Lane {
     // Field order is drop order: queue pairs go before the memory their
     // work requests reference.
     qps: Vec<(ExtendedQueuePair, bool)>,
+    /// Queue pairs a reconnection replaced, in the error state for good.
+    replaced: Vec<ExtendedQueuePair>,
     cq: Arc<ExtendedCompletionQueue>,
     staging: Option<Staging>,
     /// Staging buffers that requests which never completed may still
@@ -185,6 +187,7 @@ impl Lane {
     pub(super) fn new(cq: Arc<ExtendedCompletionQueue>, qps: Vec<ExtendedQueuePair>) -> Lane {
         Lane {
             qps: qps.into_iter().map(|qp| (qp, false)).collect(),
+            replaced: Vec::new(),
             cq,
             staging: None,
             retired: Vec::new(),
@@ -205,6 +208,23 @@ impl Lane {
         let (qp, broken) = &mut self.qps[node];
         *broken = true;
         Device::fail(qp)
+    }
+
+    /// The completion queue of the lane's queue pairs.
+    pub(super) fn cq(&self) -> &Arc<ExtendedCompletionQueue> {
+        &self.cq
+    }
+
+    /// Replaces the queue pair to `node` with `qp`, connected to the
+    /// node's replacement: the old one is moved to the error state (it
+    /// may still be connected to a zombie of the node) and kept until the
+    /// lane is dropped. Call with nothing in flight (the caller holds the
+    /// lane); late completions of the old one are told apart by their
+    /// sequence numbers.
+    pub(super) fn replace(&mut self, node: NodeId, qp: ExtendedQueuePair) {
+        let (mut old, _) = std::mem::replace(&mut self.qps[node], (qp, false));
+        Device::fail(&mut old);
+        self.replaced.push(old);
     }
 
     fn staging(&mut self, device: &Device, bytes: usize) -> Result<&mut Staging, FabricError> {

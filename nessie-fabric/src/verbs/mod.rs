@@ -47,8 +47,8 @@
 //! a peer that died: retries exhausted within the worst case of
 //! [`VerbsOptions::retransmission`], 268 ms at the defaults) leaves its queue
 //! pair in the error state: verbs from that lane to that node then fail
-//! with [`VerbsFailure::Broken`] until the fabric is reopened; there is no
-//! reconnection.
+//! with [`VerbsFailure::Broken`] until the fabric is reopened, or until the
+//! node is replaced (below).
 //!
 //! **Fencing.** [`Fabric::fence_node`] moves every queue pair this node
 //! holds to the fenced node to the error state: each lane's initiator (a
@@ -58,35 +58,39 @@
 //! this node's memory: its requests meet a queue pair in the error state,
 //! which drops them, and its verbs fail once their retries run out. This
 //! node's verbs to it are refused at once with [`FabricError::Lost`],
-//! before anything is posted. The queue pairs stay in the error state: a
-//! returning node is not reconnected.
-#![expect(
-    unsafe_code,
-    reason = "the verbs backend hands registered memory to the NIC"
-)]
+//! before anything is posted. The queue pairs stay in the error state for
+//! good.
+//!
+//! **Replacements.** With [`Joins::Serve`] every node also answers, for
+//! the fabric's lifetime, a replacement of a fenced node that asks to
+//! reconnect (see the `rejoin` module): it connects fresh queue pairs to
+//! the replacement's, takes its new region table, and refuses verbs to it
+//! until [`Fabric::readmit_node`]. [`Joins::Replace`] opens such a
+//! replacement.
 
 mod card;
 mod device;
 mod lane;
+mod rejoin;
+mod setup;
 
 use self::card::Card;
 use self::device::{Device, QpInfo};
 use self::lane::{verb_len, Lane, CHUNK};
+use self::setup::{open_lanes, peer_cards, region_table, register_regions, OwnRegion, RegionTable};
 use super::{
-    check_bounds, Fabric, FabricError, HandshakeFailure, NodeId, RcTimeouts, RegionId, RegionSpec,
-    RemoteAddr, Verb, VerbsFailure,
+    check_bounds, Fabric, FabricError, NodeId, RcTimeouts, RegionId, RegionSpec, RemoteAddr, Verb,
+    VerbsFailure,
 };
-use crate::rendezvous::RendezvousOptions;
+use crate::rendezvous::{JoinService, Joins, RendezvousOptions};
 use crate::wire::WORD;
 use crate::Membership;
-use memmap2::{MmapMut, MmapRaw};
 use sideway::ibverbs::completion::ExtendedCompletionQueue;
-use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::ExtendedQueuePair;
 use std::cell::Cell;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
 pub use self::card::MAX_LANES;
 
@@ -112,6 +116,11 @@ pub struct VerbsOptions {
     /// flight after their worst case fails, so that a CAS lands within the
     /// landing bound or not at all ([`RcTimeouts::within`]).
     pub retransmission: RcTimeouts,
+    /// Replacements of lost nodes: [`Joins::Off`] (none), [`Joins::Serve`]
+    /// (this node answers them for the fabric's lifetime) or
+    /// [`Joins::Replace`] (this node is one: it reconnects to the members
+    /// instead of meeting them at the rendezvous).
+    pub joins: Joins,
 }
 
 /// Where a region of some node lives for the NIC.
@@ -133,99 +142,6 @@ pub(crate) struct Target {
     pub(crate) rkey: u32,
 }
 
-/// A registered region of this node.
-struct OwnRegion {
-    // Field order is drop order: deregister before unmapping.
-    _mr: Arc<MemoryRegion>,
-    _map: MmapRaw,
-}
-
-/// Where each of a node's regions lives for the NIC, by id.
-type RegionTable = Vec<(RegionId, RemoteRegion)>;
-
-/// Allocates and registers this node's regions with the NIC.
-fn register_regions(
-    device: &Device,
-    membership: &Membership,
-) -> Result<(Vec<OwnRegion>, RegionTable), FabricError> {
-    let me = membership.node;
-    let mut own = Vec::new();
-    let mut own_table = Vec::new();
-    for spec in &membership.regions {
-        let bytes = usize::try_from(spec.len)
-            .ok()
-            .filter(|&b| isize::try_from(b).is_ok())
-            .ok_or(FabricError::OutOfBounds {
-                node: me,
-                region: spec.id,
-                offset: 0,
-                len: spec.len,
-                region_len: isize::MAX as u64,
-            })?
-            .max(WORD);
-        let map: MmapRaw = MmapMut::map_anon(bytes)
-            .map_err(call(me, "allocate a region"))?
-            .into();
-        // SAFETY: `map` is a live anonymous mapping of `bytes` bytes
-        // that the fabric owns (in `own`) and unmaps only after the
-        // registration is dropped and every queue pair that could reach
-        // it is destroyed (`VerbsFabric`'s field order).
-        let mr = unsafe { device.register(map.as_mut_ptr(), bytes, "register a region") }?;
-        own_table.push((spec.id, Device::remote(&mr, spec.len)));
-        own.push(OwnRegion { _mr: mr, _map: map });
-    }
-    Ok((own, own_table))
-}
-
-/// A node's lanes before its peers are connected.
-struct OpenLanes {
-    lanes: Vec<Mutex<Lane>>,
-    /// Each lane's queue pair info, one per node.
-    infos: Vec<Vec<QpInfo>>,
-    /// The loopback responders (and later the peers' responders), each
-    /// with the node whose requests it serves.
-    responders: Vec<(NodeId, ExtendedQueuePair)>,
-    idle_cq: Arc<ExtendedCompletionQueue>,
-}
-
-/// Opens `lanes` lanes (clamped to `1..=`[`MAX_LANES`]), each with one
-/// queue pair per node, and connects each lane's own queue pair to a
-/// loopback responder.
-fn open_lanes(
-    device: &Device,
-    me: NodeId,
-    nodes: usize,
-    lanes: usize,
-) -> Result<OpenLanes, FabricError> {
-    let lanes = lanes.clamp(1, MAX_LANES);
-    let idle_cq = device.cq(1)?;
-    let mut lane_list = Vec::with_capacity(lanes);
-    let mut infos: Vec<Vec<QpInfo>> = Vec::with_capacity(lanes);
-    let mut responders = Vec::new();
-    for _ in 0..lanes {
-        let cq = device.cq(4 * CHUNK as u32)?;
-        let mut qps = Vec::with_capacity(nodes);
-        let mut lane_infos = Vec::with_capacity(nodes);
-        for _ in 0..nodes {
-            let (qp, info) = device.qp(&cq, CHUNK as u32)?;
-            qps.push(qp);
-            lane_infos.push(info);
-        }
-        let (mut responder, back) = device.qp(&idle_cq, 1)?;
-        device.connect(&mut qps[me], lane_infos[me], back, &device.address, me)?;
-        device.connect(&mut responder, back, lane_infos[me], &device.address, me)?;
-        responders.push((me, responder));
-        lane_list.push(Mutex::new(Lane::new(cq, qps)));
-        infos.push(lane_infos);
-    }
-    Ok(OpenLanes {
-        lanes: lane_list,
-        infos,
-        responders,
-        idle_cq,
-    })
-}
-
 /// Maps a libibverbs error to [`FabricError::Verbs`].
 fn call<E: std::error::Error + Send + Sync + 'static>(
     node: NodeId,
@@ -240,15 +156,35 @@ fn call<E: std::error::Error + Send + Sync + 'static>(
 
 /// A node's view of a cluster whose nodes are reached through RDMA NICs.
 pub struct VerbsFabric {
+    // Field order is drop order: the services (whose threads hold the
+    // core) stop first.
+    services: Vec<JoinService>,
+    core: Arc<Core>,
+}
+
+/// Responder queue pairs by lane and node, before they are kept (`None`
+/// at this node, whose lanes have loopback responders).
+type Responders = Vec<Vec<Option<ExtendedQueuePair>>>;
+
+/// Everything of a fabric but its services.
+struct Core {
     // Field order is drop order: queue pairs first, then the memory they
     // reach, then the device.
     lanes: Vec<Mutex<Lane>>,
     /// Every responder queue pair, with the node whose requests it serves.
     responders: Mutex<Vec<(NodeId, ExtendedQueuePair)>>,
+    /// Responder queue pairs a reconnection replaced, in the error state.
+    replaced: Mutex<Vec<ExtendedQueuePair>>,
+    /// Held by a reconnection, a fence and a readmission: one at a time.
+    reconnecting: Mutex<()>,
     idle_cq: Arc<ExtendedCompletionQueue>,
-    table: Vec<Vec<Option<RemoteRegion>>>,
+    /// Per node, its regions (a replacement's replace its predecessor's).
+    table: Vec<RwLock<Vec<Option<RemoteRegion>>>>,
     /// Per node: fenced ([`Fabric::fence_node`]), so its verbs are refused.
     fenced: Vec<AtomicBool>,
+    /// This node's regions as its peers reach them.
+    own_table: RegionTable,
+    membership: Membership,
     _own: Vec<OwnRegion>,
     device: Device,
     node: NodeId,
@@ -257,11 +193,23 @@ pub struct VerbsFabric {
 impl std::fmt::Debug for VerbsFabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerbsFabric")
+            .field("core", &self.core)
+            .field("services", &self.services.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fenced: Vec<NodeId> = (0..self.fenced.len())
+            .filter(|&n| self.fenced[n].load(Ordering::Acquire))
+            .collect();
+        f.debug_struct("Core")
             .field("node", &self.node)
             .field("nodes", &self.table.len())
             .field("device", &self.device)
             .field("lanes", &self.lanes.len())
-            .field("fenced", &self.fenced_nodes())
+            .field("fenced", &fenced)
             .finish_non_exhaustive()
     }
 }
@@ -341,39 +289,84 @@ impl VerbsFabric {
         )?;
         let (own, own_table) = register_regions(&device, membership)?;
         let lanes = open_lanes(&device, me, nodes, options.lanes)?;
-        let mut table: Vec<Vec<Option<RemoteRegion>>> = vec![Vec::new(); nodes];
-        table[me] = region_table(&own_table);
-        let mut fabric = VerbsFabric {
+        let mut table: Vec<RwLock<Vec<Option<RemoteRegion>>>> =
+            (0..nodes).map(|_| RwLock::new(Vec::new())).collect();
+        table[me] = RwLock::new(region_table(&own_table));
+        let mut core = Core {
             lanes: lanes.lanes,
             responders: Mutex::new(lanes.responders),
+            replaced: Mutex::new(Vec::new()),
+            reconnecting: Mutex::new(()),
             idle_cq: lanes.idle_cq,
             table,
             fenced: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            own_table,
+            membership: membership.clone(),
             _own: own,
             device,
             node: me,
         };
-        fabric.self_test(&membership.regions)?;
-        fabric.connect_peers(options, listener, own_table, lanes.infos)?;
-        Ok(fabric)
+        core.self_test(&membership.regions)?;
+        let serving = match &options.joins {
+            Joins::Off => {
+                core.connect_peers(options, listener, lanes.infos, None)?;
+                None
+            }
+            Joins::Serve => {
+                let answering = rejoin::listener(&options.rendezvous)?;
+                let table = core.connect_peers(options, listener, lanes.infos, Some(&answering))?;
+                Some((table, answering))
+            }
+            Joins::Replace { also } => Some(core.replace(options, also, lanes.infos)?),
+        };
+        let core = Arc::new(core);
+        let services = match serving {
+            Some((table, answering)) => {
+                rejoin::serve(&core, &options.rendezvous, table, answering)?
+            }
+            None => Vec::new(),
+        };
+        Ok(VerbsFabric { services, core })
     }
 
-    /// Opens a responder queue pair for every (lane, peer), publishes this
-    /// node's card through the rendezvous, and connects every queue pair
-    /// to its peer's; returns once every node has connected.
-    fn connect_peers(
-        &mut self,
-        options: &VerbsOptions,
-        listener: Option<TcpListener>,
-        regions: RegionTable,
-        initiators: Vec<Vec<QpInfo>>,
-    ) -> Result<(), FabricError> {
-        let rv = &options.rendezvous;
-        let (me, nodes) = (rv.membership.node, rv.membership.nodes);
-        let mut responders: Vec<Vec<Option<ExtendedQueuePair>>> = Vec::new();
-        let mut responder_infos: Vec<Vec<QpInfo>> = Vec::new();
+    /// The name of the RDMA device in use.
+    #[must_use]
+    pub fn device_name(&self) -> &str {
+        &self.core.device.name
+    }
+
+    /// Lanes (sets of queue pairs) this fabric opened.
+    #[must_use]
+    pub fn lanes(&self) -> usize {
+        self.core.lanes.len()
+    }
+
+    /// This node.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.core.node
+    }
+
+    /// The nodes this fabric has fenced (and not readmitted), in order.
+    #[must_use]
+    pub fn fenced_nodes(&self) -> Vec<NodeId> {
+        let fenced = &self.core.fenced;
+        (0..fenced.len())
+            .filter(|&n| fenced[n].load(Ordering::Acquire))
+            .collect()
+    }
+}
+
+impl Core {
+    /// This node's card for its peers: its initiators, a fresh responder
+    /// queue pair for every (lane, peer), and its regions; with the
+    /// responders, by lane and node (`None` at this node).
+    fn card(&self, initiators: Vec<Vec<QpInfo>>) -> Result<(Card, Responders), FabricError> {
+        let me = self.node;
+        let mut responders = Vec::with_capacity(initiators.len());
+        let mut responder_infos = Vec::with_capacity(initiators.len());
         for lane in &initiators {
-            let (mut qps, mut infos) = (Vec::with_capacity(nodes), Vec::with_capacity(nodes));
+            let (mut qps, mut infos) = (Vec::with_capacity(lane.len()), Vec::new());
             for (peer, own) in lane.iter().enumerate() {
                 if peer == me {
                     // The loopback responder is the lane's own.
@@ -392,38 +385,42 @@ impl VerbsFabric {
             address: self.device.address,
             initiators,
             responders: responder_infos,
-            regions,
+            regions: self.own_table.clone(),
+            rejoin: Vec::new(),
         };
-        let mine = card.encode();
-        let (_, ()) = crate::rendezvous_connected(
-            rv,
-            listener,
-            |_| mine,
-            |outcome| {
-                let cards = peer_cards(&outcome.blobs, rv, card.lanes())?;
-                for (peer, theirs) in cards.iter().enumerate() {
-                    let Some(theirs) = theirs else { continue };
-                    for (l, lane) in self.lanes.iter_mut().enumerate() {
-                        let lane = lane.get_mut().unwrap_or_else(PoisonError::into_inner);
-                        let (own, remote) = (card.initiator(l, peer), theirs.responder(l, me));
-                        self.device.connect(
-                            lane.qp_mut(peer),
-                            own,
-                            remote,
-                            &theirs.address,
-                            peer,
-                        )?;
-                        if let Some(qp) = responders[l][peer].as_mut() {
-                            let (own, remote) = (card.responder(l, peer), theirs.initiator(l, me));
-                            self.device
-                                .connect(qp, own, remote, &theirs.address, peer)?;
-                        }
-                    }
-                    self.table[peer] = region_table(&theirs.regions);
-                }
-                Ok(())
-            },
-        )?;
+        Ok((card, responders))
+    }
+
+    /// Connects, on every lane, this node's initiator to `peer` to the
+    /// peer's responder for this node, and this node's responder for the
+    /// peer to the peer's initiator, and takes the peer's regions.
+    fn connect_peer(
+        &mut self,
+        peer: NodeId,
+        mine: &Card,
+        theirs: &Card,
+        responders: &mut Responders,
+    ) -> Result<(), FabricError> {
+        let me = self.node;
+        for (l, lane) in self.lanes.iter_mut().enumerate() {
+            let lane = lane.get_mut().unwrap_or_else(PoisonError::into_inner);
+            let (own, remote) = (mine.initiator(l, peer), theirs.responder(l, me));
+            self.device
+                .connect(lane.qp_mut(peer), own, remote, &theirs.address, peer)?;
+            if let Some(qp) = responders[l][peer].as_mut() {
+                let (own, remote) = (mine.responder(l, peer), theirs.initiator(l, me));
+                self.device
+                    .connect(qp, own, remote, &theirs.address, peer)?;
+            }
+        }
+        *self.table[peer]
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = region_table(&theirs.regions);
+        Ok(())
+    }
+
+    /// Keeps the responders [`Core::card`] opened.
+    fn keep_responders(&mut self, responders: Responders) {
         let own = self
             .responders
             .get_mut()
@@ -435,7 +432,50 @@ impl VerbsFabric {
                     .filter_map(|(peer, qp)| Some((peer, qp?))),
             );
         }
-        Ok(())
+    }
+
+    /// Opens a responder queue pair for every (lane, peer), publishes this
+    /// node's card through the rendezvous, and connects every queue pair
+    /// to its peer's; returns once every node has connected. With an
+    /// `answering` listener, the card names its port, and the call returns
+    /// every node's reconnection address (see the `rejoin` module).
+    fn connect_peers(
+        &mut self,
+        options: &VerbsOptions,
+        listener: Option<TcpListener>,
+        initiators: Vec<Vec<QpInfo>>,
+        answering: Option<&TcpListener>,
+    ) -> Result<Vec<String>, FabricError> {
+        let rv = &options.rendezvous;
+        let port = answering
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .transpose()
+            .map_err(|source| FabricError::Bind {
+                addr: rv.address.clone(),
+                source,
+            })?;
+        let (card, mut responders) = self.card(initiators)?;
+        let lanes = card.lanes();
+        let mine = |route| {
+            let mut card = card.clone();
+            if let Some(port) = port {
+                card.rejoin = crate::rendezvous::advertised(route, &rv.address, port).into_bytes();
+            }
+            card.encode()
+        };
+        let (_, table) = crate::rendezvous_connected(rv, listener, mine, |outcome| {
+            let cards = peer_cards(&outcome.blobs, rv, lanes)?;
+            for (peer, theirs) in cards.iter().enumerate() {
+                let Some(theirs) = theirs else { continue };
+                self.connect_peer(peer, &card, theirs, &mut responders)?;
+            }
+            match port {
+                Some(_) => rejoin::addresses(outcome, rv),
+                None => Ok(Vec::new()),
+            }
+        })?;
+        self.keep_responders(responders);
+        Ok(table)
     }
 
     /// CASes the first word of this node's first region there and back
@@ -459,32 +499,6 @@ impl VerbsFabric {
             });
         }
         Ok(())
-    }
-
-    /// The name of the RDMA device in use.
-    #[must_use]
-    pub fn device_name(&self) -> &str {
-        &self.device.name
-    }
-
-    /// Lanes (sets of queue pairs) this fabric opened.
-    #[must_use]
-    pub fn lanes(&self) -> usize {
-        self.lanes.len()
-    }
-
-    /// This node.
-    #[must_use]
-    pub fn node(&self) -> NodeId {
-        self.node
-    }
-
-    /// The nodes this fabric has fenced, in order.
-    #[must_use]
-    pub fn fenced_nodes(&self) -> Vec<NodeId> {
-        (0..self.fenced.len())
-            .filter(|&n| self.fenced[n].load(Ordering::Acquire))
-            .collect()
     }
 
     /// A lane for this thread: its own if free, else any free one, else
@@ -514,11 +528,16 @@ impl VerbsFabric {
         {
             return Err(FabricError::Lost { node: addr.node });
         }
-        let regions = self.table.get(addr.node).ok_or(FabricError::UnknownNode {
-            node: addr.node,
-            nodes: self.table.len(),
-        })?;
-        let region = regions
+        let regions = self
+            .table
+            .get(addr.node)
+            .ok_or(FabricError::UnknownNode {
+                node: addr.node,
+                nodes: self.table.len(),
+            })?
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let region = *regions
             .get(usize::from(addr.region.0))
             .and_then(Option::as_ref)
             .ok_or(FabricError::UnknownRegion {
@@ -626,7 +645,7 @@ impl VerbsFabric {
     }
 }
 
-impl Fabric for VerbsFabric {
+impl Fabric for Core {
     fn nodes(&self) -> usize {
         self.table.len()
     }
@@ -634,6 +653,8 @@ impl Fabric for VerbsFabric {
     fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
         self.table
             .get(node)?
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .get(usize::from(region.0))?
             .as_ref()
             .map(|r| r.len)
@@ -669,6 +690,10 @@ impl Fabric for VerbsFabric {
         let Some(flag) = self.fenced.get(node) else {
             return;
         };
+        let _one = self
+            .reconnecting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if node == self.node || flag.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -701,44 +726,42 @@ impl Fabric for VerbsFabric {
             );
         }
     }
-}
 
-/// Every peer's card from the rendezvous's table, checked against this
-/// node's membership and lane count (`None` at this node's own index).
-fn peer_cards(
-    blobs: &[Vec<u8>],
-    rv: &RendezvousOptions,
-    lanes: usize,
-) -> Result<Vec<Option<Card>>, FabricError> {
-    let me = &rv.membership;
-    blobs
-        .iter()
-        .enumerate()
-        .map(|(peer, blob)| {
-            if peer == me.node {
-                return Ok(None);
-            }
-            let fail = |reason| FabricError::Handshake {
-                node: peer,
-                addr: rv.address.clone(),
-                reason,
-            };
-            let card = Card::decode(blob).ok_or_else(|| fail(HandshakeFailure::Malformed))?;
-            card.check(me, lanes).map_err(fail)?;
-            Ok(Some(card))
-        })
-        .collect()
-}
-
-fn region_table(regions: &[(RegionId, RemoteRegion)]) -> Vec<Option<RemoteRegion>> {
-    let len = regions
-        .iter()
-        .map(|(id, _)| usize::from(id.0) + 1)
-        .max()
-        .unwrap_or(0);
-    let mut table = vec![None; len];
-    for (id, r) in regions {
-        table[usize::from(id.0)] = Some(*r);
+    fn readmit_node(&self, node: NodeId) {
+        self.readmit(node);
     }
-    table
+}
+
+impl Fabric for VerbsFabric {
+    fn nodes(&self) -> usize {
+        self.core.nodes()
+    }
+
+    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
+        self.core.region_len(node, region)
+    }
+
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.core.read(addr, buf)
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.core.write(addr, data)
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.core.cas(addr, expected, new)
+    }
+
+    fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        self.core.post(batch)
+    }
+
+    fn fence_node(&self, node: NodeId) {
+        self.core.fence_node(node);
+    }
+
+    fn readmit_node(&self, node: NodeId) {
+        self.core.readmit(node);
+    }
 }

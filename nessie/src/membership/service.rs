@@ -261,6 +261,7 @@ impl Member {
         self.views.begin_change(decided.epoch);
         self.views.set_lease_until(0);
         self.fence_lost(&decided);
+        self.readmit_members(&decided);
         self.pending = Some((decided, now + self.bounds.drain_us));
     }
 
@@ -275,6 +276,19 @@ impl Member {
         for (node, member) in view.members.iter().enumerate() {
             if member.0 == MemberState::Lost && node != self.me {
                 self.fabric.fence_node(node);
+            }
+        }
+    }
+
+    /// Lifts, on the fabric, the fence of every other node `view` names a
+    /// member (a replacement restoring, once fenced): its replacement's
+    /// memory is open by now, which it opens before it asks for the view
+    /// (docs/replication.md#joining-after-start-up). Nodes never fenced
+    /// are left as they are.
+    fn readmit_members(&self, view: &ViewRecord) {
+        for (node, member) in view.members.iter().enumerate() {
+            if member.0 != MemberState::Lost && node != self.me {
+                self.fabric.readmit_node(node);
             }
         }
     }

@@ -110,6 +110,10 @@ impl Fabric for RoutedFabric {
         self.inner.fence_node(node);
     }
 
+    fn readmit_node(&self, node: NodeId) {
+        self.inner.readmit_node(node);
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.post_routed(batch, |b| self.inner.post(b))
     }
@@ -224,6 +228,10 @@ mod tests {
 
         fn fence_node(&self, node: usize) {
             self.inner.fence_node(node);
+        }
+
+        fn readmit_node(&self, node: usize) {
+            self.inner.readmit_node(node);
         }
         fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
             self.inner.region_len(node, region)

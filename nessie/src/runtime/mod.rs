@@ -145,7 +145,10 @@ impl Hosting {
 
     /// As [`Hosting::node`], for a replacement of the lost node `node_id`:
     /// on `shm` it takes the lost node's wiped region files, which every
-    /// peer has mapped (docs/replication.md#restore).
+    /// peer has mapped (docs/replication.md#restore); on `tcp` and `verbs`
+    /// it learns its peers from the members' join service, and on `verbs`
+    /// reconnects its fresh queue pairs and regions to every member
+    /// (docs/replication.md#joining-after-start-up).
     ///
     /// # Errors
     /// As [`Hosting::node`].
@@ -421,7 +424,7 @@ fn open_fabric(
                 tcp: Some(tcp),
             })
         }
-        FabricConfig::Verbs { .. } => Ok(Opened::plain(open_verbs(config, membership)?)),
+        FabricConfig::Verbs { .. } => Ok(Opened::plain(open_verbs(config, membership, replace)?)),
         FabricConfig::Local => Err(Error::Config(
             "a node process needs fabric = shm, tcp or verbs (use an in-process cluster for local)"
                 .into(),
@@ -437,7 +440,11 @@ fn tcp_frame_limit(config: &Config) -> u64 {
 }
 
 #[cfg(feature = "verbs")]
-fn open_verbs(config: &Config, membership: Membership) -> Result<Arc<dyn Fabric>, Error> {
+fn open_verbs(
+    config: &Config,
+    membership: Membership,
+    replace: bool,
+) -> Result<Arc<dyn Fabric>, Error> {
     use crate::fabric::{RcTimeouts, VerbsFabric, VerbsOptions, DEFAULT_LANES};
     let FabricConfig::Verbs {
         device,
@@ -459,6 +466,14 @@ fn open_verbs(config: &Config, membership: Membership) -> Result<Arc<dyn Fabric>
         .or_else(|| peers.first().cloned())
         .ok_or_else(|| Error::Config("fabric = verbs needs peers or a rendezvous".into()))?;
     let serve = membership.node == 0;
+    // With replicas every node answers a replacement's reconnection
+    // (docs/replication.md#joining-after-start-up); a replacement asks the
+    // join service at the rendezvous address.
+    let joins = match (config.replicas > 1, replace) {
+        (false, _) => Joins::Off,
+        (true, false) => Joins::Serve,
+        (true, true) => Joins::Replace { also: Vec::new() },
+    };
     Ok(Arc::new(VerbsFabric::open(&VerbsOptions {
         device: device.clone(),
         gid_index: *gid_index,
@@ -471,11 +486,16 @@ fn open_verbs(config: &Config, membership: Membership) -> Result<Arc<dyn Fabric>
         },
         lanes: DEFAULT_LANES,
         retransmission,
+        joins,
     })?))
 }
 
 #[cfg(not(feature = "verbs"))]
-fn open_verbs(_config: &Config, _membership: Membership) -> Result<Arc<dyn Fabric>, Error> {
+fn open_verbs(
+    _config: &Config,
+    _membership: Membership,
+    _replace: bool,
+) -> Result<Arc<dyn Fabric>, Error> {
     Err(Error::Config(
         "fabric = verbs needs nessie built with the `verbs` cargo feature".into(),
     ))
