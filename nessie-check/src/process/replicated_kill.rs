@@ -27,7 +27,7 @@ use crate::process::replicated::{
     audit, audit_into, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
 };
 use crate::process::workload::{
-    client_id, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
+    child_test, client_id, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
 };
 use nessie::{Config, Node};
 use nix::unistd::Pid;
