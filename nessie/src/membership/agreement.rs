@@ -547,9 +547,10 @@ mod tests {
             bal: 0,
             inp: without(&view, 1),
         };
-        assert_eq!(disks.write_block(1, &announced).len(), 3);
+        // Announced by the proposer whose block is read last.
+        assert_eq!(disks.write_block(2, &announced).len(), 3);
         let mut p = Proposer {
-            me: 2,
+            me: 0,
             instance: 0,
             bal: 0,
             inp: without(&view, 0),
