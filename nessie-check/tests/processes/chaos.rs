@@ -8,6 +8,7 @@ use nessie_check::process::workload::{child_test, test_name};
 
 #[test]
 fn chaos_quick_has_no_violations() {
+    let _cluster = super::one_cluster_at_a_time();
     let report = run(ChaosPlan::quick(7), || {
         child_test(&test_name(module_path!(), "chaos_node"))
     })
@@ -42,6 +43,7 @@ fn chaos_quick_has_no_violations() {
 /// node's final reads of every key included, is linearizable.
 #[test]
 fn chaos_replicated_kill_and_wipe_has_no_violations() {
+    let _cluster = super::one_cluster_at_a_time();
     let began = std::time::Instant::now();
     let report = run(ChaosPlan::replicated(11), || {
         child_test(&test_name(module_path!(), "chaos_node"))

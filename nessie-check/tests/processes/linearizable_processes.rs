@@ -47,6 +47,7 @@ fn spawn_child(dir: &Path, node: usize, cluster: &str) -> Child {
 
 #[test]
 fn three_processes_one_killed_stay_linearizable() {
+    let _cluster = super::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap().keep();
     let cfg = config(&dir);
     let mut guard = ChildGuard::new(dir.clone());

@@ -11,3 +11,16 @@ mod netns_cluster;
 mod netns_partition;
 mod peer_death;
 mod replicated_kill;
+
+/// The cluster tests measure leases, deadlines and failure detection on a
+/// machine of two cores: two clusters at once (a chaos run beside a
+/// partition) starve each other's membership threads, so each test holds
+/// this while its cluster runs.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits until no other cluster test of this binary runs.
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

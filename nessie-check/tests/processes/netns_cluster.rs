@@ -64,6 +64,7 @@ pub(crate) fn runs_as_root() -> bool {
 
 #[test]
 fn three_nodes_in_network_namespaces_stay_linearizable() {
+    let _cluster = super::one_cluster_at_a_time();
     if !runs_as_root() {
         return skip("not running as root");
     }

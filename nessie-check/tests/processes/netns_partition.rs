@@ -162,6 +162,7 @@ fn nft_works_in_a_namespace() -> Result<(), String> {
 
 #[test]
 fn a_node_cut_off_by_nftables_stops_serving_and_the_majority_goes_on() {
+    let _cluster = super::one_cluster_at_a_time();
     if !runs_as_root() {
         return skip("not running as root");
     }

@@ -32,6 +32,7 @@ fn tcp(cluster: &str, rendezvous: &str) -> Config {
 
 #[test]
 fn a_killed_peer_fails_only_what_needs_it() {
+    let _cluster = super::one_cluster_at_a_time();
     let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
     let survivors = peer_death::run(&test_name(module_path!(), "child_node"), &rendezvous);
     let config = tcp("x", &rendezvous);

@@ -52,6 +52,7 @@ fn config(cluster: &str, rendezvous: &str) -> Config {
 
 #[test]
 fn a_killed_node_of_a_replicated_cluster_leaves_a_linearizable_history() {
+    let _cluster = super::one_cluster_at_a_time();
     let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
     let cfg = config("x", &rendezvous);
     let report = replicated_kill::run(
