@@ -104,7 +104,7 @@ netns_up "nessie$$" "$nodes" "$subnet" "$subnet.254"
 netns_shape "$link" "$delay"
 
 for i in $(seq 0 $((nodes - 1))); do echo "$NETNS_TAG-$i slots=1"; done >"$dir/hostfile"
-export NETNS_RSH_TAG=$NETNS_TAG
+export NETNS_RSH_TAG=$NETNS_TAG NETNS_RSH_TMP=$dir/ompi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "mpirun-netns: $nodes namespaces $NETNS_TAG-* (${NETNS_ADDRS[*]}), mpirun in $NETNS_HUB ($subnet.254)" >&2
 
