@@ -263,16 +263,24 @@ def build(cname, vname):
     return m
 
 
-def main(argv):
-    vs = list(VARIANTS) if len(argv) < 2 or argv[1] == 'all' else argv[1].split(',')
-    cs = list(CONFIGS) if len(argv) < 3 or argv[2] == 'all' else argv[2].split(',')
+def main(argv, variants=None, configs=None, build_model=None, clean=None):
+    """Runs the variants and configurations argv names; every variant but
+    `clean` must show a counterexample, `clean` none (exit status 1
+    otherwise). The tables default to this file's; replicas_switch.py
+    passes its own."""
+    variants = VARIANTS if variants is None else variants
+    configs = CONFIGS if configs is None else configs
+    build_model = build if build_model is None else build_model
+    clean = CLEAN if clean is None else clean
+    vs = list(variants) if len(argv) < 2 or argv[1] == 'all' else argv[1].split(',')
+    cs = list(configs) if len(argv) < 3 or argv[2] == 'all' else argv[2].split(',')
     max_states = int(argv[3]) if len(argv) > 3 else 3_000_000
     time_limit = float(argv[4]) if len(argv) > 4 else 600
     rows = []
     for v in vs:
         for c in cs:
             t0 = time.time()
-            m = build(c, v)
+            m = build_model(c, v)
             r = mc.explore(m, name='%s [%s]' % (c, v), max_states=max_states,
                            time_limit=time_limit, liveness=True)
             buf = io.StringIO()
@@ -285,9 +293,9 @@ def main(argv):
         print('%-5s %-13s %10d %-10s %8.1f' % row)
     for v in vs:
         res = [row[3] for row in rows if row[1] == v]
-        if v == CLEAN and any(x != 'clean' for x in res):
+        if v == clean and any(x != 'clean' for x in res):
             bad.append('%s fails' % v)
-        if v != CLEAN and 'VIOLATION' not in res:
+        if v != clean and 'VIOLATION' not in res:
             bad.append('%s (expected to fail) shows no counterexample' % v)
     for b in bad:
         print('FAIL: ' + b)

@@ -33,9 +33,7 @@ usage: python3 replicas_switch.py [VARIANTS|all] [CONFIGS|all] [max_states] [tim
   returned) must each show a counterexample in some configuration (exit
   status 1 otherwise).
 """
-import io
 import sys
-import time
 
 import replicas as R
 import replicas_restore as RR
@@ -252,34 +250,7 @@ def build(cname, vname):
 
 
 def main(argv):
-    vs = list(VARIANTS) if len(argv) < 2 or argv[1] == 'all' else argv[1].split(',')
-    cs = list(CONFIGS) if len(argv) < 3 or argv[2] == 'all' else argv[2].split(',')
-    max_states = int(argv[3]) if len(argv) > 3 else 3_000_000
-    time_limit = float(argv[4]) if len(argv) > 4 else 600
-    rows = []
-    for v in vs:
-        for c in cs:
-            t0 = time.time()
-            m = build(c, v)
-            r = mc.explore(m, name='%s [%s]' % (c, v), max_states=max_states,
-                           time_limit=time_limit, liveness=True)
-            buf = io.StringIO()
-            mc.report(m, r, out=buf, maxlines=200)
-            print(buf.getvalue(), flush=True)
-            rows.append((c, v, r['states'], 'limit' if r['limit'] else (
-                'VIOLATION' if r['violations'] else 'clean'), time.time() - t0))
-    bad = []
-    for row in rows:
-        print('%-5s %-8s %10d %-10s %8.1f' % row)
-    for v in vs:
-        res = [row[3] for row in rows if row[1] == v]
-        if v == CLEAN and any(x != 'clean' for x in res):
-            bad.append('%s fails' % v)
-        if v != CLEAN and 'VIOLATION' not in res:
-            bad.append('%s (expected to fail) shows no counterexample' % v)
-    for b in bad:
-        print('FAIL: ' + b)
-    return 1 if bad else 0
+    return RR.main(argv, VARIANTS, CONFIGS, build, CLEAN)
 
 
 if __name__ == '__main__':
