@@ -180,12 +180,15 @@ const KILL_PACE: Pace = Pace {
     worker_limit: Duration::from_secs(180),
     audit_limit: Duration::from_secs(60),
     rejoin_within: None,
+    second_loss: false,
 };
 
 /// As [`KILL_PACE`], and then a replacement of the killed node rejoins
-/// (restoring its copies under an emulated CPU: a hang detector only).
+/// (restoring its copies under an emulated CPU: a hang detector only), and
+/// then another node is lost.
 const REJOIN_PACE: Pace = Pace {
     rejoin_within: Some(Duration::from_secs(300)),
+    second_loss: true,
     ..KILL_PACE
 };
 

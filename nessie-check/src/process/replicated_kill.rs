@@ -17,7 +17,10 @@
 //! With [`Pace::rejoin_within`], a replacement process then takes node 2's
 //! id ([`Node::rejoin`]): it restores its copies while the survivors wait,
 //! and then every node, the replacement too, reads every key, those reads
-//! in the history as well.
+//! in the history as well. With [`Pace::second_loss`] as well, node 1 is
+//! then killed: node 0 and the replacement agree on a view without it and
+//! read every key again (two losses one after another, the first restored
+//! before the second).
 //!
 //! (r = 1, where the dead node's share is gone and its keys fail with typed
 //! errors, is [`crate::process::peer_death`].)
@@ -47,6 +50,12 @@ pub const THREADS: usize = 2;
 const AUDIT_CLIENT: u64 = 1000;
 /// Client ids of every node's audit after a rejoin: this plus the node id.
 const REJOIN_AUDIT_CLIENT: u64 = 2000;
+/// The node killed second, after the rejoin ([`Pace::second_loss`]).
+pub const KILLED_SECOND: usize = 1;
+/// The nodes that stay after the second loss.
+pub const SECOND_SURVIVORS: [usize; 2] = [0, KILLED];
+/// Client ids of the audit after the second loss: this plus the node id.
+const SECOND_AUDIT_CLIENT: u64 = 3000;
 /// Set (to anything) for the replacement's process.
 const REPLACEMENT_ENV: &str = "NESSIE_REPLICATED_KILL_REPLACEMENT";
 const NODE_ENV: &str = "NESSIE_REPLICATED_KILL_NODE";
@@ -80,6 +89,10 @@ pub struct Pace {
     /// have read every key, within this long, and then every node reads
     /// every key; with `None`, the run ends with the survivors' reads.
     pub rejoin_within: Option<Duration>,
+    /// With a rejoin: once every node has read every key, node
+    /// [`KILLED_SECOND`] is killed, and node 0 and the replacement read
+    /// every key again within `rejoin_within`.
+    pub second_loss: bool,
 }
 
 /// What a run saw, from the survivors' tallies and the merged history.
@@ -111,6 +124,10 @@ pub struct Report {
     /// How long the replacement's `Node::rejoin` took, ms (`None`: no
     /// rejoin in this run).
     pub rejoin_ms: Option<f64>,
+    /// After the second loss: from the kill of node [`KILLED_SECOND`] to
+    /// the first key read back, and to the last, ms (`None`: no second
+    /// loss in this run).
+    pub second_served_ms: Option<(f64, f64)>,
 }
 
 fn ms_between(from_ns: u64, to_ns: u64) -> f64 {
@@ -137,6 +154,11 @@ impl Report {
         if let Some(ms) = self.rejoin_ms {
             out.push(format!(
                 "{tag}: a replacement of node 2 rejoined in {ms:.0} ms; then every node read every key"
+            ));
+        }
+        if let Some((first, last)) = self.second_served_ms {
+            out.push(format!(
+                "{tag}: then node {KILLED_SECOND} was killed; node 0 and the replacement read their first key {first:.0} ms after, every key {last:.0} ms after"
             ));
         }
         out.push(format!(
@@ -186,12 +208,21 @@ impl Report {
         } else {
             0
         };
+        let after_second = if self.second_served_ms.is_some() {
+            SECOND_SURVIVORS.len() * KEYS
+        } else {
+            0
+        };
         assert_eq!(
             self.audited,
-            SURVIVORS.len() * KEYS + after_rejoin,
-            "the survivors' reads of every key (and every node's after the rejoin)"
+            SURVIVORS.len() * KEYS + after_rejoin + after_second,
+            "the survivors' reads of every key (and every node's after the rejoin, and the last two's after the second loss)"
         );
         assert_eq!(self.rejoin_ms.is_some(), pace.rejoin_within.is_some());
+        assert_eq!(
+            self.second_served_ms.is_some(),
+            pace.second_loss && pace.rejoin_within.is_some()
+        );
     }
 }
 
@@ -263,6 +294,26 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         waited.push(NODES);
         deadline = Instant::now() + within;
     }
+    let second_killed_at = (pace.second_loss && pace.rejoin_within.is_some()).then(|| {
+        // Once every node has read every key after the rejoin, node 1 is
+        // lost too; node 0 and the replacement must serve every key alone.
+        let all_audited = || (0..NODES).all(|n| dir.join(format!("rejoin-audited-{n}")).exists());
+        while !all_audited() {
+            for &n in &waited {
+                if let Some(status) = guard.children[n].try_wait().unwrap() {
+                    panic!("process {n} ended before the second loss: {status}");
+                }
+            }
+            assert!(Instant::now() < deadline, "the rejoin's reads did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let at = now_ns();
+        guard.children[KILLED_SECOND].kill().unwrap();
+        let _ = guard.children[KILLED_SECOND].wait();
+        std::fs::write(dir.join("second-killed"), b"").unwrap();
+        waited.retain(|&n| n != KILLED_SECOND);
+        at
+    });
     for node in waited {
         let child = &mut guard.children[node];
         loop {
@@ -303,8 +354,20 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
             .and_then(|ms| ms.trim().parse().ok())
             .expect("the replacement's rejoin time")
     });
+    let second_served_ms = second_killed_at.map(|at| {
+        let reads: Vec<u64> = history
+            .ops()
+            .iter()
+            .filter(|op| op.client >= SECOND_AUDIT_CLIENT)
+            .filter_map(|op| op.responded())
+            .collect();
+        let first = reads.iter().min().expect("a read after the second loss");
+        let last = reads.iter().max().expect("a read after the second loss");
+        (ms_between(at, *first), ms_between(at, *last))
+    });
     Report {
         rejoin_ms,
+        second_served_ms,
         operations: history.len(),
         unknown: history.unknown_outcomes(),
         audited,
@@ -397,6 +460,39 @@ pub fn child(configure: Configure, pace: &Pace) {
     }
 }
 
+/// After the rejoin, with [`Pace::second_loss`]: node [`KILLED_SECOND`]
+/// waits to be killed; the others wait for the kill, read every key, and
+/// keep their memory up until the other has read too.
+fn after_second_loss(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, within: Duration) {
+    if node == KILLED_SECOND {
+        // Killed while it waits here.
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let killed = dir.join("second-killed");
+    let deadline = Instant::now() + within;
+    while !killed.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "node {node}: no second loss came"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    audit_into(
+        n,
+        dir,
+        &format!("hist-second-audit-{node}"),
+        (node, KEYS),
+        SECOND_AUDIT_CLIENT + node as u64,
+        pace.audit_limit,
+    );
+    assert!(
+        barrier(dir, "second-audited", node, &SECOND_SURVIVORS, within),
+        "node {node}: the other node did not read every key after the second loss"
+    );
+}
+
 /// Every node once the replacement has rejoined: reads every key, then
 /// keeps its memory up until every other node has read too.
 fn after_rejoin(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, within: Duration) {
@@ -417,6 +513,9 @@ fn after_rejoin(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, withi
         barrier(dir, "rejoin-audited", node, &all, within),
         "node {node}: another node did not read every key after the rejoin"
     );
+    if pace.second_loss {
+        after_second_loss(n, dir, node, pace, within);
+    }
 }
 
 /// The replacement's process: rejoins as node 2, then as every node.

@@ -22,6 +22,16 @@ const PACE: Pace = Pace {
     worker_limit: Duration::from_secs(40),
     audit_limit: Duration::from_secs(10),
     rejoin_within: None,
+    second_loss: false,
+};
+
+/// As [`PACE`], then a replacement of node 2 rejoins, and then node 1 is
+/// lost too.
+const REJOIN_PACE: Pace = Pace {
+    after_kill: 60,
+    rejoin_within: Some(Duration::from_secs(90)),
+    second_loss: true,
+    ..PACE
 };
 
 /// Short bounds, so that a view change takes a few seconds: the lease must
@@ -54,7 +64,6 @@ fn config(cluster: &str, rendezvous: &str) -> Config {
 fn a_killed_node_of_a_replicated_cluster_leaves_a_linearizable_history() {
     let _cluster = super::one_cluster_at_a_time();
     let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
-    let cfg = config("x", &rendezvous);
     let report = replicated_kill::run(
         &test_name(module_path!(), "child_node"),
         config,
@@ -64,18 +73,10 @@ fn a_killed_node_of_a_replicated_cluster_leaves_a_linearizable_history() {
     for line in report.lines("REPLICATED-KILL") {
         println!("{line}");
     }
+    // Every bound of the run is a hang detector (the pace's); how long a
+    // call took and how long nothing was served are printed above, not
+    // asserted (a loaded machine stretches both).
     report.check(&PACE);
-    // A hang detector, not a latency claim: every call is bounded by its
-    // deadline, and the view changes within failure_timeout plus the drain.
-    for t in &report.tallies {
-        let bound = (cfg.op_timeout + cfg.landing_bound() + Duration::from_secs(1)).as_secs_f64();
-        assert!(
-            t.slowest_ms <= bound * 1e3,
-            "a call took {:.0} ms",
-            t.slowest_ms
-        );
-    }
-    assert!(report.gap_ms.1 < 15_000.0, "not served again within 15 s");
 }
 
 /// One node process (run only when spawned by the test above).
@@ -83,4 +84,33 @@ fn a_killed_node_of_a_replicated_cluster_leaves_a_linearizable_history() {
 #[ignore = "run as a child process by a_killed_node_of_a_replicated_cluster_leaves_a_linearizable_history"]
 fn child_node() {
     replicated_kill::child(config, &PACE);
+}
+
+/// Two losses one after another on three nodes, the first restored before
+/// the second: node 2 is killed mid-operation, its replacement rejoins and
+/// restores, every node reads every key; then node 1 is killed, and node 0
+/// and the replacement read every key again. The merged history is
+/// linearizable.
+#[test]
+fn a_replacement_rejoins_and_then_another_node_is_lost() {
+    let _cluster = super::one_cluster_at_a_time();
+    let rendezvous = nessie_fabric::conformance::bootstrap::free_address();
+    let report = replicated_kill::run(
+        &test_name(module_path!(), "rejoin_child_node"),
+        config,
+        &rendezvous,
+        &REJOIN_PACE,
+    );
+    for line in report.lines("REJOIN-THEN-LOSS") {
+        println!("{line}");
+    }
+    report.check(&REJOIN_PACE);
+}
+
+/// One node process, the replacement too (run only when spawned by the
+/// test above).
+#[test]
+#[ignore = "run as a child process by a_replacement_rejoins_and_then_another_node_is_lost"]
+fn rejoin_child_node() {
+    replicated_kill::child(config, &REJOIN_PACE);
 }
