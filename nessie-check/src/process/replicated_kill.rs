@@ -294,37 +294,8 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         waited.push(NODES);
         deadline = Instant::now() + within;
     }
-    let second_killed_at = (pace.second_loss && pace.rejoin_within.is_some()).then(|| {
-        // Once every node has read every key after the rejoin, node 1 is
-        // lost too; node 0 and the replacement must serve every key alone.
-        let all_audited = || (0..NODES).all(|n| dir.join(format!("rejoin-audited-{n}")).exists());
-        while !all_audited() {
-            for &n in &waited {
-                if let Some(status) = guard.children[n].try_wait().unwrap() {
-                    panic!("process {n} ended before the second loss: {status}");
-                }
-            }
-            assert!(Instant::now() < deadline, "the rejoin's reads did not end");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let at = now_ns();
-        guard.children[KILLED_SECOND].kill().unwrap();
-        let _ = guard.children[KILLED_SECOND].wait();
-        std::fs::write(dir.join("second-killed"), b"").unwrap();
-        waited.retain(|&n| n != KILLED_SECOND);
-        at
-    });
-    for node in waited {
-        let child = &mut guard.children[node];
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "process {node} failed: {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "process {node} hangs");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let second_killed_at = (pace.second_loss && pace.rejoin_within.is_some())
+        .then(|| lose_another(&mut guard, &dir, &mut waited, deadline));
     let tallies: Vec<Tally> = SURVIVORS
         .iter()
         .map(|&n| Tally::read(&dir, n).expect("a survivor's tally"))
@@ -354,17 +325,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
             .and_then(|ms| ms.trim().parse().ok())
             .expect("the replacement's rejoin time")
     });
-    let second_served_ms = second_killed_at.map(|at| {
-        let reads: Vec<u64> = history
-            .ops()
-            .iter()
-            .filter(|op| op.client >= SECOND_AUDIT_CLIENT)
-            .filter_map(|op| op.responded())
-            .collect();
-        let first = reads.iter().min().expect("a read after the second loss");
-        let last = reads.iter().max().expect("a read after the second loss");
-        (ms_between(at, *first), ms_between(at, *last))
-    });
+    let second_served_ms = second_killed_at.map(|at| second_reads(&history, at));
     Report {
         rejoin_ms,
         second_served_ms,
@@ -379,6 +340,47 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         total_s: began.elapsed().as_secs_f64(),
         tallies,
     }
+}
+
+/// Once every node has read every key after the rejoin, kills node
+/// [`KILLED_SECOND`] (node 0 and the replacement must then serve every key
+/// alone) and drops it from `waited`; returns when it was killed.
+fn lose_another(
+    guard: &mut ChildGuard,
+    dir: &std::path::Path,
+    waited: &mut Vec<usize>,
+    deadline: Instant,
+) -> u64 {
+    let all_audited = || (0..NODES).all(|n| dir.join(format!("rejoin-audited-{n}")).exists());
+    while !all_audited() {
+        for &n in waited.iter() {
+            if let Some(status) = guard.children[n].try_wait().unwrap() {
+                panic!("process {n} ended before the second loss: {status}");
+            }
+        }
+        assert!(Instant::now() < deadline, "the rejoin's reads did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at = now_ns();
+    guard.children[KILLED_SECOND].kill().unwrap();
+    let _ = guard.children[KILLED_SECOND].wait();
+    std::fs::write(dir.join("second-killed"), b"").unwrap();
+    waited.retain(|&n| n != KILLED_SECOND);
+    at
+}
+
+/// From the second kill (`at`, wall-clock ns) to the first and the last
+/// read of the audit after it, ms.
+fn second_reads(history: &crate::history::History, at: u64) -> (f64, f64) {
+    let reads: Vec<u64> = history
+        .ops()
+        .iter()
+        .filter(|op| op.client >= SECOND_AUDIT_CLIENT)
+        .filter_map(crate::history::Operation::responded)
+        .collect();
+    let first = reads.iter().min().expect("a read after the second loss");
+    let last = reads.iter().max().expect("a read after the second loss");
+    (ms_between(at, *first), ms_between(at, *last))
 }
 
 /// The body of a node process: returns at once unless spawned by [`run`].
