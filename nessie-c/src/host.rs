@@ -87,6 +87,7 @@ fn fabric_named(name: &str) -> Result<FabricConfig, NessieStatus> {
             device: None,
             peers: Vec::new(),
             rendezvous: None,
+            join: Vec::new(),
             secret: String::new(),
             gid_index: None,
         },

@@ -54,6 +54,7 @@ fn config(cluster: &str, rendezvous: &str) -> Config {
             device: Some(device),
             peers: Vec::new(),
             rendezvous: Some(rendezvous.into()),
+            join: Vec::new(),
             secret: "verbs-processes-test-secret-0123456789".into(),
             gid_index: std::env::var("NESSIE_VERBS_GID")
                 .ok()

@@ -119,6 +119,7 @@ impl ProcessFabric {
                 device: None,
                 peers: Vec::new(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: String::new(),
                 gid_index: None,
             },

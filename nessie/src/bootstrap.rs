@@ -190,6 +190,11 @@ impl Launch {
             rendezvous: Some(address),
             join,
             ..
+        }
+        | FabricConfig::Verbs {
+            rendezvous: Some(address),
+            join,
+            ..
         } = &mut config.fabric
         {
             if join.is_empty() {
@@ -706,6 +711,25 @@ mod tests {
             unreachable!()
         };
         assert_eq!(rendezvous.as_deref(), Some("cn1:20007"));
+        assert_eq!(join, &["cn2:20007", "[fe80::1]:20007"]);
+        // The same on verbs, whose replacement also rejoins through the
+        // members' join services.
+        let mut config = Config {
+            nodes: 4,
+            fabric: FabricConfig::Verbs {
+                device: None,
+                peers: Vec::new(),
+                rendezvous: None,
+                join: Vec::new(),
+                secret: "a-secret-of-sixteen-bytes".into(),
+                gid_index: None,
+            },
+            ..Config::default()
+        };
+        launch.configure(&mut config).unwrap();
+        let FabricConfig::Verbs { join, .. } = &config.fabric else {
+            unreachable!()
+        };
         assert_eq!(join, &["cn2:20007", "[fe80::1]:20007"]);
     }
 

@@ -94,6 +94,11 @@ pub enum FabricConfig {
         /// when `peers` is empty (a launcher's bootstrap fills it in).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rendezvous: Option<String>,
+        /// With replicas, where else a replacement asks to rejoin after
+        /// `rendezvous` (`host:port`, the rendezvous port on each of the
+        /// job's hosts; a launcher's bootstrap fills it in).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        join: Vec<String>,
         /// Cluster secret: every message of the exchange is sealed with it
         /// (HMAC-SHA256), so only its holders learn the rkeys of the
         /// cluster's memory. Use 16 bytes or more of randomness.
@@ -162,6 +167,7 @@ impl std::fmt::Debug for FabricConfig {
                 device,
                 peers,
                 rendezvous,
+                join,
                 gid_index,
                 ..
             } => f
@@ -169,6 +175,7 @@ impl std::fmt::Debug for FabricConfig {
                 .field("device", device)
                 .field("peers", peers)
                 .field("rendezvous", rendezvous)
+                .field("join", join)
                 .field("secret", &"<redacted>")
                 .field("gid_index", gid_index)
                 .finish(),
@@ -681,6 +688,7 @@ mod tests {
                 device: Some("rxe0".into()),
                 peers: vec!["10.0.0.1:7000".into(), "[::1]:7001".into()],
                 rendezvous: None,
+                join: Vec::new(),
                 secret: "0123456789abcdef".into(),
                 gid_index: None,
             }
@@ -697,6 +705,7 @@ mod tests {
                 device: None,
                 peers: peers.iter().map(|p| (*p).to_owned()).collect(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: "0123456789abcdef".into(),
                 gid_index: Some(1),
             },
@@ -722,6 +731,17 @@ mod tests {
             *rendezvous = Some("n0:20000".into());
         }
         meet.validate().unwrap();
+        if let FabricConfig::Verbs { join, .. } = &mut meet.fabric {
+            join.push("n1:20000".into());
+        }
+        meet.validate().unwrap();
+        if let FabricConfig::Verbs { join, .. } = &mut meet.fabric {
+            join.push("n2".into());
+        }
+        assert!(msg(&meet).contains("fabric.join[1]"), "{}", msg(&meet));
+        if let FabricConfig::Verbs { join, .. } = &mut meet.fabric {
+            join.pop();
+        }
         let mut both = verbs(&["a:1", "b:2"]);
         if let Some((_, rendezvous, _)) = both.fabric.meeting_mut() {
             *rendezvous = Some("n0:20000".into());

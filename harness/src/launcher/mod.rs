@@ -123,6 +123,7 @@ impl Fabric {
                 device: None,
                 peers: Vec::new(),
                 rendezvous: None,
+                join: Vec::new(),
                 secret: String::new(),
                 gid_index: None,
             },

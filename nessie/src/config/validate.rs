@@ -241,6 +241,11 @@ impl Config {
             }
             None => self.validate_peers(peers)?,
         }
+        if let FabricConfig::Tcp { join, .. } | FabricConfig::Verbs { join, .. } = &self.fabric {
+            for (i, address) in join.iter().enumerate() {
+                validate_address(&format!("fabric.join[{i}]"), address)?;
+            }
+        }
         if secret.is_empty() {
             return Err(bad("fabric.secret must not be empty".into()));
         }

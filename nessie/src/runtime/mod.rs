@@ -450,6 +450,7 @@ fn open_verbs(
         device,
         peers,
         rendezvous,
+        join,
         secret,
         gid_index,
     } = &config.fabric
@@ -468,11 +469,11 @@ fn open_verbs(
     let serve = membership.node == 0;
     // With replicas every node answers a replacement's reconnection
     // (docs/replication.md#joining-after-start-up); a replacement asks the
-    // join service at the rendezvous address.
+    // join service at the rendezvous address, then at each of `join`.
     let joins = match (config.replicas > 1, replace) {
         (false, _) => Joins::Off,
         (true, false) => Joins::Serve,
-        (true, true) => Joins::Replace { also: Vec::new() },
+        (true, true) => Joins::Replace { also: join.clone() },
     };
     Ok(Arc::new(VerbsFabric::open(&VerbsOptions {
         device: device.clone(),
