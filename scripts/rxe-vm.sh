@@ -29,7 +29,12 @@
 #   (f) the same file (verbs-rejoin): as (e), then a replacement process
 #       with the killed node's id rejoins (Node::rejoin: its fresh queue
 #       pairs and regions reconnected to the survivors, its copies
-#       restored), and every node reads every key, linearizably,
+#       restored), and every node reads every key, linearizably; then
+#       node 1 is killed too, and node 0 and the replacement read every
+#       key again,
+#   (g) the same file (verbs-double-loss): three replicas on five node
+#       processes, two neighbours killed together; the other three read
+#       every key's last value back,
 # prints one `RESULT <check>: ok|FAIL` line per check and powers off. The
 # host reads the serial console log and exits 0 only if the VM finished and
 # every check passed.
@@ -230,7 +235,7 @@ run() {
   cat /tmp/out.log
   took=$(awk "BEGIN {printf \"%.1f\", $(up) - $t}")
   # (node processes spawned by a test print their own `test child_node` lines)
-  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node|replicated_kill_node|replicated_rejoin_node) ' | awk '{print $2 "=" $4}'); do
+  for line in $(grep -E '^test [^ ]+ \.\.\. (ok|FAILED)' /tmp/out.log | grep -vE ' (child_node|peer_death_node|replicated_kill_node|replicated_rejoin_node|double_loss_node) ' | awk '{print $2 "=" $4}'); do
     test_name=${line%%=*} verdict=${line#*=}
     [ "$verdict" = ok ] && result "$name/$test_name" ok || result "$name/$test_name" FAIL
   done
@@ -246,6 +251,8 @@ run verbs-replicated-kill 600 /tests/verbs_linearizable_processes --exact \
   a_killed_node_with_two_replicas_is_served_again --ignored --test-threads=1 --show-output
 run verbs-rejoin 600 /tests/verbs_linearizable_processes --exact \
   a_replacement_rejoins_on_verbs --ignored --test-threads=1 --show-output
+run verbs-double-loss 600 /tests/verbs_linearizable_processes --exact \
+  with_three_replicas_two_of_five_nodes_lost_together_lose_nothing --ignored --test-threads=1 --show-output
 
 echo "$RESULTS"
 dmesg | grep -iE 'rxe|rdma' | tail -20
@@ -290,7 +297,7 @@ tr -d '\r' < "$LOG" | grep '^RESULT ' || true
 FAIL=0
 grep -q 'RXE-VM-DONE' "$LOG" || { log "the VM did not finish (timeout ${VM_TIMEOUT} s or crash)"; FAIL=1; }
 for check in modules rxe-device verbs-fabric verbs-store verbs-linearizability verbs-peer-death \
-    verbs-replicated-kill verbs-rejoin; do
+    verbs-replicated-kill verbs-rejoin verbs-double-loss; do
   tr -d '\r' < "$LOG" | grep -q "^RESULT $check: ok" || { log "check $check did not pass"; FAIL=1; }
 done
 if tr -d '\r' < "$LOG" | grep '^RESULT ' | grep -q ': FAIL'; then FAIL=1; fi

@@ -7,7 +7,9 @@
 //! survivors agree on a view without it and serve every key again, with a
 //! linearizable history, and then a replacement with the killed node's id
 //! that rejoins (its fresh queue pairs and regions reconnected to the
-//! survivors), after which every node serves every acknowledged key.
+//! survivors), after which every node serves every acknowledged key, and
+//! then another node is lost; and with three replicas on five nodes, two
+//! neighbours killed together, after which the others read every key.
 //!
 //! Needs an RDMA device: `#[ignore]`d, run with `--ignored` and the device
 //! in `NESSIE_VERBS_DEVICE` (optionally a GID index in `NESSIE_VERBS_GID`;
@@ -17,6 +19,7 @@
 #![cfg(feature = "verbs")]
 
 use nessie::{Config, FabricConfig, Node};
+use nessie_check::process::double_loss;
 use nessie_check::process::history::read_logs;
 use nessie_check::process::peer_death;
 use nessie_check::process::replicated_kill::{self, Pace};
@@ -265,4 +268,48 @@ fn replicated_rejoin_node() {
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .try_init();
     replicated_kill::child(replicated_config, &REJOIN_PACE);
+}
+
+/// Three replicas on five nodes, with the bounds of [`replicated_config`]
+/// and less memory per node (five processes share the VM).
+fn five_nodes(cluster: &str, rendezvous: &str) -> Config {
+    Config {
+        nodes: double_loss::NODES,
+        replicas: double_loss::REPLICAS,
+        data_bytes_per_node: 4 << 20,
+        ..replicated_config(cluster, rendezvous)
+    }
+}
+
+/// Hang detectors under an emulated CPU.
+const DOUBLE_LOSS_PACE: double_loss::Pace = double_loss::Pace {
+    start_within: Duration::from_secs(240),
+    serve_within: Duration::from_secs(180),
+};
+
+#[test]
+#[ignore = "needs an RDMA device: set NESSIE_VERBS_DEVICE and run with --ignored"]
+fn with_three_replicas_two_of_five_nodes_lost_together_lose_nothing() {
+    let rendezvous = free_address();
+    let report = double_loss::run(
+        "double_loss_node",
+        five_nodes,
+        &rendezvous,
+        &DOUBLE_LOSS_PACE,
+    );
+    for line in report.lines("VERBS-DOUBLE-LOSS") {
+        println!("{line}");
+    }
+}
+
+/// One node process (run only when spawned by the test above).
+#[test]
+#[ignore = "run as a child process by with_three_replicas_two_of_five_nodes_lost_together_lose_nothing"]
+fn double_loss_node() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
+    double_loss::child(five_nodes, &DOUBLE_LOSS_PACE);
 }

@@ -5,6 +5,8 @@
 //!   random while clients work (with replicas: killed and wiped, then
 //!   replaced by a process that rejoins), with the history checked for
 //!   linearizability.
+//! * [`double_loss`]: two of five members (three replicas) killed
+//!   together; the survivors read every key back.
 //! * [`peer_death`]: a peer killed mid-run; what the survivors can still do.
 //! * [`history`]: histories recorded by node processes, merged and checked.
 //! * [`replicated`]: workers of a replicated cluster whose view changes
@@ -15,6 +17,7 @@
 //! * [`stress`]: threads of one process hammering a small cluster.
 
 pub mod chaos;
+pub mod double_loss;
 pub mod history;
 pub mod peer_death;
 pub mod replicated;
