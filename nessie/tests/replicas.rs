@@ -548,6 +548,24 @@ fn a_restore_copies_while_writers_go_on_and_the_next_loss_loses_nothing() {
         figures
     });
     assert!(figures.entries_adopted > 0, "{figures:?}");
+    // Every slot of the r replicas node 1 holds, each index word read once
+    // and each data slot twice (copy, then verify), plus one READ more of
+    // a chunk per recopy.
+    let r = config.replicas as u64;
+    assert_eq!(figures.index_slots, r * config.index_slots_per_node as u64);
+    let classes = config.size_classes().len();
+    let slots: u64 = (0..classes).map(|c| config.class_slots(c) as u64).sum();
+    assert_eq!(figures.data_slots, r * slots, "{figures:?}");
+    let table_bytes: u64 = (0..classes)
+        .map(|c| (config.class_slots(c) * config.class_slot_bytes(c)) as u64)
+        .sum();
+    let once = figures.index_slots * 8 + 2 * r * table_bytes;
+    assert!(figures.bytes_read >= once, "{figures:?}");
+    assert_eq!(
+        figures.bytes_read > once,
+        figures.recopies > 0,
+        "bytes beyond one copy and one verification are recopies: {figures:?}"
+    );
     views.activate(views.current().next_with(1, MemberState::Active));
     audit_mirrors(&cluster);
     let check = |nodes: &[usize], models: &[HashMap<String, Option<Vec<u8>>>; 2]| {
