@@ -296,6 +296,17 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
     }
     let second_killed_at = (pace.second_loss && pace.rejoin_within.is_some())
         .then(|| lose_another(&mut guard, &dir, &mut waited, deadline));
+    for node in waited {
+        let child = &mut guard.children[node];
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "process {node} failed: {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "process {node} hangs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let tallies: Vec<Tally> = SURVIVORS
         .iter()
         .map(|&n| Tally::read(&dir, n).expect("a survivor's tally"))
