@@ -12,15 +12,31 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A thread's bound: an instant, or a budget whose clock starts at the
+/// first verb that asks for it.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    At(Instant),
+    Within(Duration),
+}
 
 thread_local! {
-    static BOUND: Cell<Option<Instant>> = const { Cell::new(None) };
+    static BOUND: Cell<Option<Bound>> = const { Cell::new(None) };
 }
 
 /// The instant after which this thread's verbs stop waiting, if one is set.
+/// A bound set with [`WaitBound::within`] is fixed here, at its first use.
 pub(crate) fn current() -> Option<Instant> {
-    BOUND.with(Cell::get)
+    BOUND.with(|b| match b.get()? {
+        Bound::At(at) => Some(at),
+        Bound::Within(budget) => {
+            let at = Instant::now() + budget;
+            b.set(Some(Bound::At(at)));
+            Some(at)
+        }
+    })
 }
 
 /// Sets this thread's wait bound until dropped, then restores the previous
@@ -28,7 +44,7 @@ pub(crate) fn current() -> Option<Instant> {
 #[derive(Debug)]
 #[must_use = "the bound holds only while the guard lives"]
 pub struct WaitBound {
-    previous: Option<Instant>,
+    previous: Option<Bound>,
     _thread: PhantomData<*const ()>,
 }
 
@@ -37,7 +53,18 @@ impl WaitBound {
     /// until `until` at the latest.
     pub fn until(until: Instant) -> WaitBound {
         WaitBound {
-            previous: BOUND.with(|b| b.replace(Some(until))),
+            previous: BOUND.with(|b| b.replace(Some(Bound::At(until)))),
+            _thread: PhantomData,
+        }
+    }
+
+    /// Verbs this thread posts while the guard lives wait for their peers
+    /// for `budget` at most, counted from the first of them that waits:
+    /// a thread whose verbs never wait (`local`, `shm`, `verbs`) never
+    /// reads the clock for it.
+    pub fn within(budget: Duration) -> WaitBound {
+        WaitBound {
+            previous: BOUND.with(|b| b.replace(Some(Bound::Within(budget)))),
             _thread: PhantomData,
         }
     }
@@ -52,7 +79,6 @@ impl Drop for WaitBound {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_bound_holds_while_its_guard_lives_and_nests() {
@@ -68,6 +94,17 @@ mod tests {
         assert_eq!(current(), Some(outer_at));
         drop(outer);
         assert_eq!(current(), None);
+    }
+
+    #[test]
+    fn a_budget_starts_at_its_first_use_and_then_stays() {
+        let set = Instant::now();
+        let _bound = WaitBound::within(Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20));
+        let first = current().unwrap();
+        assert!(first >= set + Duration::from_secs(5) + Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(current(), Some(first), "fixed at its first use");
     }
 
     #[test]

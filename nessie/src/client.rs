@@ -86,7 +86,9 @@ impl Client {
         // One clock read before and after, only with metrics on.
         let started = self.metrics.as_ref().map(|_| Instant::now());
         self.shared.skew(self.ep.node())?;
-        self.shared.views().check_serving(self.clock.mono_us())?;
+        // One monotonic clock read serves the view check and the deadline.
+        let started_us = self.clock.mono_us();
+        self.shared.views().check_serving(started_us)?;
         let before = self.ep.counts();
         let mut counters = OpStats::default();
         let result = {
@@ -100,11 +102,11 @@ impl Client {
             );
             let mut ctx = Ctx::start(
                 env,
-                &mut self.ep,
-                self.shared.scan_fabric().as_ref(),
+                (&mut self.ep, self.shared.scan_fabric().as_ref()),
                 &mut self.kept,
                 &mut counters,
                 writes,
+                started_us,
             );
             op(&mut ctx)
         };

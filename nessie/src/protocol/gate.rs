@@ -16,7 +16,7 @@ use crate::index::PerCandidate;
 use crate::layout::SlotRef;
 use crate::replica::Views;
 use crate::Error;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Verbs of one operation, with its deadline.
 pub(crate) struct Gate<'a> {
@@ -60,10 +60,12 @@ impl<'a> Gate<'a> {
             landing_us: timing.landing_us,
             late_cas: 0,
             fenced: lease_until != u64::MAX || timing.replicated,
-            _wait: WaitBound::until(
-                Instant::now()
-                    + Duration::from_micros(timing.op_timeout_us.saturating_add(timing.landing_us)),
-            ),
+            // Counted from the first verb that waits (so never read on a
+            // fabric whose verbs do not): at most the local work before it
+            // later than from `started_us`.
+            _wait: WaitBound::within(Duration::from_micros(
+                timing.op_timeout_us.saturating_add(timing.landing_us),
+            )),
         }
     }
 

@@ -123,18 +123,18 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    /// The context of an operation starting now. `writes` says whether it
+    /// The context of an operation that started at `started` (the
+    /// clock's monotonic µs, read by the caller). `writes` says whether it
     /// may write (and so needs a `created_at` stamp from the wall clock).
     /// `local` is the node's own memory without wrappers (allocation scans).
     pub(crate) fn start(
         env: Env<'a>,
-        ep: &'a mut Endpoint,
-        local: &'a dyn Fabric,
+        (ep, local): (&'a mut Endpoint, &'a dyn Fabric),
         kept: &'a mut Kept,
         stats: &'a mut OpStats,
         writes: bool,
+        started: u64,
     ) -> Ctx<'a> {
-        let started = env.clock.mono_us();
         let created_at = if writes { env.clock.now_us() } else { 0 };
         Ctx {
             gate: Gate::new(
