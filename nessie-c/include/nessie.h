@@ -120,6 +120,10 @@ typedef enum {
    * A replacement node could not join.
    */
   NESSIE_REJOIN_REFUSED = 20,
+  /**
+   * Every copy of the key's share is lost.
+   */
+  NESSIE_DATA_LOST = 21,
 } NessieStatus;
 
 /**

@@ -93,11 +93,13 @@ pub enum NessieStatus {
     NessieNoQuorum = 19,
     /// A replacement node could not join.
     NessieRejoinRefused = 20,
+    /// Every copy of the key's share is lost.
+    NessieDataLost = 21,
 }
 
 impl NessieStatus {
     /// Every status, in code order.
-    const ALL: [NessieStatus; 21] = [
+    const ALL: [NessieStatus; 22] = [
         NessieStatus::NessieOk,
         NessieStatus::NessieNotFound,
         NessieStatus::NessieInvalidArgument,
@@ -119,6 +121,7 @@ impl NessieStatus {
         NessieStatus::NessieViewChanging,
         NessieStatus::NessieNoQuorum,
         NessieStatus::NessieRejoinRefused,
+        NessieStatus::NessieDataLost,
     ];
 
     /// The status of a store error.
@@ -141,6 +144,7 @@ impl NessieStatus {
             E::ViewChanging { .. } => NessieStatus::NessieViewChanging,
             E::NoQuorum { .. } => NessieStatus::NessieNoQuorum,
             E::RejoinRefused { .. } => NessieStatus::NessieRejoinRefused,
+            E::DataLost { .. } => NessieStatus::NessieDataLost,
             _ => NessieStatus::NessieOther,
         }
     }
@@ -169,6 +173,7 @@ impl NessieStatus {
             NessieStatus::NessieViewChanging => c"NESSIE_VIEW_CHANGING",
             NessieStatus::NessieNoQuorum => c"NESSIE_NO_QUORUM",
             NessieStatus::NessieRejoinRefused => c"NESSIE_REJOIN_REFUSED",
+            NessieStatus::NessieDataLost => c"NESSIE_DATA_LOST",
         }
     }
 }

@@ -266,6 +266,21 @@ pub enum FabricError {
 }
 
 impl FabricError {
+    /// The peer whose failure or loss the error reports, for the errors
+    /// that name one (a lost, unreachable or disconnected node, a failed
+    /// handshake or verbs work request).
+    #[must_use]
+    pub fn peer(&self) -> Option<NodeId> {
+        match self {
+            FabricError::Lost { node }
+            | FabricError::Unreachable { node, .. }
+            | FabricError::Disconnected { node, .. }
+            | FabricError::Handshake { node, .. }
+            | FabricError::Verbs { node, .. } => Some(*node),
+            _ => None,
+        }
+    }
+
     /// Whether the failed verb may still have executed at its target: the
     /// connection broke after it was sent, the answer was unreadable, or the
     /// NIC gave up waiting for it. A CAS that failed this way has an unknown

@@ -110,6 +110,7 @@ impl Client {
             );
             op(&mut ctx)
         };
+        let result = result.map_err(|e| self.shared.views().name_lost_share(e));
         counters.ops = 1;
         counters.errors = u64::from(result.is_err());
         counters.verbs = self.ep.counts() - before;

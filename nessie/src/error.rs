@@ -75,6 +75,17 @@ pub enum Error {
         /// The view the node last served in.
         epoch: u64,
     },
+    /// Every copy of share `share` is lost: the current view has no active
+    /// replica of it, since more than r − 1 of its nodes were lost
+    /// together (docs/replication.md#questions-the-design-must-answer). A
+    /// key whose candidate slots or entry are there can no longer be read
+    /// (it is never reported absent); a write that returns this may have
+    /// taken effect elsewhere, as after a fabric error.
+    #[error("every copy of share {share} is lost (more than replicas - 1 of its nodes are gone)")]
+    DataLost {
+        /// The share (the node id that held its first copy).
+        share: usize,
+    },
     /// A replacement node could not join: the cluster keeps one copy of
     /// each share (nothing to restore from, so joining empty would lose
     /// the node's share), its id is still a member, or the copy failed

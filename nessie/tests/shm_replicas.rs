@@ -115,3 +115,42 @@ fn with_three_replicas_on_five_nodes_two_hosts_lost_at_once_lose_nothing() {
     lose(&config, &mut nodes, 1);
     every_node_serves(&nodes, &model);
 }
+
+/// Two neighbours lost together with two replicas: share 1 (on nodes 1
+/// and 2) has no copy left. Three of five members still agree on a view;
+/// then a key that needs share 1 fails with `Error::DataLost` (never
+/// "absent", never another value), and every other key is served.
+#[test]
+fn a_share_with_no_copy_left_is_reported_lost_never_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sized(dir.path(), 5, 2);
+    let mut nodes = start(&config);
+    let model = write_some(&nodes, 250, 100);
+    lose(&config, &mut nodes, 2);
+    lose(&config, &mut nodes, 1);
+    let limit = Instant::now() + Duration::from_secs(30);
+    let mut client = nodes[0].client().unwrap();
+    let (mut served, mut lost) = (0, 0);
+    for (key, value) in &model {
+        loop {
+            match client.get(key.as_bytes()) {
+                Ok(got) => {
+                    assert_eq!(got.as_ref(), Some(value), "{key}");
+                    served += 1;
+                    break;
+                }
+                Err(nessie::Error::DataLost { share }) => {
+                    assert_eq!(share, 1, "{key}");
+                    lost += 1;
+                    break;
+                }
+                Err(e) => {
+                    assert!(Instant::now() < limit, "{key}: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+    assert!(served > 0 && lost > 0, "served {served}, lost {lost}");
+    eprintln!("{served} keys served, {lost} reported lost");
+}

@@ -58,6 +58,9 @@ class NoQuorumError(NessieError):
 class RejoinRefusedError(NessieError):
     """A replacement node could not join."""
 
+class DataLostError(NessieError):
+    """Every copy of the key's share is lost."""
+
 class Client:
     """A client of the store on one node; safe to share between threads."""
 

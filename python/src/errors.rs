@@ -46,6 +46,7 @@ errors! {
     ViewChangingError: "The cluster is changing its view (a node was lost or is joining); nothing was done: retry shortly.",
     NoQuorumError: "This node cannot reach a majority of the cluster's members (or is no longer one); nothing was done.",
     RejoinRefusedError: "A replacement node could not join (one replica only, its id still a member, or the copy failed).",
+    DataLostError: "Every copy of the key's share is lost (more than replicas - 1 of its nodes are gone).",
 }
 
 /// The Python exception for `err`, with its message (and, for
@@ -78,6 +79,7 @@ pub(crate) fn to_py(err: nessie::Error) -> PyErr {
         E::ViewChanging { .. } => ViewChangingError::new_err(msg),
         E::NoQuorum { .. } => NoQuorumError::new_err(msg),
         E::RejoinRefused { .. } => RejoinRefusedError::new_err(msg),
+        E::DataLost { .. } => DataLostError::new_err(msg),
         // A variant added later: still a NessieError, with its message.
         _ => NessieError::new_err(msg),
     }

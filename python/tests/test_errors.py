@@ -26,6 +26,7 @@ SUBCLASSES = [
     nessie.ViewChangingError,
     nessie.NoQuorumError,
     nessie.RejoinRefusedError,
+    nessie.DataLostError,
 ]
 
 

@@ -193,6 +193,29 @@ impl Views {
         }
     }
 
+    /// `e`, or [`Error::DataLost`] when `e` is a fabric error on a node
+    /// that the current view names lost and whose share has no active
+    /// replica left: the verb went to the share's first node only because
+    /// no replica could take it ([`Views::route`]), and no later view
+    /// brings the share back (docs/replication.md#questions-the-design-must-answer).
+    pub(crate) fn name_lost_share(&self, e: Error) -> Error {
+        if !self.any_lost.load(Ordering::Acquire) {
+            return e;
+        }
+        let Some(node) = (match &e {
+            Error::Fabric(f) => f.peer(),
+            _ => None,
+        }) else {
+            return e;
+        };
+        let view = self.current();
+        if view.is_lost(node) && view.primary_replica(node, &self.geometry).is_none() {
+            Error::DataLost { share: node }
+        } else {
+            e
+        }
+    }
+
     /// The mirrors, in the current view, of what replica 0 of a share keeps
     /// at `at`: every replica but the primary on a node not lost (a
     /// restoring replica 0 included, named so that routing leaves it
