@@ -6,15 +6,16 @@
 //! view without both and must read every key's last written value back
 //! (docs/replication.md#what-it-guarantees).
 //!
-//! A test supplies the configuration ([`Configure`]) and names the child
+//! A test supplies the configuration ([`Configure`]: it must set `replicas:
+//! `[`REPLICAS`] and `nodes: `[`NODES`]) and names the child
 //! test that runs [`child`]; [`run`] is the parent and returns a
 //! [`Report`] of when the survivors were served again.
 
 use crate::process::replicated::barrier;
 use crate::process::workload::{
-    mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
+    mark_started, node_vars, wait_until_started, ChildGuard, Configure, NodeVars,
 };
-use nessie::{Config, Error, Node};
+use nessie::{Error, Node};
 use nix::unistd::Pid;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,15 +30,7 @@ pub const KILLED: [usize; 2] = [1, 2];
 pub const SURVIVORS: [usize; 3] = [0, 3, 4];
 /// Keys written, node `k % NODES` writing key `k`.
 pub const KEYS: usize = 60;
-const NODE_ENV: &str = "NESSIE_DOUBLE_LOSS_NODE";
-const DIR_ENV: &str = "NESSIE_DOUBLE_LOSS_DIR";
-const CLUSTER_ENV: &str = "NESSIE_DOUBLE_LOSS_CLUSTER";
-const RENDEZVOUS_ENV: &str = "NESSIE_DOUBLE_LOSS_RENDEZVOUS";
-
-/// Builds the cluster's configuration from its name and rendezvous address
-/// (the same in every process); it must set `replicas: `[`REPLICAS`] and
-/// `nodes: `[`NODES`].
-pub type Configure = fn(cluster: &str, rendezvous: &str) -> Config;
+const VARS: NodeVars = node_vars!("NESSIE_DOUBLE_LOSS");
 
 /// How long the steps may take: hang detectors, not latency claims.
 #[derive(Clone, Copy, Debug)]
@@ -100,13 +93,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         .validate()
         .expect("a valid configuration");
     let dir = tempfile::tempdir().expect("scratch directory").keep();
-    let vars = NodeVars {
-        node: NODE_ENV,
-        dir: DIR_ENV,
-        cluster: CLUSTER_ENV,
-        rendezvous: RENDEZVOUS_ENV,
-    };
-    let mut guard = ChildGuard::spawn_nodes(child_name, vars, NODES, (&dir, &cluster, rendezvous));
+    let mut guard = ChildGuard::spawn_nodes(child_name, VARS, NODES, (&dir, &cluster, rendezvous));
     let deadline = Instant::now() + pace.start_within;
     while !(0..NODES).all(|n| dir.join(format!("written-{n}")).exists()) {
         for (n, child) in guard.children.iter_mut().enumerate() {
@@ -132,18 +119,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         let _ = guard.children[n].wait();
     }
     std::fs::write(dir.join("killed"), killed_at.to_string()).unwrap();
-    let deadline = Instant::now() + pace.serve_within;
-    for n in SURVIVORS {
-        let child = &mut guard.children[n];
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "survivor {n} failed: {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "survivor {n} hangs");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    guard.wait_for(&SURVIVORS, Instant::now() + pace.serve_within);
     let mut refused = 0;
     let served_ms = SURVIVORS
         .iter()
@@ -168,12 +144,11 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
 /// If the node cannot start, a write fails, a survivor reads a wrong value
 /// or an error a replicated store must not return, or a step overruns.
 pub fn child(configure: Configure, pace: &Pace) {
-    let Some((node, dir)) = spawned_node(NODE_ENV, DIR_ENV) else {
+    let Some((node, dir)) = VARS.spawned() else {
         return;
     };
-    let var = |name| std::env::var(name).unwrap_or_default();
-    let config = configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV));
-    let n = Node::start(config, node).unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let n =
+        Node::start(VARS.config(configure), node).unwrap_or_else(|e| panic!("node {node}: {e}"));
     mark_started(&dir, node).unwrap();
     assert!(
         wait_until_started(&dir, NODES, pace.start_within),

@@ -3,32 +3,25 @@
 //! with SIGKILL; the two survivors then GET and PUT every key. Every
 //! operation returns: the ones that need node 2's memory with a typed
 //! error within about `op_timeout`, the others with success. (A restarted
-//! node cannot rejoin: that needs a membership design of its own.) This is
+//! node cannot rejoin at r = 1: its share would be lost.) This is
 //! r = 1; with r = 2 the survivors serve the dead node's share again from
 //! its replicas ([`crate::process::replicated`],
 //! `tests/processes/replicated_kill.rs`).
 //!
-//! A test supplies the configuration ([`Fabric`]) and names the child test
+//! A test supplies the configuration ([`Configure`]) and names the child test
 //! that runs [`child`]; [`run`] is the parent.
 
 use crate::process::workload::{
-    finish_together, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
+    finish_together, mark_started, node_vars, wait_until_started, ChildGuard, Configure, NodeVars,
 };
-use nessie::{Config, KvClient, Node};
+use nessie::{KvClient, Node};
 use std::time::{Duration, Instant};
 
 /// Nodes of the scenario; the last one is killed.
 pub const NODES: usize = 3;
 /// Keys, written round-robin by the three nodes before the kill.
 pub const KEYS: usize = 48;
-const NODE_ENV: &str = "NESSIE_PEER_DEATH_NODE";
-const DIR_ENV: &str = "NESSIE_PEER_DEATH_DIR";
-const CLUSTER_ENV: &str = "NESSIE_PEER_DEATH_CLUSTER";
-const RENDEZVOUS_ENV: &str = "NESSIE_PEER_DEATH_RENDEZVOUS";
-
-/// Builds the cluster's configuration from its name and rendezvous
-/// address (the same in every process).
-pub type Fabric = fn(cluster: &str, rendezvous: &str) -> Config;
+const VARS: NodeVars = node_vars!("NESSIE_PEER_DEATH");
 
 /// What one survivor saw after the kill.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -89,13 +82,7 @@ fn value(k: usize, round: u8) -> Vec<u8> {
 pub fn run(child_name: &str, rendezvous: &str) -> Vec<Survivor> {
     let dir = tempfile::tempdir().expect("scratch directory").keep();
     let cluster = format!("peer-death-{}", std::process::id());
-    let vars = NodeVars {
-        node: NODE_ENV,
-        dir: DIR_ENV,
-        cluster: CLUSTER_ENV,
-        rendezvous: RENDEZVOUS_ENV,
-    };
-    let mut guard = ChildGuard::spawn_nodes(child_name, vars, NODES, (&dir, &cluster, rendezvous));
+    let mut guard = ChildGuard::spawn_nodes(child_name, VARS, NODES, (&dir, &cluster, rendezvous));
     assert!(
         wait_until_started(&dir, NODES, Duration::from_secs(300)),
         "the nodes did not write their keys"
@@ -103,36 +90,27 @@ pub fn run(child_name: &str, rendezvous: &str) -> Vec<Survivor> {
     guard.children[NODES - 1].kill().expect("kill node 2");
     let _ = guard.children[NODES - 1].wait();
     std::fs::write(dir.join("killed"), b"").expect("signal the kill");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut survivors = Vec::new();
-    for node in 0..NODES - 1 {
-        let child = &mut guard.children[node];
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for a survivor") {
-                assert!(status.success(), "survivor {node} failed: {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "survivor {node} hangs");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    let survivors: Vec<usize> = (0..NODES - 1).collect();
+    guard.wait_for(&survivors, Instant::now() + Duration::from_secs(600));
+    let mut reports = Vec::new();
+    for node in survivors {
         let text = std::fs::read_to_string(dir.join(format!("survivor-{node}")))
             .expect("the survivor's report");
-        survivors.push(Survivor::parse(&text).expect("a well-formed report"));
+        reports.push(Survivor::parse(&text).expect("a well-formed report"));
     }
-    survivors
+    reports
 }
 
 /// The body of a node process: returns at once unless spawned by [`run`].
 ///
 /// # Panics
 /// If the node cannot start or an operation before the kill fails.
-pub fn child(fabric: Fabric) {
-    let Some((node, dir)) = spawned_node(NODE_ENV, DIR_ENV) else {
+pub fn child(configure: Configure) {
+    let Some((node, dir)) = VARS.spawned() else {
         return;
     };
-    let var = |name| std::env::var(name).unwrap_or_default();
-    let config = fabric(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV));
-    let n = Node::start(config, node).unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let n =
+        Node::start(VARS.config(configure), node).unwrap_or_else(|e| panic!("node {node}: {e}"));
     let mut client = n
         .client()
         .unwrap_or_else(|e| panic!("node {node}: a client: {e}"));

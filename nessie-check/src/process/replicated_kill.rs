@@ -30,10 +30,12 @@ use crate::process::replicated::{
     audit, audit_into, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
 };
 use crate::process::workload::{
-    child_test, client_id, mark_started, spawned_node, wait_until_started, ChildGuard, NodeVars,
+    child_test, client_id, mark_started, node_vars, wait_until_started, ChildGuard, Configure,
+    NodeVars,
 };
 use nessie::{Config, Node};
 use nix::unistd::Pid;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Nodes of the scenario.
@@ -58,15 +60,7 @@ pub const SECOND_SURVIVORS: [usize; 2] = [0, KILLED];
 const SECOND_AUDIT_CLIENT: u64 = 3000;
 /// Set (to anything) for the replacement's process.
 const REPLACEMENT_ENV: &str = "NESSIE_REPLICATED_KILL_REPLACEMENT";
-const NODE_ENV: &str = "NESSIE_REPLICATED_KILL_NODE";
-const DIR_ENV: &str = "NESSIE_REPLICATED_KILL_DIR";
-const CLUSTER_ENV: &str = "NESSIE_REPLICATED_KILL_CLUSTER";
-const RENDEZVOUS_ENV: &str = "NESSIE_REPLICATED_KILL_RENDEZVOUS";
-
-/// Builds the cluster's configuration from its name and rendezvous address
-/// (the same in every process); it must set `replicas: 2` and
-/// `nodes: `[`NODES`].
-pub type Configure = fn(cluster: &str, rendezvous: &str) -> Config;
+const VARS: NodeVars = node_vars!("NESSIE_REPLICATED_KILL");
 
 /// How long the steps of a run may take and how much work they do: a
 /// fabric under an emulated CPU needs more time than one on the host's.
@@ -242,13 +236,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         .validate()
         .expect("a valid configuration");
     let dir = tempfile::tempdir().expect("scratch directory").keep();
-    let vars = NodeVars {
-        node: NODE_ENV,
-        dir: DIR_ENV,
-        cluster: CLUSTER_ENV,
-        rendezvous: RENDEZVOUS_ENV,
-    };
-    let mut guard = ChildGuard::spawn_nodes(child_name, vars, NODES, (&dir, &cluster, rendezvous));
+    let mut guard = ChildGuard::spawn_nodes(child_name, VARS, NODES, (&dir, &cluster, rendezvous));
     assert!(
         wait_until_started(&dir, NODES, pace.start_within),
         "the nodes did not start"
@@ -283,11 +271,11 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
         }
         guard.children.push(
             child_test(child_name)
-                .env(NODE_ENV, KILLED.to_string())
+                .env(VARS.node, KILLED.to_string())
                 .env(REPLACEMENT_ENV, "1")
-                .env(DIR_ENV, &dir)
-                .env(CLUSTER_ENV, &cluster)
-                .env(RENDEZVOUS_ENV, rendezvous)
+                .env(VARS.dir, &dir)
+                .env(VARS.cluster, &cluster)
+                .env(VARS.rendezvous, rendezvous)
                 .spawn()
                 .expect("spawn the replacement's process"),
         );
@@ -296,17 +284,7 @@ pub fn run(child_name: &str, configure: Configure, rendezvous: &str, pace: &Pace
     }
     let second_killed_at = (pace.second_loss && pace.rejoin_within.is_some())
         .then(|| lose_another(&mut guard, &dir, &mut waited, deadline));
-    for node in waited {
-        let child = &mut guard.children[node];
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "process {node} failed: {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "process {node} hangs");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    guard.wait_for(&waited, deadline);
     let tallies: Vec<Tally> = SURVIVORS
         .iter()
         .map(|&n| Tally::read(&dir, n).expect("a survivor's tally"))
@@ -403,20 +381,15 @@ fn second_reads(history: &crate::history::History, at: u64) -> (f64, f64) {
 /// If the node cannot start, a call returns an error a replicated store
 /// must not return, or the other survivor does not keep up.
 pub fn child(configure: Configure, pace: &Pace) {
-    let Some((node, dir)) = spawned_node(NODE_ENV, DIR_ENV) else {
+    let Some((node, dir)) = VARS.spawned() else {
         return;
     };
-    let var = |name| std::env::var(name).unwrap_or_default();
     if std::env::var_os(REPLACEMENT_ENV).is_some() {
-        replacement(
-            configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV)),
-            &dir,
-            pace,
-        );
+        replacement(VARS.config(configure), &dir, pace);
         return;
     }
-    let n = Node::start(configure(&var(CLUSTER_ENV), &var(RENDEZVOUS_ENV)), node)
-        .unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let n =
+        Node::start(VARS.config(configure), node).unwrap_or_else(|e| panic!("node {node}: {e}"));
     mark_started(&dir, node).unwrap();
     assert!(
         wait_until_started(&dir, NODES, pace.start_within),
@@ -492,17 +465,40 @@ fn after_second_loss(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, 
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    let client = (format!("hist-second-audit-{node}"), SECOND_AUDIT_CLIENT);
+    audit_together(
+        n,
+        dir,
+        node,
+        client,
+        ("second-audited", &SECOND_SURVIVORS),
+        pace,
+    );
+}
+
+/// Reads every key as client `client.1` plus `node` into the log
+/// `client.0`, then keeps this node's memory up until every node of
+/// `nodes` has done the same (step `step`).
+fn audit_together(
+    n: &Node,
+    dir: &Path,
+    node: usize,
+    client: (String, u64),
+    (step, nodes): (&str, &[usize]),
+    pace: &Pace,
+) {
     audit_into(
         n,
         dir,
-        &format!("hist-second-audit-{node}"),
+        &client.0,
         (node, KEYS),
-        SECOND_AUDIT_CLIENT + node as u64,
+        client.1 + node as u64,
         pace.audit_limit,
     );
+    let within = pace.rejoin_within.unwrap_or(pace.worker_limit);
     assert!(
-        barrier(dir, "second-audited", node, &SECOND_SURVIVORS, within),
-        "node {node}: the other node did not read every key after the second loss"
+        barrier(dir, step, node, nodes, within),
+        "node {node}: a node of {nodes:?} did not read every key ({step})"
     );
 }
 
@@ -514,18 +510,8 @@ fn after_rejoin(n: &Node, dir: &std::path::Path, node: usize, pace: &Pace, withi
         barrier(dir, "rejoined", node, &all, within),
         "node {node}: the replacement did not rejoin"
     );
-    audit_into(
-        n,
-        dir,
-        &format!("hist-rejoin-audit-{node}"),
-        (node, KEYS),
-        REJOIN_AUDIT_CLIENT + node as u64,
-        pace.audit_limit,
-    );
-    assert!(
-        barrier(dir, "rejoin-audited", node, &all, within),
-        "node {node}: another node did not read every key after the rejoin"
-    );
+    let client = (format!("hist-rejoin-audit-{node}"), REJOIN_AUDIT_CLIENT);
+    audit_together(n, dir, node, client, ("rejoin-audited", &all), pace);
     if pace.second_loss {
         after_second_loss(n, dir, node, pace, within);
     }

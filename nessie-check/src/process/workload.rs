@@ -6,7 +6,7 @@
 use crate::history::Call;
 use crate::process::history::ProcLog;
 use crate::process::stress::{stress_key, unique_value};
-use nessie::{Error, KvClient, Node};
+use nessie::{Config, Error, KvClient, Node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
@@ -219,6 +219,24 @@ impl ChildGuard {
     }
 }
 
+/// Builds a scenario's cluster configuration from its name and rendezvous
+/// address (the same in every process of a run).
+pub type Configure = fn(cluster: &str, rendezvous: &str) -> Config;
+
+/// The [`NodeVars`] of a scenario whose variables start with `$prefix`
+/// (`<prefix>_NODE`, `_DIR`, `_CLUSTER`, `_RENDEZVOUS`).
+macro_rules! node_vars {
+    ($prefix:literal) => {
+        $crate::process::workload::NodeVars {
+            node: concat!($prefix, "_NODE"),
+            dir: concat!($prefix, "_DIR"),
+            cluster: concat!($prefix, "_CLUSTER"),
+            rendezvous: concat!($prefix, "_RENDEZVOUS"),
+        }
+    };
+}
+pub(crate) use node_vars;
+
 /// The names of the variables a scenario's node processes read: their node
 /// id, the scratch directory, the cluster name and the rendezvous address.
 #[derive(Debug, Clone, Copy)]
@@ -233,7 +251,46 @@ pub struct NodeVars {
     pub rendezvous: &'static str,
 }
 
+impl NodeVars {
+    /// In a node process a scenario spawned: its node id and the run's
+    /// shared directory ([`spawned_node`]).
+    ///
+    /// # Panics
+    /// As [`spawned_node`].
+    #[must_use]
+    pub fn spawned(&self) -> Option<(usize, PathBuf)> {
+        spawned_node(self.node, self.dir)
+    }
+
+    /// In a node process: the run's configuration, from `configure` and
+    /// the cluster name and rendezvous address the parent passed.
+    #[must_use]
+    pub fn config(&self, configure: Configure) -> Config {
+        let var = |name| std::env::var(name).unwrap_or_default();
+        configure(&var(self.cluster), &var(self.rendezvous))
+    }
+}
+
 impl ChildGuard {
+    /// Waits until each process of `nodes` (indices into `children`) has
+    /// ended successfully.
+    ///
+    /// # Panics
+    /// If one fails, or is still running at `deadline`.
+    pub fn wait_for(&mut self, nodes: &[usize], deadline: Instant) {
+        for &node in nodes {
+            let child = &mut self.children[node];
+            loop {
+                if let Some(status) = child.try_wait().expect("wait for a node process") {
+                    assert!(status.success(), "process {node} failed: {status}");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "process {node} hangs");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     /// Spawns `nodes` processes of the child test `child_name`, node `i`
     /// told its id, `dir`, `cluster` and `rendezvous` through `vars`;
     /// the guard owns `dir`.
