@@ -111,6 +111,18 @@ pub struct TableAccess<'a> {
     pub views: Option<&'a crate::replica::Views>,
 }
 
+impl TableAccess<'_> {
+    /// Whether the recycler may act now: always with one replica; with
+    /// views, only under the node's lease, which no operation outlives
+    /// either (docs/replication.md#rp0). A node cut off from the majority,
+    /// or a zombie of a lost one, stops changing other nodes' memory once
+    /// its lease is over, before the drain ends and a new view starts.
+    pub(crate) fn serving(&self) -> bool {
+        self.views
+            .is_none_or(|v| self.clock.mono_us() < v.lease_until())
+    }
+}
+
 impl fmt::Debug for TableAccess<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TableAccess").finish_non_exhaustive()

@@ -148,6 +148,11 @@ impl NodeData {
             return Ok(Fate::Free);
         };
         let marker = Ite::moved(copy);
+        // Its CASes reach other nodes: only while this node serves (the
+        // lease may end during a period).
+        if !access.serving() {
+            return Ok(Fate::Keep);
+        }
         if read_word(access.cluster, source)? != marker.0 {
             // A mirror may still name the copy if the sync of the marker's
             // removal never finished (docs/replication.md#rp5).

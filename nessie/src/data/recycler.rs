@@ -23,7 +23,11 @@ impl NodeData {
     /// One period of background recycling of every class of this node (see
     /// [`Recycler::start`]); returns how many slots it freed. A failed scan
     /// is logged and leaves its slots for a later one.
+    /// Nothing while the node does not serve ([`TableAccess::serving`]).
     pub fn recycle_period(&self, access: TableAccess<'_>) -> usize {
+        if !access.serving() {
+            return 0;
+        }
         let mut freed = 0;
         for class in 0..self.classes() as u8 {
             let queued = self.queued(class);
@@ -181,6 +185,32 @@ mod tests {
         }
         assert_eq!(data.recycle_period(access), 10);
         assert_eq!(data.recycle_counts().reclaimed, 40);
+    }
+
+    /// A node whose lease is over recycles nothing: its scans can reach
+    /// other nodes' memory (docs/replication.md#rp0). Once it holds a lease
+    /// again, the same period frees the expired slots.
+    #[test]
+    fn a_node_out_of_its_lease_recycles_nothing() {
+        let (data, fabric) = table();
+        let clock = WallClock::default();
+        let mut config = crate::data::small_config(1, 256, 0);
+        config.data_bytes_per_node = 100 * config.class_slot_bytes(0);
+        config.tombstone_reserve = 4;
+        let views = crate::replica::Views::new(crate::data::Geometry::new(&config));
+        let access = TableAccess {
+            views: Some(&views),
+            ..access(&fabric, &clock)
+        };
+        let long_ago = clock.now_us() - 60_000_000;
+        for _ in 0..90 {
+            let r = data.allocate(0, access).unwrap().unwrap();
+            stamp(&fabric, &data, r, long_ago);
+        }
+        views.set_lease_until(clock.mono_us().saturating_sub(1));
+        assert_eq!(data.recycle_period(access), 0, "out of its lease");
+        views.set_lease_until(u64::MAX);
+        assert_eq!(data.recycle_period(access), 90, "serving again");
     }
 
     /// The boundary of a whole pass: free plus queued slots at a quarter of
