@@ -581,3 +581,48 @@ fn a_restore_copies_while_writers_go_on_and_the_next_loss_loses_nothing() {
     views.activate(views.current().without(2));
     check(&[0, 1], &models);
 }
+
+/// An index larger than one of the restorer's chunks (64 KiB of index
+/// words, 8,192 slots) is copied chunk after chunk: every slot of every
+/// replica matches its primary afterwards, the last partial chunk
+/// included, and every key reads back on every node.
+#[test]
+fn a_restore_copies_an_index_of_several_chunks() {
+    use nessie::layout::membership::MemberState;
+    let config = Config {
+        index_slots_per_node: 2 * 8192 + 1000,
+        ..replicated(3, 2)
+    };
+    let (cluster, losable) = losable_cluster(&config);
+    let views = cluster.views();
+    let mut model = HashMap::new();
+    let mut c = cluster.client(0).unwrap();
+    for i in 0..400u32 {
+        let key = format!("key-{i}");
+        let value = vec![i as u8; 32 + i as usize % 200];
+        c.put(key.as_bytes(), &value).unwrap();
+        model.insert(key, value);
+    }
+    drop(c);
+    losable.lose(1, &nessie::store_regions(&config));
+    views.activate(views.current().without(1));
+    losable
+        .lost
+        .store(Losable::NONE, std::sync::atomic::Ordering::SeqCst);
+    cluster.prepare_replacement(1).unwrap();
+    views.activate(views.current().next_with(1, MemberState::Restoring));
+    let figures = cluster.copy_replicas(1).unwrap();
+    assert_eq!(figures.index_slots, 2 * config.index_slots_per_node as u64);
+    views.activate(views.current().next_with(1, MemberState::Active));
+    assert!(audit_mirrors(&cluster) > 0);
+    for n in 0..3 {
+        let mut c = cluster.client(n).unwrap();
+        for (key, value) in &model {
+            assert_eq!(
+                c.get(key.as_bytes()).unwrap().as_ref(),
+                Some(value),
+                "{key} on node {n}"
+            );
+        }
+    }
+}
