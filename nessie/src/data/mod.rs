@@ -117,7 +117,8 @@ impl TableAccess<'_> {
     /// either (docs/replication.md#rp0). A node cut off from the majority,
     /// or a zombie of a lost one, stops changing other nodes' memory once
     /// its lease is over, before the drain ends and a new view starts.
-    pub(crate) fn serving(&self) -> bool {
+    #[must_use]
+    pub fn serving(&self) -> bool {
         self.views
             .is_none_or(|v| self.clock.mono_us() < v.lease_until())
     }
