@@ -498,5 +498,29 @@ mod tests {
             valid,
             "another entry's state is the copy's to bring, by a new image"
         );
+        // A helper's abort on the copy stands: the primary's VALID of the
+        // same entry does not move it (only INVALID moves on).
+        let aborted = invalid.with_status(DteStatus::Aborted);
+        f.write(at, &aborted.0.to_le_bytes()).unwrap();
+        forward_state(&f, at, valid).unwrap();
+        assert_eq!(state_at(&f, at), aborted, "ABORTED is final");
+    }
+
+    /// RS3 at its boundaries: an entry not staged, or staged with a stamp
+    /// past the check plus the landing bound; never a slot never used,
+    /// nor one whose stamp may pass before the writes land.
+    #[test]
+    fn the_restorer_writes_only_entries_no_owner_can_take_first() {
+        let entry = DteState::new(3, 4, 10, false, false);
+        let (checked, landing) = (1_000_000, 500);
+        assert!(may_write(entry, 0, checked, landing), "not staged");
+        assert!(may_write(entry, checked + landing + 1, checked, landing));
+        assert!(!may_write(entry, checked + landing, checked, landing));
+        assert!(!may_write(entry, checked, checked, landing));
+        assert!(!may_write(entry, 1, checked, landing), "expired long ago");
+        for unused in [DteState(0), DteState::UNSET] {
+            assert!(!may_write(unused, 0, checked, landing), "{unused:?}");
+            assert!(!may_write(unused, u64::MAX, checked, landing));
+        }
     }
 }
