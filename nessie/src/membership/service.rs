@@ -32,6 +32,18 @@ struct Bounds {
     drain_us: u64,
 }
 
+impl Bounds {
+    fn of(config: &crate::Config) -> Bounds {
+        Bounds {
+            lease_us: micros(config.effective_lease()),
+            failure_us: micros(config.failure_timeout),
+            drain_us: micros(
+                config.effective_lease() + config.landing_bound() + config.max_clock_skew,
+            ),
+        }
+    }
+}
+
 /// What the thread keeps between rounds.
 struct Member {
     me: NodeId,
@@ -69,13 +81,7 @@ impl Membership {
         views: Arc<Views>,
         view: ViewRecord,
     ) -> std::io::Result<Membership> {
-        let bounds = Bounds {
-            lease_us: micros(config.effective_lease()),
-            failure_us: micros(config.failure_timeout),
-            drain_us: micros(
-                config.effective_lease() + config.landing_bound() + config.max_clock_skew,
-            ),
-        };
+        let bounds = Bounds::of(config);
         let now = clock.mono_us();
         let wish = Arc::new(Mutex::new(None));
         let mut member = Member {
@@ -384,6 +390,23 @@ mod tests {
         }
     }
 
+    /// Monotonic and wall time that move only when a test sets them.
+    #[derive(Debug, Default)]
+    struct SetClock(std::sync::atomic::AtomicU64);
+
+    impl Clock for SetClock {
+        fn now_us(&self) -> u64 {
+            self.mono_us()
+        }
+        fn mono_us(&self) -> u64 {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn sleep(&self, d: Duration) {
+            self.0
+                .fetch_add(micros(d), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     fn member(me: NodeId, memory: &Arc<LocalFabric>) -> (Member, Arc<Fences>) {
         let config = crate::Config {
             nodes: 3,
@@ -414,6 +437,60 @@ mod tests {
             wish: Arc::new(Mutex::new(None)),
         };
         (member, fences)
+    }
+
+    /// RP0's drain is the lease, the landing bound and the skew bound,
+    /// from the configuration's own figures.
+    #[test]
+    fn the_drain_outlasts_the_lease_by_the_landing_and_skew_bounds() {
+        let config = crate::Config {
+            nodes: 3,
+            replicas: 2,
+            lease: Duration::from_millis(1500),
+            failure_timeout: Duration::from_millis(400),
+            ..crate::Config::default()
+        };
+        let b = Bounds::of(&config);
+        assert_eq!(b.lease_us, 1_500_000);
+        assert_eq!(b.failure_us, 400_000);
+        assert_eq!(
+            b.drain_us,
+            1_500_000 + micros(config.landing_bound()) + micros(config.max_clock_skew)
+        );
+    }
+
+    /// A decided view is refused to operations from the decision and
+    /// becomes active only once the drain has passed, not a microsecond
+    /// before (docs/replication.md#rp0).
+    #[test]
+    fn a_decided_view_activates_only_after_the_drain() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let (mut m, _) = member(0, &memory);
+        let clock = Arc::new(SetClock::default());
+        clock.sleep(Duration::from_secs(10));
+        m.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        let first = m.view.epoch;
+        let mut next = m.next_view();
+        next.members[2].0 = MemberState::Lost;
+        let decided_at = clock.mono_us();
+        m.propose(next, decided_at);
+        assert!(m.pending.is_some(), "decided");
+        assert!(
+            m.views.check_serving(decided_at).is_err(),
+            "refused meanwhile"
+        );
+        clock.sleep(Duration::from_micros(m.bounds.drain_us - 1));
+        m.round();
+        assert_eq!(m.view.epoch, first, "not active a microsecond early");
+        assert!(m.pending.is_some());
+        clock.sleep(Duration::from_micros(1));
+        m.round();
+        assert_eq!(m.view.epoch, first + 1, "active once the drain has passed");
+        assert!(m.pending.is_none());
     }
 
     #[test]
