@@ -506,6 +506,50 @@ mod tests {
         assert_eq!(state_at(&f, at), aborted, "ABORTED is final");
     }
 
+    /// RP3c: the switch back moves a mirror's state word forward only
+    /// where it is the INVALID of the very entry VALID on the restored
+    /// primary, in every chunk of a table, and counts what it moved.
+    #[test]
+    fn the_switch_back_moves_only_the_lagging_state_words() {
+        let config = crate::Config {
+            nodes: 3,
+            replicas: 2,
+            index_slots_per_node: 64,
+            data_bytes_per_node: 4 << 20,
+            value_size_max: 2048,
+            ..crate::Config::default()
+        };
+        let geometry = Geometry::new(&config);
+        let f = LocalFabric::new(3, &crate::store_regions(&config)).unwrap();
+        let (me, class) = (1, 0u8);
+        let bytes = geometry.slot_bytes(class);
+        let slots = geometry.slots(class);
+        assert!(slots > CHUNK_BYTES / bytes, "more than one chunk");
+        let mine = |slot: usize| RemoteAddr::new(me, region::data(class), (slot * bytes) as u64);
+        let theirs = |slot: usize| geometry.replica_addr(mine(slot), 1);
+        let put = |at: RemoteAddr, s: DteState| f.write(at, &s.0.to_le_bytes()).unwrap();
+        let invalid = |g: u16| DteState::new(g, 4, 10, false, false);
+        let valid = |g: u16| invalid(g).with_status(DteStatus::Valid);
+        // (slot, restored primary, mirror, mirror afterwards)
+        let last = slots - 1;
+        let cases = [
+            (0, valid(5), invalid(5), valid(5)),
+            (1, valid(5), valid(5), valid(5)),
+            (2, invalid(5), invalid(5), invalid(5)),
+            (3, valid(5), invalid(6), invalid(6)),
+            (last, valid(7), invalid(7), valid(7)),
+        ];
+        for &(slot, primary, mirror, _) in &cases {
+            put(mine(slot), primary);
+            put(theirs(slot), mirror);
+        }
+        assert_eq!(catch_up(&f, &f, &geometry, me).unwrap(), 2);
+        for &(slot, _, _, after) in &cases {
+            assert_eq!(state_at(&f, theirs(slot)), after, "slot {slot}");
+        }
+        assert_eq!(catch_up(&f, &f, &geometry, me).unwrap(), 0, "once only");
+    }
+
     /// RS3 at its boundaries: an entry not staged, or staged with a stamp
     /// past the check plus the landing bound; never a slot never used,
     /// nor one whose stamp may pass before the writes land.
