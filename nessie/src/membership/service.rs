@@ -367,6 +367,18 @@ mod tests {
     struct Fences {
         inner: Arc<LocalFabric>,
         fenced: Mutex<Vec<NodeId>>,
+        /// Nodes this one cannot reach (a partition).
+        cut: Mutex<Vec<NodeId>>,
+    }
+
+    impl Fences {
+        fn reach(&self, node: NodeId) -> Result<(), FabricError> {
+            if self.cut.lock().unwrap().contains(&node) {
+                Err(FabricError::Lost { node })
+            } else {
+                Ok(())
+            }
+        }
     }
 
     impl Fabric for Fences {
@@ -377,12 +389,15 @@ mod tests {
             self.inner.region_len(node, region)
         }
         fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+            self.reach(addr.node)?;
             self.inner.read(addr, buf)
         }
         fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+            self.reach(addr.node)?;
             self.inner.write(addr, data)
         }
         fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+            self.reach(addr.node)?;
             self.inner.cas(addr, expected, new)
         }
         fn fence_node(&self, node: NodeId) {
@@ -416,6 +431,7 @@ mod tests {
         let fences = Arc::new(Fences {
             inner: Arc::clone(memory),
             fenced: Mutex::new(Vec::new()),
+            cut: Mutex::new(Vec::new()),
         });
         let member = Member {
             me,
@@ -491,6 +507,39 @@ mod tests {
         m.round();
         assert_eq!(m.view.epoch, first + 1, "active once the drain has passed");
         assert!(m.pending.is_none());
+    }
+
+    /// A renewal extends the lease, from the round's start, only for an
+    /// active member that read a majority of the disks: not for a node cut
+    /// off from the others, nor for one still restoring
+    /// (docs/replication.md#views-leases-and-the-drain).
+    #[test]
+    fn a_lease_is_renewed_only_by_an_active_member_that_reads_a_majority() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let (mut m, fences) = member(0, &memory);
+        m.views.set_lease_until(0);
+        *fences.cut.lock().unwrap() = vec![1, 2];
+        m.renew(100);
+        assert_eq!(m.views.lease_until(), 0, "one disk of three");
+        *fences.cut.lock().unwrap() = vec![2];
+        m.renew(100);
+        assert_eq!(
+            m.views.lease_until(),
+            100 + m.bounds.lease_us,
+            "two of three"
+        );
+        m.views.set_lease_until(0);
+        m.view.members[0].0 = MemberState::Restoring;
+        m.renew(200);
+        assert_eq!(
+            m.views.lease_until(),
+            0,
+            "a restoring member serves nothing"
+        );
     }
 
     #[test]
