@@ -506,9 +506,10 @@ mod tests {
         assert_eq!(state_at(&f, at), aborted, "ABORTED is final");
     }
 
-    /// RP3c: the switch back moves a mirror's state word forward only
-    /// where it is the INVALID of the very entry VALID on the restored
-    /// primary, in every chunk of a table, and counts what it moved.
+    /// The switch back (docs/replication.md#rp3c) moves a mirror's state
+    /// word forward only where it is the INVALID of the very entry VALID
+    /// on the restored primary, in every chunk of a table, and counts what
+    /// it moved.
     #[test]
     fn the_switch_back_moves_only_the_lagging_state_words() {
         let config = crate::Config {
