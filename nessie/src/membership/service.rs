@@ -367,6 +367,7 @@ mod tests {
     struct Fences {
         inner: Arc<LocalFabric>,
         fenced: Mutex<Vec<NodeId>>,
+        readmitted: Mutex<Vec<NodeId>>,
         /// Nodes this one cannot reach (a partition).
         cut: Mutex<Vec<NodeId>>,
     }
@@ -403,6 +404,9 @@ mod tests {
         fn fence_node(&self, node: NodeId) {
             self.fenced.lock().unwrap().push(node);
         }
+        fn readmit_node(&self, node: NodeId) {
+            self.readmitted.lock().unwrap().push(node);
+        }
     }
 
     /// Monotonic and wall time that move only when a test sets them.
@@ -431,6 +435,7 @@ mod tests {
         let fences = Arc::new(Fences {
             inner: Arc::clone(memory),
             fenced: Mutex::new(Vec::new()),
+            readmitted: Mutex::new(Vec::new()),
             cut: Mutex::new(Vec::new()),
         });
         let member = Member {
@@ -499,7 +504,15 @@ mod tests {
             m.views.check_serving(decided_at).is_err(),
             "refused meanwhile"
         );
-        clock.sleep(Duration::from_micros(m.bounds.drain_us - 1));
+        // A wish during the drain waits for it: no new proposal, which
+        // would learn the decided view again and restart the drain.
+        *m.wish.lock().unwrap() = Some((MemberState::Active, 9));
+        clock.sleep(Duration::from_micros(m.bounds.drain_us / 2));
+        m.round();
+        *m.wish.lock().unwrap() = None;
+        clock.sleep(Duration::from_micros(
+            m.bounds.drain_us - m.bounds.drain_us / 2 - 1,
+        ));
         m.round();
         assert_eq!(m.view.epoch, first, "not active a microsecond early");
         assert!(m.pending.is_some());
@@ -540,6 +553,60 @@ mod tests {
             0,
             "a restoring member serves nothing"
         );
+    }
+
+    /// An instance whose proposer went quiet is finished by another member
+    /// once its ballot has been visible for longer than `failure_timeout`,
+    /// not before (docs/replication.md#failure-detection).
+    #[test]
+    fn a_stuck_instance_is_taken_over_after_the_failure_timeout_only() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let clock = Arc::new(SetClock::default());
+        clock.sleep(Duration::from_secs(10));
+        let (mut m0, cut0) = member(0, &memory);
+        let (mut m1, _) = member(1, &memory);
+        m0.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        m1.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        // Node 0, cut off, leaves a ballot on its own disk only.
+        *cut0.cut.lock().unwrap() = vec![1, 2];
+        let mut next = m0.next_view();
+        next.members[2].0 = MemberState::Lost;
+        m0.propose(next, clock.mono_us());
+        assert!(m0.pending.is_none(), "no majority");
+        m1.renew(clock.mono_us());
+        assert!(m1.pending.is_none(), "not at once");
+        clock.sleep(Duration::from_micros(m1.bounds.failure_us));
+        m1.renew(clock.mono_us());
+        assert!(m1.pending.is_none(), "not at the timeout itself");
+        clock.sleep(Duration::from_micros(1));
+        m1.renew(clock.mono_us());
+        // Node 0 never got past its ballot's first phase: nothing was
+        // accepted, so node 1 decides a view of its own.
+        let decided = &m1.pending.as_ref().expect("taken over and decided").0;
+        assert_eq!(decided.epoch, m1.view.epoch + 1);
+    }
+
+    /// A decided view that names a fenced node a member again (its
+    /// replacement restoring) lifts the fence; lost nodes and this node
+    /// are never readmitted.
+    #[test]
+    fn a_view_naming_a_node_a_member_again_readmits_it() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let (mut m, fences) = member(0, &memory);
+        let mut next = m.next_view();
+        next.members[1].0 = MemberState::Lost;
+        next.members[2].0 = MemberState::Restoring;
+        m.learn(next, 0);
+        assert_eq!(*fences.fenced.lock().unwrap(), [1]);
+        assert_eq!(*fences.readmitted.lock().unwrap(), [2]);
     }
 
     #[test]
