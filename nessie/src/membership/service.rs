@@ -590,6 +590,22 @@ mod tests {
         assert_eq!(decided.epoch, m1.view.epoch + 1);
     }
 
+    /// A member is suspected once its heartbeat has not moved for longer
+    /// than `failure_timeout`, not at the timeout itself.
+    #[test]
+    fn a_silent_member_is_suspected_after_the_failure_timeout_only() {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let (mut m, _) = member(0, &memory);
+        let t0 = 10_000_000;
+        m.beats = vec![(0, t0); 3];
+        assert!(m.suspects(t0 + m.bounds.failure_us).is_empty());
+        assert_eq!(m.suspects(t0 + m.bounds.failure_us + 1), [1, 2]);
+    }
+
     /// A decided view that names a fenced node a member again (its
     /// replacement restoring) lifts the fence; lost nodes and this node
     /// are never readmitted.
