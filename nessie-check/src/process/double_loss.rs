@@ -12,10 +12,8 @@
 //! [`Report`] of when the survivors were served again.
 
 use crate::process::replicated::barrier;
-use crate::process::workload::{
-    mark_started, node_vars, wait_until_started, ChildGuard, Configure, NodeVars,
-};
-use nessie::{Error, Node};
+use crate::process::workload::{node_vars, ChildGuard, Configure, NodeVars};
+use nessie::Error;
 use nix::unistd::Pid;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -147,13 +145,7 @@ pub fn child(configure: Configure, pace: &Pace) {
     let Some((node, dir)) = VARS.spawned() else {
         return;
     };
-    let n =
-        Node::start(VARS.config(configure), node).unwrap_or_else(|e| panic!("node {node}: {e}"));
-    mark_started(&dir, node).unwrap();
-    assert!(
-        wait_until_started(&dir, NODES, pace.start_within),
-        "the other nodes did not start"
-    );
+    let n = VARS.start_together(configure, (node, NODES), &dir, pace.start_within);
     let mut client = n.client().expect("client");
     for k in (node..KEYS).step_by(NODES) {
         client

@@ -30,8 +30,7 @@ use crate::process::replicated::{
     audit, audit_into, barrier, run_fault_workers, serving_gap, FaultWork, Tally,
 };
 use crate::process::workload::{
-    child_test, client_id, mark_started, node_vars, wait_until_started, ChildGuard, Configure,
-    NodeVars,
+    child_test, client_id, node_vars, wait_until_started, ChildGuard, Configure, NodeVars,
 };
 use nessie::{Config, Node};
 use nix::unistd::Pid;
@@ -388,13 +387,7 @@ pub fn child(configure: Configure, pace: &Pace) {
         replacement(VARS.config(configure), &dir, pace);
         return;
     }
-    let n =
-        Node::start(VARS.config(configure), node).unwrap_or_else(|e| panic!("node {node}: {e}"));
-    mark_started(&dir, node).unwrap();
-    assert!(
-        wait_until_started(&dir, NODES, pace.start_within),
-        "the other nodes did not start"
-    );
+    let n = VARS.start_together(configure, (node, NODES), &dir, pace.start_within);
     let work = FaultWork {
         node,
         threads: THREADS,

@@ -262,6 +262,30 @@ impl NodeVars {
         spawned_node(self.node, self.dir)
     }
 
+    /// In a node process: starts node `node` of `nodes` with the run's
+    /// configuration, marks it started in `dir` and waits until every node
+    /// has.
+    ///
+    /// # Panics
+    /// If the node cannot start, or another does not within `within`.
+    #[must_use]
+    pub fn start_together(
+        &self,
+        configure: Configure,
+        (node, nodes): (usize, usize),
+        dir: &Path,
+        within: Duration,
+    ) -> Node {
+        let n = Node::start(self.config(configure), node)
+            .unwrap_or_else(|e| panic!("node {node}: {e}"));
+        mark_started(dir, node).expect("mark the node started");
+        assert!(
+            wait_until_started(dir, nodes, within),
+            "node {node}: the other nodes did not start"
+        );
+        n
+    }
+
     /// In a node process: the run's configuration, from `configure` and
     /// the cluster name and rendezvous address the parent passed.
     #[must_use]

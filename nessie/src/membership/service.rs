@@ -426,6 +426,15 @@ mod tests {
         }
     }
 
+    /// The MEMBERSHIP regions of three nodes, in one memory.
+    fn disks() -> Arc<LocalFabric> {
+        let spec = RegionSpec {
+            id: MEMBERSHIP,
+            len: region_bytes(3),
+        };
+        Arc::new(LocalFabric::new(3, &[spec]).unwrap())
+    }
+
     fn member(me: NodeId, memory: &Arc<LocalFabric>) -> (Member, Arc<Fences>) {
         let config = crate::Config {
             nodes: 3,
@@ -485,11 +494,7 @@ mod tests {
     /// before (docs/replication.md#rp0).
     #[test]
     fn a_decided_view_activates_only_after_the_drain() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let (mut m, _) = member(0, &memory);
         let clock = Arc::new(SetClock::default());
         clock.sleep(Duration::from_secs(10));
@@ -528,11 +533,7 @@ mod tests {
     /// (docs/replication.md#views-leases-and-the-drain).
     #[test]
     fn a_lease_is_renewed_only_by_an_active_member_that_reads_a_majority() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let (mut m, fences) = member(0, &memory);
         m.views.set_lease_until(0);
         *fences.cut.lock().unwrap() = vec![1, 2];
@@ -560,11 +561,7 @@ mod tests {
     /// not before (docs/replication.md#failure-detection).
     #[test]
     fn a_stuck_instance_is_taken_over_after_the_failure_timeout_only() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let clock = Arc::new(SetClock::default());
         clock.sleep(Duration::from_secs(10));
         let (mut m0, cut0) = member(0, &memory);
@@ -594,11 +591,7 @@ mod tests {
     /// than `failure_timeout`, not at the timeout itself.
     #[test]
     fn a_silent_member_is_suspected_after_the_failure_timeout_only() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let (mut m, _) = member(0, &memory);
         let t0 = 10_000_000;
         m.beats = vec![(0, t0); 3];
@@ -611,11 +604,7 @@ mod tests {
     /// are never readmitted.
     #[test]
     fn a_view_naming_a_node_a_member_again_readmits_it() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let (mut m, fences) = member(0, &memory);
         let mut next = m.next_view();
         next.members[1].0 = MemberState::Lost;
@@ -627,11 +616,7 @@ mod tests {
 
     #[test]
     fn members_fence_the_node_a_decided_view_names_lost_and_it_fences_nothing() {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        let memory = Arc::new(LocalFabric::new(3, &[spec]).unwrap());
+        let memory = disks();
         let mut members: Vec<_> = (0..3).map(|me| member(me, &memory)).collect();
         let fenced = |m: &(Member, Arc<Fences>)| m.1.fenced.lock().unwrap().clone();
         // Renewals in an all-active view fence nothing.

@@ -8,6 +8,29 @@ fn state_at(f: &dyn Fabric, at: RemoteAddr) -> DteState {
     DteState(word_at(f, at).unwrap())
 }
 
+/// A copy of class 0's table from node `primary` to node `mine` on `f`,
+/// with a landing bound of 1 ms.
+fn table<'a>(
+    f: &'a dyn Fabric,
+    clock: &'a dyn Clock,
+    bytes: usize,
+    (primary, mine): (NodeId, NodeId),
+) -> Table<'a> {
+    Table {
+        primary: (primary, region::data(0)),
+        mine: (mine, region::data(0)),
+        bytes,
+        ..Table::endpoints(
+            f,
+            f,
+            CopyTime {
+                clock,
+                landing_us: 1000,
+            },
+        )
+    }
+}
+
 #[test]
 fn a_state_word_moves_forward_only() {
     let f = LocalFabric::new(
@@ -109,17 +132,7 @@ fn a_slot_copy_keeps_a_stamp_and_leaves_another_entry_alone() {
     )
     .unwrap();
     let clock = WallClock::default();
-    let table = Table {
-        bytes,
-        ..Table::endpoints(
-            &f,
-            &f,
-            CopyTime {
-                clock: &clock,
-                landing_us: 1000,
-            },
-        )
-    };
+    let table = table(&f, &clock, bytes, (0, 0));
     let at = |slot: usize| RemoteAddr::new(0, region::data(0), (slot * bytes) as u64);
     let stamp_of = |slot: usize| word_at(&f, at(slot).add(EXPIRES_AT_OFFSET as u64)).unwrap();
     let later = clock.now_us() + 3_600_000_000;
@@ -241,19 +254,7 @@ fn a_chunk_whose_primary_changes_under_the_copy_is_copied_again() {
                 .write(mine, &DteState::UNSET.0.to_le_bytes())
                 .unwrap();
         }
-        let table = Table {
-            primary: (0, region::data(0)),
-            mine: (1, region::data(0)),
-            bytes,
-            ..Table::endpoints(
-                &f,
-                &f,
-                CopyTime {
-                    clock: &clock,
-                    landing_us: 1000,
-                },
-            )
-        };
+        let table = table(&f, &clock, bytes, (0, 1));
         let mut figures = RestoreFigures::default();
         table.copy_chunk(0, 4, &mut figures).unwrap();
         assert_eq!(figures.recopies, 1, "offset {offset}");
