@@ -323,4 +323,20 @@ mod tests {
         let at = RemoteAddr::new(0, region::INDEX, 0);
         assert_eq!(v.route(at), at);
     }
+
+    /// An operation starts only before the lease's end, and not between a
+    /// decision and its activation.
+    #[test]
+    fn operations_start_only_under_the_lease_and_outside_a_change() {
+        let v = views(3, 2);
+        v.set_lease_until(100);
+        assert!(v.check_serving(99).is_ok());
+        assert!(matches!(v.check_serving(100), Err(Error::NoQuorum { .. })));
+        v.set_lease_until(u64::MAX);
+        v.begin_change(1);
+        assert!(matches!(
+            v.check_serving(0),
+            Err(Error::ViewChanging { epoch: 1 })
+        ));
+    }
 }
