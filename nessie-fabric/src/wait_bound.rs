@@ -70,6 +70,19 @@ impl WaitBound {
     }
 }
 
+impl WaitBound {
+    /// How long this thread's verbs may still wait for their peers: the
+    /// time left before its bound, or the whole budget of one set with
+    /// [`WaitBound::within`] and not yet used; `None` if no bound is set.
+    #[must_use]
+    pub fn left() -> Option<Duration> {
+        BOUND.with(|b| match b.get()? {
+            Bound::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            Bound::Within(budget) => Some(budget),
+        })
+    }
+}
+
 impl Drop for WaitBound {
     fn drop(&mut self) {
         BOUND.with(|b| b.set(self.previous));
@@ -105,6 +118,25 @@ mod tests {
         assert!(first >= set + Duration::from_secs(5) + Duration::from_millis(20));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(current(), Some(first), "fixed at its first use");
+    }
+
+    #[test]
+    fn what_is_left_of_a_bound_shrinks_and_a_budget_is_whole_until_used() {
+        assert_eq!(WaitBound::left(), None);
+        let at = WaitBound::until(Instant::now() + Duration::from_secs(1));
+        let left = WaitBound::left().unwrap();
+        assert!(left <= Duration::from_secs(1) && left > Duration::from_millis(500));
+        drop(at);
+        let _past = WaitBound::until(Instant::now());
+        assert_eq!(WaitBound::left(), Some(Duration::ZERO));
+        let _budget = WaitBound::within(Duration::from_secs(3));
+        assert_eq!(
+            WaitBound::left(),
+            Some(Duration::from_secs(3)),
+            "not started"
+        );
+        let _ = current();
+        assert!(WaitBound::left().unwrap() < Duration::from_secs(3));
     }
 
     #[test]

@@ -141,7 +141,8 @@ pub struct Config {
     #[serde(with = "millis")]
     pub max_clock_skew: Duration,
     /// With replicas: how long a renewal of a node's lease on the current
-    /// view lets it serve; it renews every quarter of it, and a decided
+    /// view lets it serve; it renews every quarter of it or of
+    /// `failure_timeout`, whichever is shorter, and a decided
     /// view is activated this plus the landing bound and the skew after
     /// it was observed (docs/replication.md#views-leases-and-the-drain).
     /// More than `op_timeout` plus the landing bound; 0 (the default)

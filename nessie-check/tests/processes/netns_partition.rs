@@ -201,6 +201,9 @@ fn a_node_cut_off_by_nftables_stops_serving_and_the_majority_goes_on() {
         output.status,
         String::from_utf8_lossy(&output.stdout)
     );
+    // The nodes' own messages (view changes, missed renewals, any panic),
+    // shown if a check below fails.
+    println!("{stderr}");
     check(dir.path(), started);
 }
 
@@ -308,6 +311,15 @@ fn child_partition_node() {
     if std::env::var(CHILD_ENV).is_err() {
         return;
     }
+    // The membership thread's view changes and missed renewals on stderr,
+    // which the test prints if it fails.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,nessie::membership=debug",
+        ))
+        .try_init();
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
     let node: usize = env("NESSIE_NETNS_NODE").parse().unwrap();
     let peers: Vec<String> = env("NESSIE_NETNS_PEERS")

@@ -2,12 +2,14 @@
 //! regions (docs/replication.md#views-leases-and-the-drain): instance e
 //! decides view e + 1 among the disks of view e.
 
+use super::reach::post_per_node;
 use crate::fabric::{Fabric, NodeId, RemoteAddr, Verb};
 use crate::layout::membership::{
     block_offset, block_words, parity_offset, view_words, Block, ViewRecord, DECISION_OFFSET,
     INCARNATION_OFFSET, MEMBERSHIP,
 };
 use crate::layout::WORD;
+use std::time::Duration;
 
 /// What one disk showed in one READ of it.
 #[derive(Debug, Clone)]
@@ -23,6 +25,8 @@ pub(crate) struct DiskRead {
 pub(crate) struct Disks<'a> {
     pub(crate) fabric: &'a dyn Fabric,
     pub(crate) view: &'a ViewRecord,
+    /// How long a verb waits for one disk (a round's period).
+    pub(crate) wait: Duration,
 }
 
 impl Disks<'_> {
@@ -48,41 +52,21 @@ impl Disks<'_> {
             .iter()
             .map(|_| (vec![0u8; head_len], vec![0u8; blocks_len]))
             .collect();
-        let each = |fabric: &dyn Fabric, d: NodeId, head: &mut [u8], blocks: &mut [u8]| {
-            let mut batch = [
-                Verb::Read {
-                    addr: RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
-                    buf: head,
-                },
-                Verb::Read {
-                    addr: RemoteAddr::new(d, MEMBERSHIP, parity_offset(n, instance % 2)),
-                    buf: blocks,
-                },
-            ];
-            fabric.post(&mut batch).is_ok()
-        };
-        // One round trip to every disk while they all answer; disk by disk
-        // to learn which failed otherwise.
-        let mut ok = vec![true; disks.len()];
-        let together = {
-            let mut batch: Vec<Verb<'_>> = Vec::new();
-            for (&d, (head, blocks)) in disks.iter().zip(bufs.iter_mut()) {
-                batch.push(Verb::Read {
-                    addr: RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
-                    buf: head,
-                });
-                batch.push(Verb::Read {
-                    addr: RemoteAddr::new(d, MEMBERSHIP, parity_offset(n, instance % 2)),
-                    buf: blocks,
-                });
-            }
-            self.fabric.post(&mut batch).is_ok()
-        };
-        if !together {
-            for (i, (&d, (head, blocks))) in disks.iter().zip(bufs.iter_mut()).enumerate() {
-                ok[i] = each(self.fabric, d, head, blocks);
-            }
+        // Two READs per disk: its head and the instance's blocks.
+        let mut batch: Vec<Verb<'_>> = Vec::with_capacity(2 * disks.len());
+        for (&d, (head, blocks)) in disks.iter().zip(bufs.iter_mut()) {
+            batch.push(Verb::Read {
+                addr: RemoteAddr::new(d, MEMBERSHIP, INCARNATION_OFFSET),
+                buf: head,
+            });
+            batch.push(Verb::Read {
+                addr: RemoteAddr::new(d, MEMBERSHIP, parity_offset(n, instance % 2)),
+                buf: blocks,
+            });
         }
+        let done = post_per_node(self.fabric, &mut batch, self.wait);
+        drop(batch);
+        let ok: Vec<bool> = done.chunks_exact(2).map(|d| d[0] && d[1]).collect();
         disks
             .iter()
             .zip(bufs)
@@ -135,16 +119,11 @@ impl Disks<'_> {
                 data: bytes,
             })
             .collect();
-        if self.fabric.post(&mut batch).is_ok() {
-            return disks;
-        }
+        let done = post_per_node(self.fabric, &mut batch, self.wait);
         disks
             .into_iter()
-            .filter(|&d| {
-                self.fabric
-                    .write(RemoteAddr::new(d, MEMBERSHIP, offset), bytes)
-                    .is_ok()
-            })
+            .zip(done)
+            .filter_map(|(d, ok)| ok.then_some(d))
             .collect()
     }
 }
@@ -279,6 +258,7 @@ mod tests {
                             let disks = Disks {
                                 fabric: fabric.as_ref(),
                                 view: &view,
+                                wait: Duration::from_secs(1),
                             };
                             let mut p = Proposer {
                                 me,
@@ -317,6 +297,7 @@ mod tests {
         let disks = Disks {
             fabric: fabric.as_ref(),
             view: &view,
+            wait: Duration::from_secs(1),
         };
         let mut first = Proposer {
             me: 0,
@@ -367,6 +348,7 @@ mod tests {
             let disks = Disks {
                 fabric: fabric.as_ref(),
                 view: &view,
+                wait: Duration::from_secs(1),
             };
             let lost = (instance % 3) as usize;
             let wanted = {
@@ -422,6 +404,7 @@ mod tests {
         let disks = Disks {
             fabric: fabric.as_ref(),
             view: &view,
+            wait: Duration::from_secs(1),
         };
         assert_eq!(disks.majority(), 3);
         let gone = |d: usize| {
@@ -493,6 +476,7 @@ mod tests {
             let disks = Disks {
                 fabric: &fabric,
                 view: &view,
+                wait: Duration::from_secs(1),
             };
             let mut p = Proposer {
                 me: 0,
@@ -540,6 +524,7 @@ mod tests {
         let disks = Disks {
             fabric: fabric.as_ref(),
             view: &view,
+            wait: Duration::from_secs(1),
         };
         let announced = Block {
             instance: 0,

@@ -5,10 +5,12 @@
 //!
 //! * `agreement` — one instance of Disk Paxos over the MEMBERSHIP regions
 //!   ([`crate::layout::membership`]).
+//! * `reach` — verbs to every member that a silent one cannot starve.
 //! * `service` — the per-node thread: lease renewals, suspicion from
 //!   heartbeats, proposals, takeover, activation.
 
 mod agreement;
+mod reach;
 mod service;
 
 pub(crate) use service::Membership;

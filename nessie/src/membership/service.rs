@@ -5,6 +5,7 @@
 //! (docs/replication.md#a-view-change-step-by-step).
 
 use super::agreement::{Ballot, Disks, Proposer};
+use super::reach::post_per_node;
 use crate::clock::{Clock, HEARTBEAT_OFFSET};
 use crate::config::micros;
 use crate::fabric::{Fabric, NodeId, RemoteAddr, Verb, WaitBound};
@@ -30,6 +31,12 @@ struct Bounds {
     failure_us: u64,
     /// From a decision observed to its activation: lease + Δ₀ + σ (RP0).
     drain_us: u64,
+    /// The period of the rounds: a quarter of the lease or of the failure
+    /// timeout, whichever is shorter, so that either spans four renewals
+    /// and heartbeat reads, and one late or failed round neither ends the
+    /// lease nor raises a suspicion
+    /// (docs/replication.md#failure-detection).
+    round_us: u64,
 }
 
 impl Bounds {
@@ -40,6 +47,7 @@ impl Bounds {
             drain_us: micros(
                 config.effective_lease() + config.landing_bound() + config.max_clock_skew,
             ),
+            round_us: micros(config.effective_lease().min(config.failure_timeout) / 4),
         }
     }
 }
@@ -71,8 +79,8 @@ struct Member {
 }
 
 impl Membership {
-    /// Starts the thread of node `me` in the active view `view`, renewing
-    /// every `lease / 4`.
+    /// Starts the thread of node `me` in the active view `view`, with a
+    /// round every `min(lease, failure_timeout) / 4`.
     pub(crate) fn start(
         me: NodeId,
         config: &crate::Config,
@@ -103,7 +111,7 @@ impl Membership {
         // Serving starts with the first renewal.
         member.views.set_lease_until(0);
         member.round();
-        let period = config.effective_lease() / 4;
+        let period = Duration::from_micros(bounds.round_us);
         let thread = Periodic::start("nessie-membership", period, move || member.round())?;
         Ok(Membership {
             wish,
@@ -123,7 +131,7 @@ impl Member {
         if self.evicted {
             return;
         }
-        let period = Duration::from_micros(self.bounds.lease_us / 4);
+        let period = Duration::from_micros(self.bounds.round_us);
         // A silent peer holds no verb of this round past its period
         // (docs/replication.md#failure-detection).
         let _wait = WaitBound::until(Instant::now() + period);
@@ -152,12 +160,13 @@ impl Member {
         let suspects = self.suspects(now);
         if !suspects.is_empty() {
             let mut next = self.next_view();
-            for s in suspects {
+            for &s in &suspects {
                 next.members[s].0 = MemberState::Lost;
             }
             tracing::warn!(
                 node = self.me,
                 epoch = next.epoch,
+                ?suspects,
                 "proposing a view without unresponsive members"
             );
             self.propose(next, now);
@@ -179,6 +188,7 @@ impl Member {
         let disks = Disks {
             fabric: self.fabric.as_ref(),
             view: &self.view,
+            wait: Duration::from_micros(self.bounds.round_us),
         };
         let reads = disks.read_all(self.view.epoch);
         let majority = disks.majority();
@@ -204,6 +214,18 @@ impl Member {
             let active = self.view.members.get(self.me).map(|m| m.0) == Some(MemberState::Active);
             if good.len() >= majority && active {
                 self.views.set_lease_until(began + self.bounds.lease_us);
+            } else if active {
+                let unread: Vec<NodeId> = reads
+                    .iter()
+                    .filter(|(_, r)| r.is_none())
+                    .map(|&(d, _)| d)
+                    .collect();
+                tracing::debug!(
+                    node = self.me,
+                    epoch = self.view.epoch,
+                    ?unread,
+                    "lease not renewed: too few disks read"
+                );
             }
             return;
         }
@@ -234,11 +256,12 @@ impl Member {
         let disks = Disks {
             fabric: self.fabric.as_ref(),
             view: &self.view,
+            wait: Duration::from_micros(self.bounds.round_us),
         };
         match proposer.run(&disks, b) {
             Ballot::Decided(decided) => {
                 disks.write_decision(&decided);
-                tracing::warn!(node = me, epoch = decided.epoch, "view decided");
+                tracing::warn!(node = me, epoch = decided.epoch, members = ?decided.members, "view decided");
                 self.learn(decided, now);
             }
             Ballot::Preempted { mbal } => self.highest = self.highest.max(mbal),
@@ -306,7 +329,7 @@ impl Member {
         let states = decided.members.iter().map(|m| m.0).collect();
         self.views
             .activate(View::with_states(decided.epoch, states));
-        tracing::warn!(node = self.me, epoch = decided.epoch, "view active");
+        tracing::warn!(node = self.me, epoch = decided.epoch, members = ?decided.members, "view active");
         self.view = decided;
         self.proposer = None;
         self.highest = 0;
@@ -328,19 +351,15 @@ impl Member {
                 buf: &mut w[..],
             })
             .collect();
-        let together = self.fabric.post(&mut batch).is_ok();
+        let read = post_per_node(
+            self.fabric.as_ref(),
+            &mut batch,
+            Duration::from_micros(self.bounds.round_us),
+        );
         drop(batch);
         let mut out = Vec::new();
         for (i, &n) in others.iter().enumerate() {
-            let beat = if together {
-                Some(u64::from_le_bytes(words[i]))
-            } else {
-                let mut w = [0u8; 8];
-                self.fabric
-                    .read(RemoteAddr::new(n, region::META, HEARTBEAT_OFFSET), &mut w)
-                    .ok()
-                    .map(|()| u64::from_le_bytes(w))
-            };
+            let beat = read[i].then(|| u64::from_le_bytes(words[i]));
             let (last, changed) = &mut self.beats[n];
             if let Some(beat) = beat.filter(|b| b != last) {
                 *last = beat;
@@ -370,12 +389,26 @@ mod tests {
         readmitted: Mutex<Vec<NodeId>>,
         /// Nodes this one cannot reach (a partition).
         cut: Mutex<Vec<NodeId>>,
+        /// Nodes whose verbs wait out the thread's wait bound and fail (a
+        /// host cut off without a reset, on `tcp`).
+        silent: Mutex<Vec<NodeId>>,
     }
 
     impl Fences {
         fn reach(&self, node: NodeId) -> Result<(), FabricError> {
+            let left = WaitBound::left();
+            let timed_out = || FabricError::Disconnected {
+                node,
+                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "silent"),
+            };
             if self.cut.lock().unwrap().contains(&node) {
                 Err(FabricError::Lost { node })
+            } else if self.silent.lock().unwrap().contains(&node) {
+                std::thread::sleep(left.unwrap_or(Duration::from_secs(5)));
+                Err(timed_out())
+            } else if left.is_some_and(|l| l.is_zero()) {
+                // Past the bound a verb may fail at once.
+                Err(timed_out())
             } else {
                 Ok(())
             }
@@ -426,13 +459,20 @@ mod tests {
         }
     }
 
-    /// The MEMBERSHIP regions of three nodes, in one memory.
+    /// The MEMBERSHIP regions of three nodes, and the word of their META
+    /// regions that holds the heartbeat, in one memory.
     fn disks() -> Arc<LocalFabric> {
-        let spec = RegionSpec {
-            id: MEMBERSHIP,
-            len: region_bytes(3),
-        };
-        Arc::new(LocalFabric::new(3, &[spec]).unwrap())
+        let specs = [
+            RegionSpec {
+                id: MEMBERSHIP,
+                len: region_bytes(3),
+            },
+            RegionSpec {
+                id: region::META,
+                len: HEARTBEAT_OFFSET + 8,
+            },
+        ];
+        Arc::new(LocalFabric::new(3, &specs).unwrap())
     }
 
     fn member(me: NodeId, memory: &Arc<LocalFabric>) -> (Member, Arc<Fences>) {
@@ -446,6 +486,7 @@ mod tests {
             fenced: Mutex::new(Vec::new()),
             readmitted: Mutex::new(Vec::new()),
             cut: Mutex::new(Vec::new()),
+            silent: Mutex::new(Vec::new()),
         });
         let member = Member {
             me,
@@ -456,6 +497,7 @@ mod tests {
                 lease_us: 1_000_000,
                 failure_us: 1_000_000,
                 drain_us: 1_000_000,
+                round_us: 250_000,
             },
             view: ViewRecord::first(3),
             pending: None,
@@ -483,6 +525,7 @@ mod tests {
         let b = Bounds::of(&config);
         assert_eq!(b.lease_us, 1_500_000);
         assert_eq!(b.failure_us, 400_000);
+        assert_eq!(b.round_us, 100_000, "a quarter of the failure timeout");
         assert_eq!(
             b.drain_us,
             1_500_000 + micros(config.landing_bound()) + micros(config.max_clock_skew)
@@ -553,6 +596,66 @@ mod tests {
             m.views.lease_until(),
             0,
             "a restoring member serves nothing"
+        );
+    }
+
+    /// A silent member uses up a round's wait bound inside its batches;
+    /// the live members' disks and heartbeats are read all the same: the
+    /// lease is renewed, and the view proposed is without the silent member
+    /// only. The regression of a false eviction in the `nftables`
+    /// partition test, where the retry of a live member's READ found the
+    /// round's bound spent, the member looked as silent as the cut-off one,
+    /// and a view without both was decided.
+    #[test]
+    fn a_silent_member_starves_neither_the_renewal_nor_the_others_heartbeats() {
+        let memory = disks();
+        let (mut m, fences) = member(0, &memory);
+        let clock = Arc::new(SetClock::default());
+        clock.sleep(Duration::from_secs(10));
+        m.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        m.bounds.round_us = 20_000;
+        m.beats = vec![(0, clock.mono_us()); 3];
+        *fences.silent.lock().unwrap() = vec![2];
+        let beat = |b: u64| {
+            memory
+                .write(
+                    RemoteAddr::new(1, region::META, HEARTBEAT_OFFSET),
+                    &b.to_le_bytes(),
+                )
+                .unwrap();
+        };
+        m.views.set_lease_until(0);
+        beat(1);
+        m.round();
+        assert_eq!(
+            m.views.lease_until(),
+            clock.mono_us() + m.bounds.lease_us,
+            "renewed with two disks of three"
+        );
+        clock.sleep(Duration::from_micros(m.bounds.failure_us + 1));
+        beat(2);
+        m.round();
+        let (proposed, _) = m.pending.as_ref().expect("a view without node 2");
+        assert_eq!(
+            proposed.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+            [MemberState::Active, MemberState::Active, MemberState::Lost]
+        );
+    }
+
+    /// A round is a quarter of the lease or of the failure timeout,
+    /// whichever is shorter.
+    #[test]
+    fn a_round_is_a_quarter_of_the_shorter_of_lease_and_failure_timeout() {
+        let config = crate::Config {
+            nodes: 3,
+            replicas: 2,
+            lease: Duration::from_millis(800),
+            failure_timeout: Duration::from_secs(4),
+            ..crate::Config::default()
+        };
+        assert_eq!(
+            Bounds::of(&config).round_us,
+            micros(config.effective_lease()) / 4
         );
     }
 
