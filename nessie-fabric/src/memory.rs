@@ -1,12 +1,12 @@
 //! Word-atomic access to registered memory, shared by every backend (the
 //! `tcp` fabric's service executes peers' verbs through the same
-//! [`MemoryMap`]). This file and the backends' allocation and mapping
+//! [`MemoryMap`]). This file (with `memory/copy.rs`) and the backends' allocation and mapping
 //! code are the only places of the crate that use `unsafe`.
 //!
-//! Every access is a 64-bit atomic on an 8-byte aligned word: READ and WRITE
-//! copy word by word (relaxed loads then an acquire fence; a release fence
-//! then relaxed stores), CAS is `compare_exchange` (sequentially
-//! consistent). Peers may touch the same
+//! Every access loads or stores each 8-byte aligned word whole: READ copies
+//! with relaxed loads (aligned vector loads on x86-64, `memory/copy.rs`)
+//! then an acquire fence, WRITE with a release fence then relaxed stores,
+//! CAS is `compare_exchange` (sequentially consistent). Peers may touch the same
 //! words at any time, even from other processes, so plain (non-atomic)
 //! accesses would be data races.
 #![expect(
@@ -17,6 +17,11 @@
 use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
 use crate::wire::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+#[cfg(target_arch = "x86_64")]
+mod copy;
+#[cfg(target_arch = "x86_64")]
+use copy::{load_words, stream_words};
 
 /// A span of memory registered as one region: word aligned, valid for the
 /// lifetime of the backend that owns it, and accessed only atomically.
@@ -98,6 +103,13 @@ impl RegionMemory {
 
     fn read(&self, first_word: usize, buf: &mut [u8]) {
         let base = self.words(first_word, buf.len() / WORD);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the words `base..base + buf.len() / 8` were checked by
+        // `words`; aligned and live per the constructor contract.
+        unsafe {
+            load_words(base, buf);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
         for (i, chunk) in buf.chunks_exact_mut(WORD).enumerate() {
             // SAFETY: `i < n`, within the range checked by `words`; aligned
             // and live per the constructor contract; accessed atomically.
@@ -179,61 +191,6 @@ impl RegionMemory {
             Ordering::SeqCst,
         ) {
             Ok(old) | Err(old) => u64::from_le(old),
-        }
-    }
-}
-
-/// Copies the whole words of `src` to `dst` with `movnti`, four per turn
-/// of the loop.
-///
-/// # Safety
-/// `dst` must be 8-byte aligned and valid for `src.len() / 8` words of a
-/// [`RegionMemory`] (whose every other access is atomic too).
-#[cfg(target_arch = "x86_64")]
-unsafe fn stream_words(dst: *mut u64, src: &[u8]) {
-    let words = src.len() / WORD;
-    let quads = words / 4;
-    if quads > 0 {
-        // SAFETY: reads `32 × quads` bytes of `src` and writes as many at
-        // `dst`, both in bounds (caller contract); unaligned loads are
-        // allowed on x86-64 and the stores are aligned.
-        unsafe {
-            std::arch::asm!(
-                "2:",
-                "mov {a}, qword ptr [{s}]",
-                "mov {b}, qword ptr [{s} + 8]",
-                "movnti qword ptr [{d}], {a}",
-                "movnti qword ptr [{d} + 8], {b}",
-                "mov {a}, qword ptr [{s} + 16]",
-                "mov {b}, qword ptr [{s} + 24]",
-                "movnti qword ptr [{d} + 16], {a}",
-                "movnti qword ptr [{d} + 24], {b}",
-                "add {s}, 32",
-                "add {d}, 32",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) src.as_ptr() => _,
-                d = inout(reg) dst => _,
-                n = inout(reg) quads => _,
-                a = out(reg) _,
-                b = out(reg) _,
-                options(nostack),
-            );
-        }
-    }
-    for i in quads * 4..words {
-        let mut b = [0u8; WORD];
-        b.copy_from_slice(&src[i * WORD..(i + 1) * WORD]);
-        #[allow(clippy::disallowed_methods, reason = "memory is native words")]
-        let w = u64::from_ne_bytes(b);
-        // SAFETY: `i < words`, in bounds and aligned (caller contract).
-        unsafe {
-            std::arch::asm!(
-                "movnti qword ptr [{d}], {w}",
-                d = in(reg) dst.add(i),
-                w = in(reg) w,
-                options(nostack, preserves_flags),
-            );
         }
     }
 }
