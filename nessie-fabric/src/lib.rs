@@ -283,6 +283,21 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         }
     }
 
+    /// Brings the pages of the `len` bytes at `addr`, memory this process
+    /// holds, into memory ahead of their first write, changing no byte: a
+    /// store's allocator faults in the slots it hands out next in the
+    /// background, so that a write does not pay the page faults of a first
+    /// touch. The default does nothing (memory registered with a NIC is
+    /// pinned already, and a peer's memory is the peer's own business).
+    ///
+    /// # Errors
+    /// A backend that faults pages in refuses a range outside a region as
+    /// [`Fabric::write`] does.
+    fn prefault(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
+        let _ = (addr, len);
+        Ok(())
+    }
+
     /// A point where a node's own bookkeeping (a scan of its data tables)
     /// holds no lock between two steps: a fabric that schedules the threads
     /// using it, as the deterministic simulator's does, may run others

@@ -18,6 +18,9 @@ use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr}
 use crate::wire::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+/// Words in the smallest page a region's memory may have.
+const PAGE_WORDS: usize = 4096 / WORD;
+
 #[cfg(target_arch = "x86_64")]
 mod copy;
 #[cfg(target_arch = "x86_64")]
@@ -182,6 +185,26 @@ impl RegionMemory {
         let _ = base;
     }
 
+    /// Faults in every page of the words `first..first + n` for writing,
+    /// changing none: an atomic add of zero to one word of each page (a
+    /// write to the page as far as the kernel is concerned, a no-op to
+    /// any peer writing the same word at the same time).
+    fn prefault(&self, first: usize, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let base = self.words(first, n);
+        let add_zero = |i: usize| {
+            // SAFETY: `i < n`, within the range checked by `words`; aligned
+            // and live per the constructor contract; accessed atomically.
+            unsafe { AtomicU64::from_ptr(base.add(i)) }.fetch_add(0, Ordering::Relaxed);
+        };
+        // Words a page apart, and the last one: every page the range
+        // touches gets one.
+        (0..n).step_by(PAGE_WORDS).for_each(add_zero);
+        add_zero(n - 1);
+    }
+
     fn cas(&self, word: usize, expected: u64, new: u64) -> u64 {
         // Layout words are little-endian in memory.
         match self.word(word).compare_exchange(
@@ -284,6 +307,14 @@ impl MemoryMap {
             });
         }
         mem.write_streaming(word, parts, cached);
+        Ok(())
+    }
+
+    /// Faults in the pages of `len` bytes at `addr` (see
+    /// [`super::Fabric::prefault`]).
+    pub(crate) fn prefault(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
+        let (mem, word) = self.resolve(addr, len)?;
+        mem.prefault(word, (len / WORD as u64) as usize);
         Ok(())
     }
 
@@ -489,6 +520,14 @@ macro_rules! impl_fabric_for_memory_map {
                 cached: usize,
             ) -> Result<(), $crate::FabricError> {
                 self.memory_map().write_streaming(addr, parts, cached)
+            }
+
+            fn prefault(
+                &self,
+                addr: $crate::RemoteAddr,
+                len: u64,
+            ) -> Result<(), $crate::FabricError> {
+                self.memory_map().prefault(addr, len)
             }
 
             fn cas(

@@ -431,6 +431,13 @@ impl Fabric for TcpFabric {
         self.write(addr, &parts.concat())
     }
 
+    fn prefault(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
+        if addr.node == self.node {
+            return self.map().prefault(addr, len);
+        }
+        self.check_node(addr.node)
+    }
+
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
         self.cas_by(addr, expected, new, 0)
     }

@@ -83,6 +83,7 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
             "net B/PUT",
             "CPU µs/op",
             "CPU cores/node",
+            "faults/PUT",
             "errors",
         ],
     );
@@ -124,6 +125,7 @@ pub fn summary_table(name: &str, title: &str, done: &[Done]) -> Table {
                     num(f.put.remote_bytes_per_op),
                     num(f.cpu_us_per_op),
                     num(f.cpu_util_per_node),
+                    num(f.put.faults_per_op),
                     f.all.errors.to_string(),
                 ])
                 .chain(tails::summary_cells(f))

@@ -312,7 +312,7 @@ mod tests {
         let s = super::super::summary_table("summary", "Summary", &done);
         assert!(s.rows.iter().all(|r| r.len() == s.columns.len()));
         assert_eq!(s.csv_only, summary_columns().len());
-        assert_eq!(s.columns[16], "GET preempted %");
-        assert_eq!(s.rows[0][16], "1.00");
+        assert_eq!(s.columns[17], "GET preempted %");
+        assert_eq!(s.rows[0][17], "1.00");
     }
 }

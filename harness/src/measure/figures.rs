@@ -62,6 +62,10 @@ pub struct KindSummary {
     /// 99.9th percentile latency of the operations not preempted, µs.
     #[serde(default)]
     pub unpreempted_p999_us: f64,
+    /// Page faults of the worker thread per operation, over all of them
+    /// (first touches of memory among them).
+    #[serde(default)]
+    pub faults_per_op: f64,
     /// The slowest 1 % of the operations.
     #[serde(default)]
     pub slowest_1pct: TailSlice,
@@ -118,6 +122,7 @@ impl KindSummary {
                 k.preempted as f64 / k.ok as f64
             },
             unpreempted_p999_us: quantile(&k.unpreempted_latency_ns.0, 0.999),
+            faults_per_op: per(k.tail.buckets().iter().map(|b| b.faults).sum()),
             slowest_1pct: k.tail.slowest(1_000),
             slowest_0_1pct: k.tail.slowest(100),
         }

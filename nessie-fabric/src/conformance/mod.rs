@@ -252,6 +252,35 @@ pub fn check_read_write(make: Factory<'_>) {
     );
 }
 
+/// Faulting in a node's own memory ahead of use changes no byte of it, and
+/// a range past a region's end is refused as a WRITE's would be (or
+/// ignored, by a backend whose memory needs no faulting in).
+///
+/// # Panics
+/// On any deviation.
+pub fn check_prefault(make: Factory<'_>) {
+    let views = cluster(make);
+    for (v, view) in views.iter().enumerate() {
+        let data = pattern(LARGE_LEN as usize - 16, v as u8 + 1);
+        let inner = RemoteAddr::new(v, LARGE, 8);
+        view.write(inner, &data)
+            .unwrap_or_else(|e| panic!("view {v}: WRITE: {e}"));
+        view.prefault(RemoteAddr::new(v, LARGE, 0), LARGE_LEN)
+            .unwrap_or_else(|e| panic!("view {v}: prefault of its whole region: {e}"));
+        assert_eq!(
+            read_vec(&**view, inner, data.len()),
+            data,
+            "view {v}: prefault changed its memory"
+        );
+        if let Err(e) = view.prefault(RemoteAddr::new(v, LARGE, LARGE_LEN - 8), 16) {
+            assert!(
+                matches!(e, FabricError::OutOfBounds { .. }),
+                "view {v}: a prefault past the end failed with {e}"
+            );
+        }
+    }
+}
+
 /// CAS swaps only on a match, returns the old value either way, and agrees
 /// with READ and WRITE on the little-endian encoding of the word.
 ///
@@ -438,6 +467,7 @@ pub fn check_batches(make: Factory<'_>) {
 pub fn run_all(make: Factory<'_>) {
     check_shape(make);
     check_read_write(make);
+    check_prefault(make);
     check_cas(make);
     check_batches(make);
     check_errors(make);
@@ -469,6 +499,7 @@ macro_rules! fabric_conformance_tests {
         $crate::fabric_conformance_tests!(@each $backend [$(#[$attr])*]
             every_view_reports_the_cluster_shape: $crate::conformance::check_shape;
             writes_are_read_back_through_every_view: $crate::conformance::check_read_write;
+            prefaulting_own_memory_changes_nothing: $crate::conformance::check_prefault;
             cas_swaps_only_on_a_match_and_returns_the_old_value: $crate::conformance::check_cas;
             batches_execute_every_verb_and_write_results_back: $crate::conformance::check_batches;
             bad_verbs_fail_with_their_own_error_and_change_nothing: $crate::conformance::check_errors;

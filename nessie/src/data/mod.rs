@@ -52,6 +52,7 @@
 mod clock_gate;
 mod figures;
 mod geometry;
+mod prefault;
 mod reclaim;
 mod recycler;
 mod restored;
@@ -227,6 +228,10 @@ struct ClassTable {
     /// Free slots only tombstones may take.
     reserve: u32,
     next_fresh: u32,
+    /// Fresh slots below this one are faulted in ([`prefault`]).
+    prefaulted: u32,
+    /// `next_fresh` at the last prefault, to size the next window.
+    fresh_seen: u32,
     /// Slots ready for allocation, each at the generation its next
     /// incarnation gets.
     free: Vec<u32>,
@@ -382,6 +387,8 @@ impl NodeData {
                     slots,
                     reserve: geometry.reserve(c as u8) as u32,
                     next_fresh: 0,
+                    prefaulted: 0,
+                    fresh_seen: 0,
                     free: Vec::new(),
                     in_use: Vec::new(),
                     in_use_at: filled(&what("in-use positions"), slots as usize, NOT_IN_USE)?,

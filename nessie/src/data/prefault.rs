@@ -1,0 +1,159 @@
+//! Faulting in, in the background, the fresh slots each class hands out
+//! next, so that a write into a slot never used before does not pay the
+//! page faults of a first touch in the operation that writes it
+//! (docs/design.md#allocation).
+//!
+//! The window ahead of a class's next fresh slot is twice the fresh slots
+//! the class handed out since the last period, and at least
+//! [`WINDOW_MIN_BYTES`]: it follows the rate of allocation and leaves the
+//! tables sparse (an idle class faults in one small window only).
+
+use super::NodeData;
+use crate::fabric::{Fabric, FabricError};
+
+/// The smallest window of a class, in bytes.
+pub(super) const WINDOW_MIN_BYTES: usize = 256 << 10;
+
+impl NodeData {
+    /// Faults in the window of fresh slots each class hands out next
+    /// (see the module's documentation) through `local`, the node's own
+    /// memory; returns how many slots it faulted in. Slots already faulted
+    /// in, or handed out meanwhile, are not touched again.
+    ///
+    /// # Errors
+    /// The first failed prefault (the other classes are still done).
+    pub fn prefault_ahead(&self, local: &dyn Fabric) -> Result<u64, FabricError> {
+        let mut faulted = 0;
+        let mut first_error = None;
+        for class in 0..self.classes() as u8 {
+            let slot_bytes = self.slot_bytes(class);
+            let Some((from, to)) = self.table(class).map(|mut t| {
+                let taken = t.next_fresh - t.fresh_seen;
+                t.fresh_seen = t.next_fresh;
+                let least = (WINDOW_MIN_BYTES / slot_bytes).max(1) as u32;
+                let to = t
+                    .next_fresh
+                    .saturating_add(least.max(taken.saturating_mul(2)))
+                    .min(t.slots);
+                (t.prefaulted.max(t.next_fresh), to)
+            }) else {
+                continue;
+            };
+            if from >= to {
+                continue;
+            }
+            let len = u64::from(to - from) * slot_bytes as u64;
+            match local.prefault(self.slot_addr(class, from), len) {
+                Ok(()) => {
+                    faulted += u64::from(to - from);
+                    if let Some(mut t) = self.table(class) {
+                        t.prefaulted = t.prefaulted.max(to);
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(faulted), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::WallClock;
+    use crate::data::Stagings;
+    use crate::data::{small_config, SlotUse, TableAccess};
+    use crate::fabric::{LocalFabric, RemoteAddr};
+    use std::sync::Mutex;
+
+    /// The node's own memory, recording each prefault.
+    #[derive(Debug)]
+    struct Recorded {
+        memory: LocalFabric,
+        prefaults: Mutex<Vec<(RemoteAddr, u64)>>,
+    }
+
+    impl Fabric for Recorded {
+        fn nodes(&self) -> usize {
+            self.memory.nodes()
+        }
+        fn region_len(&self, node: usize, region: crate::fabric::RegionId) -> Option<u64> {
+            self.memory.region_len(node, region)
+        }
+        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+            self.memory.read(addr, buf)
+        }
+        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+            self.memory.write(addr, data)
+        }
+        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+            self.memory.cas(addr, expected, new)
+        }
+        fn prefault(&self, addr: RemoteAddr, len: u64) -> Result<(), FabricError> {
+            self.prefaults.lock().unwrap().push((addr, len));
+            self.memory.prefault(addr, len)
+        }
+    }
+
+    /// The window starts at the smallest size, moves ahead of the slots
+    /// handed out, grows with the rate of allocation, never faults a slot
+    /// in twice and stops at the table's end.
+    #[test]
+    fn the_window_follows_allocation_and_faults_each_slot_in_once() {
+        let mut config = small_config(1, 256, 0);
+        let slot_bytes = config.class_slot_bytes(0);
+        let slots = 4 * WINDOW_MIN_BYTES / slot_bytes;
+        config.data_bytes_per_node = slots * slot_bytes;
+        let data = NodeData::new(&config, 0).unwrap();
+        let fabric = Recorded {
+            memory: LocalFabric::new(1, &crate::store_regions(&config)).unwrap(),
+            prefaults: Mutex::new(Vec::new()),
+        };
+        let least = (WINDOW_MIN_BYTES / slot_bytes) as u64;
+        let class0 = |f: &Recorded| {
+            let mut p = f.prefaults.lock().unwrap();
+            let mine: Vec<_> = p
+                .iter()
+                .filter(|(a, _)| a.region == crate::layout::region::data(0))
+                .copied()
+                .collect();
+            p.clear();
+            mine
+        };
+        data.prefault_ahead(&fabric).unwrap();
+        assert_eq!(
+            class0(&fabric),
+            [(data.slot_addr(0, 0), least * slot_bytes as u64)],
+            "the smallest window from the first slot"
+        );
+        data.prefault_ahead(&fabric).unwrap();
+        assert!(class0(&fabric).is_empty(), "nothing twice");
+        // Hand out half a window more than the window: the next one covers
+        // twice that from the next fresh slot, from where the last ended.
+        let clock = WallClock::default();
+        let access = TableAccess {
+            local: &fabric,
+            cluster: &fabric,
+            clock: &clock,
+            views: None,
+        };
+        let mut stagings = Stagings::default();
+        let taken = least + least / 2;
+        for _ in 0..taken {
+            data.take(0, SlotUse::Entry, access, &mut stagings)
+                .unwrap()
+                .expect("a fresh slot");
+        }
+        data.prefault_ahead(&fabric).unwrap();
+        let end = (taken + 2 * taken).min(data.capacity(0) as u64);
+        assert_eq!(
+            class0(&fabric),
+            [(
+                data.slot_addr(0, taken as u32),
+                (end - taken) * slot_bytes as u64
+            )]
+        );
+    }
+}
