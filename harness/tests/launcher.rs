@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use support::{assert_ok, bench, failed_reason, leftover_processes, leftover_shm, results, run};
 
@@ -20,8 +19,7 @@ fn assert_clean(dir: &Path, pid: u32) {
 
 /// A free loopback port, for the tcp fabric's rendezvous.
 fn free_port() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port().to_string()
+    nessie_fabric::conformance::bootstrap::free_port().to_string()
 }
 
 /// `compare --quick` of `systems` on `fabric` under the fake srun.

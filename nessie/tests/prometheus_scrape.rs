@@ -5,7 +5,7 @@
 
 use nessie::{Cluster, Config, MetricsConfig};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,10 +20,7 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+    nessie_fabric::conformance::bootstrap::free_port()
 }
 
 /// Percent-encodes a query parameter.

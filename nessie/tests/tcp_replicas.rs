@@ -220,11 +220,7 @@ fn under_a_rendezvous_a_replacement_of_node_0_learns_its_peers_from_a_survivor()
 /// Three nodes with two replicas meeting at a rendezvous on loopback.
 fn start_at_rendezvous() -> (Config, Vec<Node>) {
     start_with(|| {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = nessie_fabric::conformance::bootstrap::free_port();
         let mut config = tcp_config();
         config.fabric = FabricConfig::Tcp {
             peers: Vec::new(),

@@ -150,11 +150,7 @@ fn store_on_tcp_works_and_costs_the_same_verbs_as_local() {
 /// environment, not the configuration.
 #[test]
 fn nodes_of_a_launched_job_meet_at_the_rendezvous() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = nessie_fabric::conformance::bootstrap::free_port();
     let nodes = std::thread::scope(|s| {
         let handles: Vec<_> = (0..NODES)
             .map(|rank| {

@@ -17,6 +17,7 @@ use crate::{
 };
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -122,16 +123,42 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flip: Option<usize>, tape: Tape)
     });
 }
 
-/// A free port on 127.0.0.1 for a rendezvous the serving node binds.
+/// A free port on 127.0.0.1 for a server a test starts later (a
+/// rendezvous the serving node binds, a metrics endpoint).
+///
+/// The port lies below Linux's ephemeral range (32768 and up), and each
+/// call of a process takes the next one. A port bound to 0 and released
+/// would be free only until the next listener bound to port 0 (another
+/// test's node, in parallel) or the next outgoing connection took it, and
+/// this test's client would then talk to that other server: a failure
+/// seen once, as a rendezvous that never answered.
 ///
 /// # Panics
-/// If no port can be bound.
+/// If no port of the range can be bound.
+#[must_use]
+pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    // Processes of a run start at different ports.
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let port = FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(port).expect("below 32000");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {FIRST}..{}", FIRST + SPAN)
+}
+
+/// `127.0.0.1:` and a [`free_port`].
+///
+/// # Panics
+/// As [`free_port`].
 #[must_use]
 pub fn free_address() -> String {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port on 127.0.0.1")
-        .to_string()
+    format!("127.0.0.1:{}", free_port())
 }
 
 /// The rendezvous options of node `node` of `nodes` meeting at `address`
