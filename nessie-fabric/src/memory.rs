@@ -186,23 +186,33 @@ impl RegionMemory {
     }
 
     /// Faults in every page of the words `first..first + n` for writing,
-    /// changing none: an atomic add of zero to one word of each page (a
-    /// write to the page as far as the kernel is concerned, a no-op to
-    /// any peer writing the same word at the same time).
+    /// changing none: one word of each page is swapped for itself by a
+    /// successful CAS, a write to the page as far as the kernel is
+    /// concerned and a no-op to any peer writing the same word at the same
+    /// time (its value wins, and the CAS tries again). Not an atomic add of
+    /// zero: LLVM lowers an idempotent read-modify-write to a fenced load,
+    /// which faults a page in for reading only, and the first real write
+    /// would fault again.
     fn prefault(&self, first: usize, n: usize) {
         if n == 0 {
             return;
         }
         let base = self.words(first, n);
-        let add_zero = |i: usize| {
+        let rewrite = |i: usize| {
             // SAFETY: `i < n`, within the range checked by `words`; aligned
             // and live per the constructor contract; accessed atomically.
-            unsafe { AtomicU64::from_ptr(base.add(i)) }.fetch_add(0, Ordering::Relaxed);
+            let word = unsafe { AtomicU64::from_ptr(base.add(i)) };
+            let mut seen = word.load(Ordering::Relaxed);
+            while let Err(now) =
+                word.compare_exchange_weak(seen, seen, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                seen = now;
+            }
         };
         // Words a page apart, and the last one: every page the range
         // touches gets one.
-        (0..n).step_by(PAGE_WORDS).for_each(add_zero);
-        add_zero(n - 1);
+        (0..n).step_by(PAGE_WORDS).for_each(rewrite);
+        rewrite(n - 1);
     }
 
     fn cas(&self, word: usize, expected: u64, new: u64) -> u64 {
