@@ -16,15 +16,14 @@
 
 use lru::LruCache;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 
 /// What the cache holds for one committed DTE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedEntry {
     /// The key.
-    pub key: Arc<[u8]>,
+    pub key: Vec<u8>,
     /// The value, or `None` for a committed tombstone.
-    pub value: Option<Arc<[u8]>>,
+    pub value: Option<Vec<u8>>,
     /// When the index read that last confirmed the entry began (monotonic
     /// µs).
     pub confirmed_at: u64,
@@ -68,11 +67,29 @@ impl DteCache {
     /// Caches a committed DTE read through the ITE value `ite`, which an
     /// index read that began at `read_began` (monotonic µs) returned.
     pub fn insert(&mut self, ite: u64, key: &[u8], value: Option<&[u8]>, read_began: u64) {
+        // The entry this insert replaces or evicts lends its buffers: a
+        // cache of large values then costs a copy per insert, not an
+        // allocation and a free as well.
+        let full = self.lru.len() == self.lru.cap().get();
+        let reused = match self.lru.pop(&ite) {
+            Some(e) => Some(e),
+            None if full => self.lru.pop_lru().map(|(_, e)| e),
+            None => None,
+        };
+        let (mut k, mut v) = reused.map_or((Vec::new(), None), |e| (e.key, e.value));
+        k.clear();
+        k.extend_from_slice(key);
+        let value = value.map(|new| {
+            let mut buf = v.take().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(new);
+            buf
+        });
         self.lru.put(
             ite,
             CachedEntry {
-                key: key.into(),
-                value: value.map(Into::into),
+                key: k,
+                value,
                 confirmed_at: read_began,
             },
         );
@@ -117,6 +134,31 @@ mod tests {
         assert_eq!(c.get(2, 20, 20).unwrap().confirmed_at, 20);
         // A hit never moves the confirmation back in time.
         assert_eq!(c.get(2, 5, 30).unwrap().confirmed_at, 20);
+    }
+
+    /// Replacing and evicting keep what the cache answers exact: a
+    /// buffer lent by another entry carries none of its bytes.
+    #[test]
+    fn reused_buffers_hold_only_the_new_entry() {
+        let mut c = DteCache::new(2, 1000);
+        c.insert(1, b"long key", Some(b"a longer value"), 0);
+        c.insert(2, b"k2", Some(b"v2"), 0);
+        c.insert(3, b"k", Some(b"v"), 0);
+        let e = c.get(3, 0, 0).unwrap();
+        assert_eq!(
+            (&e.key[..], e.value.as_deref()),
+            (&b"k"[..], Some(&b"v"[..]))
+        );
+        assert!(c.get(1, 0, 0).is_none(), "evicted");
+        c.insert(3, b"k", None, 1);
+        assert_eq!(
+            c.get(3, 1, 1).unwrap().value,
+            None,
+            "replaced by a tombstone"
+        );
+        c.insert(2, b"k2", Some(b"w"), 1);
+        assert_eq!(c.get(2, 1, 1).unwrap().value.as_deref(), Some(&b"w"[..]));
+        assert_eq!(c.len(), 2);
     }
 
     #[test]
