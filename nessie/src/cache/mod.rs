@@ -137,11 +137,15 @@ mod tests {
     }
 
     /// Replacing and evicting keep what the cache answers exact: a
-    /// buffer lent by another entry carries none of its bytes.
+    /// buffer lent by another entry carries none of its bytes. And the
+    /// buffers are lent: a replaced or evicted entry's large value buffer
+    /// holds the next small value.
     #[test]
     fn reused_buffers_hold_only_the_new_entry() {
+        let lent = |e: &CachedEntry, len: usize| e.value.as_ref().unwrap().capacity() >= len;
         let mut c = DteCache::new(2, 1000);
-        c.insert(1, b"long key", Some(b"a longer value"), 0);
+        let large = vec![9u8; 4096];
+        c.insert(1, b"long key", Some(&large), 0);
         c.insert(2, b"k2", Some(b"v2"), 0);
         c.insert(3, b"k", Some(b"v"), 0);
         let e = c.get(3, 0, 0).unwrap();
@@ -149,6 +153,7 @@ mod tests {
             (&e.key[..], e.value.as_deref()),
             (&b"k"[..], Some(&b"v"[..]))
         );
+        assert!(lent(e, large.len()), "the evicted entry lent its buffer");
         assert!(c.get(1, 0, 0).is_none(), "evicted");
         c.insert(3, b"k", None, 1);
         assert_eq!(
@@ -156,8 +161,11 @@ mod tests {
             None,
             "replaced by a tombstone"
         );
+        c.insert(2, b"k2", Some(&large), 1);
         c.insert(2, b"k2", Some(b"w"), 1);
-        assert_eq!(c.get(2, 1, 1).unwrap().value.as_deref(), Some(&b"w"[..]));
+        let e = c.get(2, 1, 1).unwrap();
+        assert_eq!(e.value.as_deref(), Some(&b"w"[..]));
+        assert!(lent(e, large.len()), "the replaced entry lent its buffer");
         assert_eq!(c.len(), 2);
     }
 

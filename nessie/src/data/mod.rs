@@ -125,6 +125,20 @@ impl TableAccess<'_> {
     }
 }
 
+#[cfg(test)]
+impl<'a> TableAccess<'a> {
+    /// One node's tables on its own `memory` at `clock`, with no views
+    /// (one replica): the unit tests' access.
+    pub(crate) fn alone(memory: &'a dyn Fabric, clock: &'a dyn Clock) -> TableAccess<'a> {
+        TableAccess {
+            local: memory,
+            cluster: memory,
+            clock,
+            views: None,
+        }
+    }
+}
+
 impl fmt::Debug for TableAccess<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TableAccess").finish_non_exhaustive()
@@ -670,12 +684,7 @@ mod tests {
     fn a_class_that_does_not_exist_has_nothing_and_panics_nothing() {
         let (data, fabric) = tables(&small_config(1, 256, 1 << 16));
         let clock = WallClock::default();
-        let access = TableAccess {
-            local: &fabric,
-            cluster: &fabric,
-            clock: &clock,
-            views: None,
-        };
+        let access = TableAccess::alone(&fabric, &clock);
         let none = 9;
         assert_eq!(data.classes(), 1);
         assert_eq!(data.available(none), 0);
@@ -733,12 +742,7 @@ mod tests {
         config.tombstone_reserve = 2;
         let (data, fabric) = tables(&config);
         let clock = WallClock::default();
-        let access = TableAccess {
-            local: &fabric,
-            cluster: &fabric,
-            clock: &clock,
-            views: None,
-        };
+        let access = TableAccess::alone(&fabric, &clock);
         let tombstone = |data: &NodeData| {
             data.allocate_for(
                 0,

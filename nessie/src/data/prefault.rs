@@ -133,12 +133,7 @@ mod tests {
         // Hand out half a window more than the window: the next one covers
         // twice that from the next fresh slot, from where the last ended.
         let clock = WallClock::default();
-        let access = TableAccess {
-            local: &fabric,
-            cluster: &fabric,
-            clock: &clock,
-            views: None,
-        };
+        let access = TableAccess::alone(&fabric, &clock);
         let mut stagings = Stagings::default();
         let taken = least + least / 2;
         for _ in 0..taken {

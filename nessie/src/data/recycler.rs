@@ -122,16 +122,6 @@ mod tests {
         (data, fabric)
     }
 
-    /// Allocation and scans on one node's `memory`, at `clock`.
-    fn access<'a>(memory: &'a dyn Fabric, clock: &'a dyn Clock) -> TableAccess<'a> {
-        TableAccess {
-            local: memory,
-            cluster: memory,
-            clock,
-            views: None,
-        }
-    }
-
     fn stamp(fabric: &LocalFabric, data: &NodeData, r: SlotRef, expires_at: u64) {
         let at: RemoteAddr = data
             .slot_addr(r.class, r.slot)
@@ -147,7 +137,7 @@ mod tests {
     fn a_period_scans_a_fifth_while_there_is_room_and_everything_when_low() {
         let (data, fabric) = table();
         let clock = WallClock::default();
-        let access = access(&fabric, &clock);
+        let access = TableAccess::alone(&fabric, &clock);
         let capacity = data.capacity(0) - data.reserve(0);
         let taken: Vec<SlotRef> = (0..50)
             .map(|_| data.allocate(0, access).unwrap().unwrap())
@@ -207,7 +197,7 @@ mod tests {
         let views = crate::replica::Views::new(crate::data::Geometry::new(&config));
         let access = TableAccess {
             views: Some(&views),
-            ..access(&fabric, &clock)
+            ..TableAccess::alone(&fabric, &clock)
         };
         let long_ago = clock.now_us() - 60_000_000;
         for _ in 0..90 {
@@ -230,7 +220,7 @@ mod tests {
         // (slots taken, own stagings queued, freed by one period)
         for (taken, queued, freed) in [(75, 0, 15), (76, 0, 76), (76, 1, 15), (76, 6, 14)] {
             let (data, fabric) = table();
-            let access = access(&fabric, &clock);
+            let access = TableAccess::alone(&fabric, &clock);
             assert_eq!(data.capacity(0) - data.reserve(0), 100);
             let mut stagings = data.stagings();
             for i in 0..taken {
@@ -254,7 +244,7 @@ mod tests {
     fn an_allocation_scans_past_slices_that_free_nothing() {
         let (data, fabric) = table();
         let clock = WallClock::default();
-        let access = access(&fabric, &clock);
+        let access = TableAccess::alone(&fabric, &clock);
         let slice = crate::data::SCAN_SLICE;
         let entries = data.capacity(0) - data.reserve(0);
         let taken: Vec<SlotRef> = (0..entries)
@@ -301,7 +291,7 @@ mod tests {
         for (late_by, freed) in [(0, 0), (1, 1)] {
             let (data, fabric) = table();
             let clock = Stopped(stamp_at + skew + late_by);
-            let access = access(&fabric, &clock);
+            let access = TableAccess::alone(&fabric, &clock);
             let r = data.allocate(0, access).unwrap().unwrap();
             stamp(&fabric, &data, r, stamp_at);
             assert_eq!(data.recycle(0, access).unwrap(), freed, "{late_by} µs late");
@@ -336,7 +326,7 @@ mod tests {
         let now = 1_000_000_000;
         let (data, fabric) = table();
         let clock = Stopped(now);
-        let access = access(&fabric, &clock);
+        let access = TableAccess::alone(&fabric, &clock);
         let taken: Vec<SlotRef> = (0..data.capacity(0) - data.reserve(0))
             .map(|_| data.allocate(0, access).unwrap().unwrap())
             .collect();
@@ -446,7 +436,10 @@ mod tests {
             (long_ago, long_ago, 1),
         ] {
             let (data, fabric) = table();
-            let r = data.allocate(0, access(&fabric, &clock)).unwrap().unwrap();
+            let r = data
+                .allocate(0, TableAccess::alone(&fabric, &clock))
+                .unwrap()
+                .unwrap();
             stamp(&fabric, &data, r, first);
             let at = data.slot_addr(0, r.slot).add(EXPIRES_AT_OFFSET as u64);
             let racing = WriteAfterFirstRead {
@@ -456,7 +449,8 @@ mod tests {
                 done: false.into(),
             };
             assert_eq!(
-                data.recycle(0, access(&racing, &clock)).unwrap(),
+                data.recycle(0, TableAccess::alone(&racing, &clock))
+                    .unwrap(),
                 freed,
                 "{first} then {then}"
             );
