@@ -104,7 +104,7 @@ mod tests {
     fn the_window_follows_allocation_and_faults_each_slot_in_once() {
         let mut config = small_config(1, 256, 0);
         let slot_bytes = config.class_slot_bytes(0);
-        let slots = 4 * WINDOW_MIN_BYTES / slot_bytes;
+        let slots = 16 * WINDOW_MIN_BYTES / slot_bytes;
         config.data_bytes_per_node = slots * slot_bytes;
         let data = NodeData::new(&config, 0).unwrap();
         let fabric = Recorded {
@@ -135,20 +135,41 @@ mod tests {
         let clock = WallClock::default();
         let access = TableAccess::alone(&fabric, &clock);
         let mut stagings = Stagings::default();
-        let taken = least + least / 2;
-        for _ in 0..taken {
-            data.take(0, SlotUse::Entry, access, &mut stagings)
-                .unwrap()
-                .expect("a fresh slot");
-        }
+        let mut take = |n: u64| {
+            for _ in 0..n {
+                data.take(0, SlotUse::Entry, access, &mut stagings)
+                    .unwrap()
+                    .expect("a fresh slot");
+            }
+        };
+        let window = |from: u64, to: u64| {
+            let to = to.min(data.capacity(0) as u64);
+            (
+                data.slot_addr(0, from as u32),
+                (to - from) * slot_bytes as u64,
+            )
+        };
+        let first = least + least / 2;
+        take(first);
         data.prefault_ahead(&fabric).unwrap();
-        let end = (taken + 2 * taken).min(data.capacity(0) as u64);
+        assert_eq!(class0(&fabric), [window(first, first + 2 * first)]);
+        // Then twice what was handed out since, from where the last
+        // window ended, up to the table's end.
+        take(2 * first);
+        let next_fresh = 3 * first;
+        data.prefault_ahead(&fabric).unwrap();
         assert_eq!(
             class0(&fabric),
-            [(
-                data.slot_addr(0, taken as u32),
-                (end - taken) * slot_bytes as u64
-            )]
+            [window(next_fresh, next_fresh + 2 * (2 * first))]
         );
+        // Every slot an entry may take: the last window is the tombstone
+        // reserve, up to the table's end, and then there is nothing left.
+        let end = data.capacity(0) as u64;
+        let entries = end - data.reserve(0) as u64;
+        take(entries - next_fresh);
+        data.prefault_ahead(&fabric).unwrap();
+        assert_eq!(class0(&fabric), [window(entries, end)]);
+        data.prefault_ahead(&fabric).unwrap();
+        assert!(class0(&fabric).is_empty(), "nothing past the end");
     }
 }
