@@ -128,7 +128,7 @@ mod tests {
             [(data.slot_addr(0, 0), least * slot_bytes as u64)],
             "the smallest window from the first slot"
         );
-        data.prefault_ahead(&fabric).unwrap();
+        assert_eq!(data.prefault_ahead(&fabric).unwrap(), 0);
         assert!(class0(&fabric).is_empty(), "nothing twice");
         // Hand out half a window more than the window: the next one covers
         // twice that from the next fresh slot, from where the last ended.
@@ -151,8 +151,9 @@ mod tests {
         };
         let first = least + least / 2;
         take(first);
-        data.prefault_ahead(&fabric).unwrap();
+        let faulted = data.prefault_ahead(&fabric).unwrap();
         assert_eq!(class0(&fabric), [window(first, first + 2 * first)]);
+        assert_eq!(faulted, 2 * first, "the slots faulted in, every class");
         // Then twice what was handed out since, from where the last
         // window ended, up to the table's end.
         take(2 * first);

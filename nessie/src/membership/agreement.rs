@@ -64,9 +64,8 @@ impl Disks<'_> {
                 buf: blocks,
             });
         }
-        let done = post_per_node(self.fabric, &mut batch, self.wait);
+        let ok = post_per_node(self.fabric, &mut batch, self.wait);
         drop(batch);
-        let ok: Vec<bool> = done.chunks_exact(2).map(|d| d[0] && d[1]).collect();
         disks
             .iter()
             .zip(bufs)
