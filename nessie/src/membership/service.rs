@@ -132,7 +132,9 @@ impl Member {
             return;
         }
         let period = Duration::from_micros(self.bounds.round_us);
-        // A silent peer holds no verb of this round past its period
+        // A silent peer holds no verb of this round longer than a period:
+        // the membership's posts bound each member's verbs on their own
+        // (`reach.rs`), and this bound covers any other verb
         // (docs/replication.md#failure-detection).
         let _wait = WaitBound::until(Instant::now() + period);
         let now = self.clock.mono_us();
