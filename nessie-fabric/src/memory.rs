@@ -1,14 +1,15 @@
 //! Word-atomic access to registered memory, shared by every backend (the
 //! `tcp` fabric's service executes peers' verbs through the same
-//! [`MemoryMap`]). This file (with `memory/copy.rs`) and the backends' allocation and mapping
-//! code are the only places of the crate that use `unsafe`.
+//! [`MemoryMap`]). This file, with `memory/copy.rs`, and the backends'
+//! allocation and mapping code are the only places of the crate that use
+//! `unsafe`.
 //!
 //! Every access loads or stores each 8-byte aligned word whole: READ copies
 //! with relaxed loads (aligned vector loads on x86-64, `memory/copy.rs`)
 //! then an acquire fence, WRITE with a release fence then relaxed stores,
-//! CAS is `compare_exchange` (sequentially consistent). Peers may touch the same
-//! words at any time, even from other processes, so plain (non-atomic)
-//! accesses would be data races.
+//! CAS is `compare_exchange` (sequentially consistent). Peers may touch
+//! the same words at any time, even from other processes, so plain
+//! (non-atomic) accesses would be data races.
 #![expect(
     unsafe_code,
     reason = "native atomic words over registered memory (mappings, raw pointers)"
