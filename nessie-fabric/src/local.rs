@@ -82,14 +82,6 @@ mod tests {
         );
     }
 
-    /// Minor page faults of the calling thread so far (Linux's
-    /// `/proc/thread-self/stat`, the tenth field).
-    fn minor_faults() -> u64 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        after_name.split(' ').nth(7).unwrap().parse().unwrap()
-    }
-
     /// Memory faulted in ahead of use takes no fault at its first write;
     /// the same amount written cold takes one per page.
     #[test]
@@ -102,12 +94,12 @@ mod tests {
         let f = LocalFabric::new(1, &[region]).unwrap();
         let chunk = vec![0x5au8; 64 << 10];
         let write_half = |from: u64| {
-            let before = minor_faults();
+            let before = crate::conformance::thread_minor_faults();
             for at in (from..from + HALF).step_by(chunk.len()) {
                 f.write(RemoteAddr::new(0, RegionId(0), at), &chunk)
                     .unwrap();
             }
-            minor_faults() - before
+            crate::conformance::thread_minor_faults() - before
         };
         let cold = write_half(0);
         f.prefault(RemoteAddr::new(0, RegionId(0), HALF), HALF)

@@ -143,6 +143,42 @@ fn reads_writes_and_cas_reach_every_node() {
     }
 }
 
+/// A node faults its own memory in ahead of use (its heap, allocated
+/// lazily): a prefaulted half of a region takes at most a twentieth of the
+/// faults of the cold half at its first write. A peer's memory is the
+/// peer's business (nothing to do), and a range past the end is refused.
+#[test]
+fn a_node_faults_its_own_memory_in_and_leaves_its_peers_alone() {
+    use nessie_fabric::conformance::thread_minor_faults;
+    let fabrics = cluster(2);
+    let half: u64 = 128 << 10;
+    let chunk = vec![0x5au8; 16 << 10];
+    let write_half = |from: u64| {
+        let before = thread_minor_faults();
+        for at in (from..from + half).step_by(chunk.len()) {
+            fabrics[0]
+                .write(RemoteAddr::new(0, LARGE, at), &chunk)
+                .unwrap();
+        }
+        thread_minor_faults() - before
+    };
+    let cold = write_half(0);
+    fabrics[0]
+        .prefault(RemoteAddr::new(0, LARGE, half), half)
+        .unwrap();
+    let warm = write_half(half);
+    let pages = half / 4096;
+    assert!(cold >= pages / 2, "{cold} faults for {pages} cold pages");
+    assert!(warm * 20 <= cold, "prefaulted: {warm} faults; cold: {cold}");
+    fabrics[0]
+        .prefault(RemoteAddr::new(1, LARGE, 0), 2 * half)
+        .expect("a peer's memory: nothing to do");
+    assert!(matches!(
+        fabrics[0].prefault(RemoteAddr::new(0, LARGE, 2 * half - 8), 16),
+        Err(FabricError::OutOfBounds { .. })
+    ));
+}
+
 #[test]
 fn batches_span_nodes_split_into_frames_and_fill_results() {
     let f = cluster(3);

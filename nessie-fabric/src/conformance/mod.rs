@@ -252,6 +252,22 @@ pub fn check_read_write(make: Factory<'_>) {
     );
 }
 
+/// Minor page faults of the calling thread so far (Linux's
+/// `/proc/thread-self/stat`, its tenth field): what a prefault saves.
+///
+/// # Panics
+/// If the file cannot be read or parsed (not Linux).
+#[must_use]
+pub fn thread_minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    after_name
+        .split(' ')
+        .nth(7)
+        .and_then(|f| f.parse().ok())
+        .expect("the minor fault count")
+}
+
 /// Faulting in a node's own memory ahead of use changes no byte of it, and
 /// a range past a region's end is refused as a WRITE's would be (or
 /// ignored, by a backend whose memory needs no faulting in).
