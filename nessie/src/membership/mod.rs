@@ -12,5 +12,7 @@
 mod agreement;
 mod reach;
 mod service;
+#[cfg(test)]
+mod test_fabric;
 
 pub(crate) use service::Membership;

@@ -56,83 +56,25 @@ fn grouped_by_node(batch: &[Verb<'_>]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fabric::Fences;
     use super::*;
-    use crate::fabric::{FabricError, LocalFabric, NodeId, RegionId, RegionSpec, RemoteAddr};
+    use crate::fabric::{LocalFabric, NodeId, RegionId, RegionSpec, RemoteAddr};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
-
-    /// Three nodes' memory; node 2 is silent as a host cut off without a
-    /// reset looks on `tcp`: its verbs wait out the thread's wait bound and
-    /// fail. A verb posted once the bound has passed fails at once (a
-    /// fabric may answer it, but need not).
-    #[derive(Debug)]
-    struct Silent {
-        memory: Arc<LocalFabric>,
-        /// Batches posted.
-        posts: std::sync::atomic::AtomicUsize,
-    }
 
     const SILENT: NodeId = 2;
 
-    impl Silent {
-        fn reach(node: NodeId) -> Result<(), FabricError> {
-            let left = WaitBound::left().unwrap_or(Duration::from_secs(5));
-            let timed_out = FabricError::Disconnected {
-                node,
-                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "silent"),
-            };
-            if node == SILENT {
-                std::thread::sleep(left);
-                return Err(timed_out);
-            }
-            if left.is_zero() {
-                return Err(timed_out);
-            }
-            Ok(())
-        }
-    }
-
-    impl Fabric for Silent {
-        fn nodes(&self) -> usize {
-            3
-        }
-        fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
-            self.memory.region_len(node, region)
-        }
-        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-            Silent::reach(addr.node)?;
-            self.memory.read(addr, buf)
-        }
-        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
-            Silent::reach(addr.node)?;
-            self.memory.write(addr, data)
-        }
-        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-            Silent::reach(addr.node)?;
-            self.memory.cas(addr, expected, new)
-        }
-        fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
-            // The whole batch waits for its slowest peer, as on `tcp`.
-            self.posts
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut first = None;
-            for verb in batch.iter_mut() {
-                if let Err(e) = verb.execute_on(self) {
-                    first.get_or_insert(e);
-                }
-            }
-            first.map_or(Ok(()), Err)
-        }
-    }
-
-    fn silent() -> Silent {
+    /// Three nodes' memory, node 2 silent: its verbs wait out the thread's
+    /// wait bound and fail, as a host cut off without a reset does on
+    /// `tcp`.
+    fn silent() -> Fences {
         let spec = RegionSpec {
             id: RegionId(0),
             len: 64,
         };
-        Silent {
-            memory: Arc::new(LocalFabric::new(3, &[spec]).unwrap()),
-            posts: std::sync::atomic::AtomicUsize::new(0),
-        }
+        let fabric = Fences::over(&Arc::new(LocalFabric::new(3, &[spec]).unwrap()));
+        fabric.silent.lock().unwrap().push(SILENT);
+        fabric
     }
 
     /// The regression of the partition test's false eviction: a batch
@@ -187,11 +129,7 @@ mod tests {
             post_per_node(&fabric, &mut batch, Duration::from_millis(20)),
             [true, true]
         );
-        assert_eq!(
-            fabric.posts.load(std::sync::atomic::Ordering::Relaxed),
-            1,
-            "one round trip"
-        );
+        assert_eq!(fabric.posts.load(Ordering::Relaxed), 1, "one round trip");
         let mut back = [0u8; 8];
         fabric
             .read(RemoteAddr::new(1, RegionId(0), 0), &mut back)

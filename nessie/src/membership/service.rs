@@ -376,77 +376,29 @@ impl Member {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fabric::Fences;
     use super::*;
     use crate::clock::WallClock;
     use crate::data::Geometry;
-    use crate::fabric::{FabricError, LocalFabric, RegionId, RegionSpec};
+    use crate::fabric::{LocalFabric, RegionSpec};
     use crate::layout::membership::{region_bytes, MEMBERSHIP};
-
-    /// One node's fabric over memory shared by every node: it records the
-    /// nodes this node fences.
-    #[derive(Debug)]
-    struct Fences {
-        inner: Arc<LocalFabric>,
-        fenced: Mutex<Vec<NodeId>>,
-        readmitted: Mutex<Vec<NodeId>>,
-        /// Nodes this one cannot reach (a partition).
-        cut: Mutex<Vec<NodeId>>,
-        /// Nodes whose verbs wait out the thread's wait bound and fail (a
-        /// host cut off without a reset, on `tcp`).
-        silent: Mutex<Vec<NodeId>>,
-    }
-
-    impl Fences {
-        fn reach(&self, node: NodeId) -> Result<(), FabricError> {
-            let left = WaitBound::left();
-            let timed_out = || FabricError::Disconnected {
-                node,
-                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "silent"),
-            };
-            if self.cut.lock().unwrap().contains(&node) {
-                Err(FabricError::Lost { node })
-            } else if self.silent.lock().unwrap().contains(&node) {
-                std::thread::sleep(left.unwrap_or(Duration::from_secs(5)));
-                Err(timed_out())
-            } else if left.is_some_and(|l| l.is_zero()) {
-                // Past the bound a verb may fail at once.
-                Err(timed_out())
-            } else {
-                Ok(())
-            }
-        }
-    }
-
-    impl Fabric for Fences {
-        fn nodes(&self) -> usize {
-            self.inner.nodes()
-        }
-        fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
-            self.inner.region_len(node, region)
-        }
-        fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-            self.reach(addr.node)?;
-            self.inner.read(addr, buf)
-        }
-        fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
-            self.reach(addr.node)?;
-            self.inner.write(addr, data)
-        }
-        fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-            self.reach(addr.node)?;
-            self.inner.cas(addr, expected, new)
-        }
-        fn fence_node(&self, node: NodeId) {
-            self.fenced.lock().unwrap().push(node);
-        }
-        fn readmit_node(&self, node: NodeId) {
-            self.readmitted.lock().unwrap().push(node);
-        }
-    }
 
     /// Monotonic and wall time that move only when a test sets them.
     #[derive(Debug, Default)]
     struct SetClock(std::sync::atomic::AtomicU64);
+
+    impl SetClock {
+        /// A clock 10 s past its origin (so that earlier times exist),
+        /// which the members given it share.
+        fn shared_by(members: &mut [&mut Member]) -> Arc<SetClock> {
+            let clock = Arc::new(SetClock::default());
+            clock.sleep(Duration::from_secs(10));
+            for m in members {
+                m.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+            }
+            clock
+        }
+    }
 
     impl Clock for SetClock {
         fn now_us(&self) -> u64 {
@@ -483,13 +435,7 @@ mod tests {
             replicas: 2,
             ..crate::Config::default()
         };
-        let fences = Arc::new(Fences {
-            inner: Arc::clone(memory),
-            fenced: Mutex::new(Vec::new()),
-            readmitted: Mutex::new(Vec::new()),
-            cut: Mutex::new(Vec::new()),
-            silent: Mutex::new(Vec::new()),
-        });
+        let fences = Arc::new(Fences::over(memory));
         let member = Member {
             me,
             fabric: Arc::clone(&fences) as Arc<dyn Fabric>,
@@ -541,9 +487,7 @@ mod tests {
     fn a_decided_view_activates_only_after_the_drain() {
         let memory = disks();
         let (mut m, _) = member(0, &memory);
-        let clock = Arc::new(SetClock::default());
-        clock.sleep(Duration::from_secs(10));
-        m.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        let clock = SetClock::shared_by(&mut [&mut m]);
         let first = m.view.epoch;
         let mut next = m.next_view();
         next.members[2].0 = MemberState::Lost;
@@ -612,9 +556,7 @@ mod tests {
     fn a_silent_member_starves_neither_the_renewal_nor_the_others_heartbeats() {
         let memory = disks();
         let (mut m, fences) = member(0, &memory);
-        let clock = Arc::new(SetClock::default());
-        clock.sleep(Duration::from_secs(10));
-        m.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        let clock = SetClock::shared_by(&mut [&mut m]);
         m.bounds.round_us = 20_000;
         m.beats = vec![(0, clock.mono_us()); 3];
         *fences.silent.lock().unwrap() = vec![2];
@@ -667,12 +609,9 @@ mod tests {
     #[test]
     fn a_stuck_instance_is_taken_over_after_the_failure_timeout_only() {
         let memory = disks();
-        let clock = Arc::new(SetClock::default());
-        clock.sleep(Duration::from_secs(10));
         let (mut m0, cut0) = member(0, &memory);
         let (mut m1, _) = member(1, &memory);
-        m0.clock = Arc::clone(&clock) as Arc<dyn Clock>;
-        m1.clock = Arc::clone(&clock) as Arc<dyn Clock>;
+        let clock = SetClock::shared_by(&mut [&mut m0, &mut m1]);
         // Node 0, cut off, leaves a ballot on its own disk only.
         *cut0.cut.lock().unwrap() = vec![1, 2];
         let mut next = m0.next_view();
