@@ -23,9 +23,9 @@ impl NodeData {
     /// One period of background recycling of every class of this node (see
     /// [`Recycler::start`]), after faulting in the fresh slots each class
     /// hands out next ([`NodeData::prefault_ahead`]); returns how many
-    /// slots it freed. A failed scan
-    /// is logged and leaves its slots for a later one.
-    /// Nothing while the node does not serve ([`TableAccess::serving`]).
+    /// slots it freed. A failed scan is logged and leaves its slots for a
+    /// later one. No scan while the node does not serve
+    /// ([`TableAccess::serving`]).
     pub fn recycle_period(&self, access: TableAccess<'_>) -> usize {
         // The node's own memory only, changing nothing: done whether the
         // node serves or not.
