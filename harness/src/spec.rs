@@ -7,7 +7,7 @@ use crate::launcher::{self, Fabric};
 use crate::lmdb::LmdbTarget;
 use crate::peers::PeerTarget;
 use crate::workload::WorkloadSpec;
-use nessie::{Config, Optimizations, MIN_CLASS_BYTES};
+use nessie::{Config, Optimizations, Placement, MIN_CLASS_BYTES};
 use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -77,6 +77,11 @@ pub struct RunSpec {
     pub hogs: usize,
     /// Optimisation switches of the client-driven store.
     pub optimizations: Optimizations,
+    /// Where the client-driven store places a key's candidate slots
+    /// ([`Config::placement`]). The harness's default is one node per key
+    /// (`--placement`); the store's own default is the paper's spread.
+    #[serde(default)]
+    pub placement: Placement,
     /// Index load factor the index tables are sized for.
     pub load_factor: f64,
     /// Where a peer server listens (Redis, memcached); set by the harness.
@@ -130,6 +135,7 @@ impl RunSpec {
             duration_ms: 5_000,
             hogs: 0,
             optimizations: Optimizations::default(),
+            placement: Placement::OneNode,
             load_factor: PAPER_LOAD_FACTOR,
             peer: None,
             lmdb: None,
@@ -230,6 +236,7 @@ impl RunSpec {
             key_size_max: self.workload.key_size,
             value_size_max: self.workload.value_size.max(MIN_CLASS_BYTES),
             optimizations: self.optimizations,
+            placement: self.placement,
             server_workers: self.server_workers,
             fabric: self.fabric.config(cluster, threads),
             ..Config::default()

@@ -4,6 +4,7 @@
 //! struct, durations in milliseconds. [`Config::validate`] rejects every value
 //! that would make the store misbehave, with a message naming the field.
 
+use crate::index::Placement;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -91,6 +92,10 @@ pub struct Config {
     pub index_slots_per_node: usize,
     /// Cuckoo hash functions (candidate slots per key).
     pub hashes: usize,
+    /// Where a key's candidate slots lie: spread over all nodes (the
+    /// paper's layout, the default) or all in one node's index table (one
+    /// node to read from per pass). See [`Placement`].
+    pub placement: Placement,
     /// Filter bits per ITE (at most 8).
     pub filter_bits: u32,
     /// Largest key, bytes.
@@ -219,6 +224,7 @@ impl Default for Config {
             replicas: 1,
             index_slots_per_node: 1 << 20,
             hashes: 3,
+            placement: Placement::default(),
             filter_bits: 8,
             key_size_max: 128,
             value_size_max: 128 << 10,

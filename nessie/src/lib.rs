@@ -107,6 +107,7 @@ pub use config::{
     MAX_VALUE_SIZE, MIN_CLASS_BYTES,
 };
 pub use error::Error;
+pub use index::Placement;
 pub use kv::KvClient;
 /// One-sided verbs on other nodes' memory: the `nessie-fabric` crate.
 pub use nessie_fabric as fabric;

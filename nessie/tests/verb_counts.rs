@@ -6,7 +6,7 @@
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, VerbCounts};
 use nessie::index::KeyHasher;
 use nessie::layout::region;
-use nessie::{Cluster, Config, Optimizations};
+use nessie::{Cluster, Config, Optimizations, Placement};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -248,4 +248,45 @@ fn with_two_replicas_a_get_costs_the_same_and_a_put_pays_for_its_mirrors() {
     );
     assert_eq!(over2.writes, over1.writes + 2);
     assert_eq!(over2.cas, over1.cas + 2);
+}
+
+#[test]
+fn with_one_node_placement_the_keys_node_pays_no_round_trip_and_others_one_per_pass() {
+    let config = Config {
+        placement: Placement::OneNode,
+        ..config(Optimizations::default())
+    };
+    let h = KeyHasher::new(&config);
+    let key = (0..)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let c = h.candidates(k);
+            c.len() == 3 && c[0].node == 0
+        })
+        .unwrap();
+    let cluster = Cluster::local(config).unwrap();
+    let mut own = cluster.client(0).unwrap();
+
+    // The same verbs as with the spread placement, all on node 0.
+    own.put(&key, b"value").unwrap();
+    let put = own.stats().put.verbs;
+    assert_eq!((put.reads, put.writes, put.cas), (6, 1, 2));
+    assert_eq!(put.round_trips, 0);
+    let before = own.stats().get.verbs;
+    assert!(own.get(&key).unwrap().is_some());
+    let get = delta(own.stats().get.verbs, before);
+    assert_eq!((get.reads, get.round_trips), (4, 0));
+
+    // From another node: the ITE batch goes to node 0 alone, then the DTE.
+    let mut other = cluster.client(2).unwrap();
+    assert!(other.get(&key).unwrap().is_some());
+    let get = other.stats().get.verbs;
+    assert_eq!((get.reads, get.round_trips), (4, 2));
+    // Its PUT: ITE batch, header READ, link CAS, reverse pass and the
+    // replaced entry's stage (a WRITE) to node 0; the DTE WRITE and the
+    // commit CAS are its own.
+    other.put(&key, b"other").unwrap();
+    let put = other.stats().put.verbs;
+    assert_eq!((put.reads, put.writes, put.cas), (7, 2, 2));
+    assert_eq!(put.round_trips, 5);
 }

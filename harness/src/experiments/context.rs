@@ -187,6 +187,7 @@ impl Ctx {
         );
         s.nodes = usize::from(self.common.nodes);
         s.fabric = self.launching.fabric;
+        s.placement = self.common.placement;
         s.hogs = usize::from(self.common.cpu_hogs);
         if let Some(ops_per_sec) = self.common.rate {
             s.load = crate::spec::Load::Open { ops_per_sec };

@@ -99,6 +99,11 @@ pub struct Common {
     /// the whole cluster (default: closed loop; `energy` sets its own).
     #[arg(long, value_name = "OPS_PER_SEC", value_parser = parse_rate)]
     pub rate: Option<f64>,
+    /// Where CD places a key's candidate index slots: `one_node` (all in
+    /// the index table of one node, so a pass reads from one node) or
+    /// `spread` (over all nodes: the paper's layout, the store's default).
+    #[arg(long, default_value = "one_node", value_parser = parse_placement)]
+    pub placement: nessie::Placement,
     /// Seed of every random stream.
     #[arg(long, default_value_t = WorkloadSpec::default().seed)]
     pub seed: u64,
@@ -108,6 +113,18 @@ pub struct Common {
     /// Warm-up of every run, ms (overrides the default).
     #[arg(long, hide = true)]
     pub warmup_ms: Option<u64>,
+}
+
+/// Parses a [`nessie::Placement`]: `one_node` or `spread`.
+///
+/// # Errors
+/// A message for clap.
+pub(super) fn parse_placement(s: &str) -> std::result::Result<nessie::Placement, String> {
+    match s.trim().replace('-', "_").as_str() {
+        "one_node" => Ok(nessie::Placement::OneNode),
+        "spread" => Ok(nessie::Placement::Spread),
+        _ => Err(format!("`{s}`: expected `one_node` or `spread`")),
+    }
 }
 
 /// Parses a size: `16384`, `16k`, `16KiB`, `2m`.
@@ -181,6 +198,15 @@ pub fn parse_fraction(s: &str) -> std::result::Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placements_parse() {
+        use nessie::Placement;
+        assert_eq!(parse_placement("one_node"), Ok(Placement::OneNode));
+        assert_eq!(parse_placement("one-node"), Ok(Placement::OneNode));
+        assert_eq!(parse_placement("spread"), Ok(Placement::Spread));
+        assert!(parse_placement("both").is_err());
+    }
 
     #[test]
     fn sizes_and_fractions_parse() {

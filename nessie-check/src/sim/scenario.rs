@@ -2,7 +2,7 @@
 
 use crate::sim::{Faults, ForwardStep, HostLoss, HostReturn};
 use nessie::layout::dte;
-use nessie::{ChecksumPolicy, Config, Optimizations};
+use nessie::{ChecksumPolicy, Config, Optimizations, Placement};
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -600,7 +600,21 @@ impl Scenario {
                     ChecksumPolicy::Always
                 };
                 let filter_bits = [8, 2, 1][((seed / 64) % 3) as usize];
-                self.config_with(o, policy, filter_bits)
+                // Half the seeds of a random layout keep a key's candidates
+                // on one node (the scripted layouts name global slots). A
+                // bit of its own, apart from the switches' and the
+                // filter's, which the seed's low digits pick.
+                let one_node = self.layout == Layout::Random
+                    && seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 1;
+                let placement = if one_node {
+                    Placement::OneNode
+                } else {
+                    Placement::Spread
+                };
+                Config {
+                    placement,
+                    ..self.config_with(o, policy, filter_bits)
+                }
             }
         }
     }

@@ -1,15 +1,15 @@
 //! The distributed cuckoo index: where a key may live.
 //!
-//! `H` hash functions (xxh3 with per-function seeds) map a key to `H` global
-//! index slots over all nodes' index tables (global slot = h mod (nodes ×
-//! slots per node)); repeats are dropped, keeping the first. Filter bits come
-//! from a hash with an independent seed. The ITE layout itself lives in
-//! [`crate::layout::ite`].
+//! `H` hash functions (xxh3 with per-function seeds) map a key to `H` index
+//! slots, placed as [`Placement`] says (docs/design.md#candidates); repeats
+//! are dropped, keeping the first. Filter bits come from a hash with an
+//! independent seed. The ITE layout itself lives in [`crate::layout::ite`].
 
 use crate::fabric::{NodeId, RemoteAddr};
 use crate::layout::region;
 use crate::layout::WORD;
 use crate::Config;
+use serde::{Deserialize, Serialize};
 use twox_hash::XxHash3_64;
 
 pub use crate::layout::ite::{Ite, IteKind, SlotRef};
@@ -64,10 +64,28 @@ impl Candidate {
     }
 }
 
+/// Where a key's candidate index slots lie (docs/design.md#candidates).
+/// Every node of a cluster must use the same placement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// Each hash picks a slot among all nodes' index tables (global slot =
+    /// h mod (nodes × slots per node)): the paper's layout. A key's
+    /// candidates are usually on several nodes.
+    #[default]
+    Spread,
+    /// The first hash picks one node and every hash a slot in that node's
+    /// index table, so a pass over the candidates reads from one node: a
+    /// round trip less wherever the candidates would have been split
+    /// between this node and others.
+    OneNode,
+}
+
 /// Maps keys to candidate slots and filter bits for one cluster shape.
 #[derive(Clone, Debug)]
 pub struct KeyHasher {
     hashes: usize,
+    placement: Placement,
     nodes: u64,
     slots_per_node: u64,
     filter_mask: u8,
@@ -79,6 +97,7 @@ impl KeyHasher {
     pub fn new(config: &Config) -> KeyHasher {
         KeyHasher {
             hashes: config.hashes.min(HASH_SEEDS.len()),
+            placement: config.placement,
             nodes: config.nodes as u64,
             slots_per_node: config.index_slots_per_node as u64,
             filter_mask: ((1u16 << config.filter_bits) - 1) as u8,
@@ -94,16 +113,40 @@ impl KeyHasher {
     /// [`KeyHasher::candidates`] without a heap allocation (operations
     /// compute them once per call).
     pub(crate) fn candidate_list(&self, key: &[u8]) -> PerCandidate<Candidate> {
-        let total = self.nodes * self.slots_per_node;
         let mut out = PerCandidate::new();
-        for i in 0..self.hashes {
-            let global = self.hash(key, i) % total;
-            let c = Candidate {
-                node: (global / self.slots_per_node) as NodeId,
-                slot: global % self.slots_per_node,
-            };
+        let mut add = |c: Candidate| {
             if !out.contains(&c) {
                 out.push(c);
+            }
+        };
+        match self.placement {
+            Placement::Spread => {
+                let total = self.nodes * self.slots_per_node;
+                for i in 0..self.hashes {
+                    let global = self.hash(key, i) % total;
+                    add(Candidate {
+                        node: (global / self.slots_per_node) as NodeId,
+                        slot: global % self.slots_per_node,
+                    });
+                }
+            }
+            Placement::OneNode => {
+                let first = self.hash(key, 0);
+                // The node from the hash's high bits (a multiply-shift), the
+                // slot from its remainder: with powers of two for both, a
+                // remainder for each would tie the slot's low bits to the
+                // node, leaving part of every table unused.
+                let node = ((u128::from(first) * u128::from(self.nodes)) >> 64) as NodeId;
+                add(Candidate {
+                    node,
+                    slot: first % self.slots_per_node,
+                });
+                for i in 1..self.hashes {
+                    add(Candidate {
+                        node,
+                        slot: self.hash(key, i) % self.slots_per_node,
+                    });
+                }
             }
         }
         out
@@ -159,6 +202,44 @@ mod tests {
             }
         }
         assert!(per_node.iter().all(|&n| n > 2500), "{per_node:?}");
+    }
+
+    #[test]
+    fn one_node_placement_keeps_a_keys_candidates_together_and_fills_every_slot() {
+        let config = Config {
+            nodes: 2,
+            index_slots_per_node: 64,
+            placement: Placement::OneNode,
+            ..Config::default()
+        };
+        let h = KeyHasher::new(&config);
+        let mut used = [[0u32; 64]; 2];
+        for i in 0..20_000u32 {
+            let c = h.candidates(&i.to_le_bytes());
+            assert!(!c.is_empty() && c.len() <= 3);
+            assert!(c.iter().all(|x| x.node == c[0].node), "{c:?}");
+            used[c[0].node][c[0].slot as usize] += 1;
+        }
+        // Every slot of both tables is some key's first candidate, each
+        // about as often as the others (156 on average): the node does not
+        // decide the slot.
+        let (lo, hi) = (
+            used.iter().flatten().min().copied().unwrap_or(0),
+            used.iter().flatten().max().copied().unwrap_or(0),
+        );
+        assert!(lo > 100 && hi < 220, "per-slot use from {lo} to {hi}");
+        // The paper's placement splits most keys' candidates over both.
+        let spread = KeyHasher::new(&Config {
+            placement: Placement::Spread,
+            ..config
+        });
+        let split = (0..1000u32)
+            .filter(|i| {
+                let c = spread.candidates(&i.to_le_bytes());
+                c.iter().any(|x| x.node != c[0].node)
+            })
+            .count();
+        assert!(split > 600, "{split} of 1000 keys split");
     }
 
     #[test]
