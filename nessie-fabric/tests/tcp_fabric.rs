@@ -351,28 +351,39 @@ fn bad_verbs_are_refused_counted_and_change_nothing() {
 #[test]
 fn concurrent_cas_increments_from_every_node_lose_nothing() {
     let f = cluster(3);
-    const THREADS: usize = 6; // more than the 2 connections per peer
+    // Four threads per node share its 2 connections per peer, so threads
+    // wait for a connection, with no bound: one never woken would hang.
+    const THREADS: usize = 12;
     const PER_THREAD: u64 = 400;
     let words = [RemoteAddr::new(0, SMALL, 0), RemoteAddr::new(2, SMALL, 8)];
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let fab = Arc::clone(&f[t % 3]);
-            s.spawn(move || {
-                for _ in 0..PER_THREAD {
-                    for w in words {
-                        let mut cur = 0;
-                        loop {
-                            let old = fab.cas(w, cur, cur + 1).unwrap();
-                            if old == cur {
-                                break;
+    let (done, finished) = std::sync::mpsc::channel();
+    let fabrics = f.clone();
+    let workers = std::thread::spawn(move || {
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let fab = Arc::clone(&fabrics[t % 3]);
+                s.spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        for w in words {
+                            let mut cur = 0;
+                            loop {
+                                let old = fab.cas(w, cur, cur + 1).unwrap();
+                                if old == cur {
+                                    break;
+                                }
+                                cur = old;
                             }
-                            cur = old;
                         }
                     }
-                }
-            });
-        }
+                });
+            }
+        });
+        let _ = done.send(());
     });
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("a thread waiting for a pooled connection was never woken");
+    workers.join().unwrap();
     for w in words {
         let mut b = [0u8; 8];
         f[1].read(w, &mut b).unwrap();
