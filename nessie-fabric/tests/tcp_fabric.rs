@@ -141,6 +141,10 @@ fn reads_writes_and_cas_reach_every_node() {
         f[via].write(word, &7u64.to_le_bytes()).unwrap();
         assert_eq!(f[(via + 2) % 3].cas(word, 7, 8).unwrap(), 7);
     }
+    // One thread's verbs went over the connections opened at attach.
+    for fab in &f {
+        assert_eq!(fab.stats().connections_opened, 2);
+    }
 }
 
 /// A node faults its own memory in ahead of use (its heap, allocated
