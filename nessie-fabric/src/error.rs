@@ -68,7 +68,10 @@ pub enum FabricError {
         expected: u32,
     },
     /// A region file belongs to another cluster.
-    #[error("{path}: region of cluster {found:#x}, expected cluster {expected:#x}")]
+    #[error(
+        "{path}: region of cluster {found:#x}, expected cluster {expected:#x} \
+         (another cluster, or the same name configured to place keys differently)"
+    )]
     WrongCluster {
         /// File.
         path: PathBuf,
@@ -320,7 +323,10 @@ pub enum HandshakeFailure {
         expected: u32,
     },
     /// The peer belongs to another cluster.
-    #[error("peer is in cluster {found:#x}, expected cluster {expected:#x}")]
+    #[error(
+        "peer is in cluster {found:#x}, expected cluster {expected:#x} \
+         (another cluster, or the same name configured to place keys differently)"
+    )]
     Cluster {
         /// The peer's cluster id.
         found: u64,

@@ -383,10 +383,25 @@ impl Config {
         }
     }
 
-    /// A 64-bit identity of the cluster, derived from its name.
+    /// A 64-bit identity of the cluster, derived from its name and from
+    /// what decides which index slots a key may use: `hashes`, `placement`
+    /// and `filter_bits`. Nodes that disagreed on those would look for a
+    /// key in different slots, or skip its entry, and miss each other's
+    /// writes without an error; with the identity they refuse each other
+    /// at attach, as nodes of two clusters do. (The region sizes, which
+    /// the other fields decide, are compared at attach on their own.)
     #[must_use]
     pub fn cluster_id(&self) -> u64 {
-        twox_hash::XxHash3_64::oneshot(self.cluster.as_bytes())
+        let placement: u8 = match self.placement {
+            Placement::Spread => 0,
+            Placement::OneNode => 1,
+        };
+        let mut bytes = self.cluster.as_bytes().to_vec();
+        bytes.push(0);
+        bytes.extend_from_slice(&(self.hashes as u64).to_le_bytes());
+        bytes.extend_from_slice(&self.filter_bits.to_le_bytes());
+        bytes.push(placement);
+        twox_hash::XxHash3_64::oneshot(&bytes)
     }
 }
 
@@ -407,6 +422,36 @@ mod tests {
         c.validate().unwrap();
         let text = c.to_toml().unwrap();
         assert_eq!(Config::from_toml(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn the_cluster_id_covers_the_name_and_where_keys_live_and_nothing_else() {
+        let base = Config::default();
+        let id = base.cluster_id();
+        let differs: [fn(&mut Config); 4] = [
+            |c| c.cluster.push('x'),
+            |c| c.hashes = 2,
+            |c| c.filter_bits = 4,
+            |c| c.placement = Placement::OneNode,
+        ];
+        for change in differs {
+            let mut c = base.clone();
+            change(&mut c);
+            assert_ne!(c.cluster_id(), id, "{c:?}");
+        }
+        let same = Config {
+            op_timeout: base.op_timeout * 2,
+            cache_entries: 7,
+            ..base.clone()
+        };
+        assert_eq!(same.cluster_id(), id);
+        let text = Config {
+            placement: Placement::OneNode,
+            ..base
+        }
+        .to_toml()
+        .unwrap();
+        assert!(text.contains("placement = \"one_node\""), "{text}");
     }
 
     #[test]

@@ -7,7 +7,6 @@
 use nessie::bootstrap::Launch;
 use nessie::fabric::VerbCounts;
 use nessie::{Cluster, Config, Error, FabricConfig, Node, Stats};
-use std::net::TcpListener;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -26,15 +25,14 @@ fn config(fabric: FabricConfig) -> Config {
 }
 
 fn tcp_config() -> Config {
-    // Ports the OS picked a moment ago; a clash with another process is
-    // possible but rare, and is retried by the caller.
-    let ls: Vec<_> = (0..NODES)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
+    // Ports below the ephemeral range, so that no parallel test's port-0
+    // listener or outgoing connection takes one meanwhile.
     config(FabricConfig::Tcp {
-        peers: ls
-            .iter()
-            .map(|l| l.local_addr().unwrap().to_string())
+        peers: (0..NODES)
+            .map(|_| {
+                let port = nessie_fabric::conformance::bootstrap::free_port();
+                format!("127.0.0.1:{port}")
+            })
             .collect(),
         rendezvous: None,
         join: Vec::new(),
@@ -288,4 +286,32 @@ fn an_operation_waits_for_a_silent_peer_only_until_its_deadline() {
     assert!(matches!(failed, Error::Fabric(_)), "{failed}");
     // Without the bound the GET would wait out node 0's 5 s I/O timeout.
     assert!(waited < Duration::from_secs(4), "waited {waited:?}");
+}
+
+#[test]
+fn a_node_that_places_keys_differently_is_refused_at_attach() {
+    let config = Config {
+        attach_timeout: Duration::from_secs(5),
+        ..tcp_config()
+    };
+    let results: Vec<Result<Node, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..NODES)
+            .map(|n| {
+                let mut c = config.clone();
+                if n == 2 {
+                    c.placement = nessie::Placement::OneNode;
+                }
+                s.spawn(move || Node::start(c, n))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let refused = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .filter(|e| e.to_string().contains("place keys differently"))
+        .count();
+    // Node 2 refuses both peers' hellos and they refuse its own.
+    assert!(refused >= 1, "{results:?}");
+    assert!(results[2].is_err(), "{results:?}");
 }
