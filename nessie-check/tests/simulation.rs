@@ -289,6 +289,36 @@ fn host_lost_combined() {
     assert!(t.stats.total().migrations > 0 && t.recycling.reclaimed > 0);
 }
 
+/// Each key's candidates on one node (`Placement::OneNode`), with every
+/// fault, MIGRATE and recycling together; and a host lost under the same.
+#[test]
+fn one_node_placement_combined_with_faults() {
+    let t = run_all(
+        &Scenario::one_node(Scenario::faulty(Scenario::combined())),
+        1000,
+    );
+    assert!(t.stats.total().migrations > 0 && t.recycling.reclaimed > 0);
+}
+
+#[test]
+fn one_node_placement_crowded_with_faults() {
+    let t = run_all(
+        &Scenario::one_node(Scenario::faulty(Scenario::crowded())),
+        600,
+    );
+    assert!(t.stats.total().migrations > 0);
+}
+
+#[test]
+fn one_node_placement_host_lost_combined() {
+    let t = run_all(
+        &Scenario::one_node(Scenario::host_lost(Scenario::combined())),
+        200,
+    );
+    assert!(t.promotions > t.end_losses, "no host was lost during a run");
+    assert!(t.stats.total().migrations > 0 && t.recycling.reclaimed > 0);
+}
+
 /// A host lost at a point the scheduler draws, and a replacement with
 /// empty memory that restores its replicas while the clients go on under
 /// every fault (docs/replication.md#restore), at a point drawn once the

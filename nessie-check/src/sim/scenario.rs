@@ -96,6 +96,8 @@ pub struct Scenario {
     pub readers: usize,
     /// How the index starts out.
     pub layout: Layout,
+    /// Where a key's candidates lie ([`Config::placement`]).
+    pub placement: Placement,
     /// ITEs per node.
     pub index_slots_per_node: usize,
     /// DTE slots per node of the larger size class (the smaller gets more).
@@ -148,6 +150,7 @@ impl Scenario {
             op_timeout_us: 5_000,
             skew_us: 500,
             switches: Switches::PerSeed,
+            placement: Placement::Spread,
             recycler: false,
             land_by: false,
             clocks: Clocks::Assumed,
@@ -414,6 +417,23 @@ impl Scenario {
         }
     }
 
+    /// `base` with each key's candidates on one node
+    /// ([`Placement::OneNode`]): fewer slots per key to contend for, and
+    /// MIGRATEs that stay on the node.
+    #[must_use]
+    pub fn one_node(base: Scenario) -> Scenario {
+        Scenario {
+            name: match base.name {
+                "combined+faults" => "one-node-combined+faults",
+                "crowded+faults" => "one-node-crowded+faults",
+                "host-lost-combined" => "one-node-host-lost-combined",
+                other => other,
+            },
+            placement: Placement::OneNode,
+            ..base
+        }
+    }
+
     /// `base` on three nodes with every share kept twice (`replicas` = 2),
     /// under every fault of [`Scenario::faulty`]; the zombie window follows
     /// the later death of owners with replicas
@@ -575,6 +595,7 @@ impl Scenario {
             max_migrate_depth: 4,
             optimizations,
             verify_checksums,
+            placement: self.placement,
             ..Config::default()
         }
     }
@@ -600,21 +621,7 @@ impl Scenario {
                     ChecksumPolicy::Always
                 };
                 let filter_bits = [8, 2, 1][((seed / 64) % 3) as usize];
-                // Half the seeds of a random layout keep a key's candidates
-                // on one node (the scripted layouts name global slots). A
-                // bit of its own, apart from the switches' and the
-                // filter's, which the seed's low digits pick.
-                let one_node = self.layout == Layout::Random
-                    && seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 1;
-                let placement = if one_node {
-                    Placement::OneNode
-                } else {
-                    Placement::Spread
-                };
-                Config {
-                    placement,
-                    ..self.config_with(o, policy, filter_bits)
-                }
+                self.config_with(o, policy, filter_bits)
             }
         }
     }
