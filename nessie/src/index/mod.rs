@@ -65,7 +65,8 @@ impl Candidate {
 }
 
 /// Where a key's candidate index slots lie (docs/design.md#candidates).
-/// Every node of a cluster must use the same placement.
+/// Every node of a cluster must use the same placement; it is part of
+/// [`Config::cluster_id`], so nodes that differ refuse each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
@@ -159,8 +160,8 @@ impl KeyHasher {
     }
 
     /// The key's hash under hash function `i` (the first is 0; at most 16
-    /// functions exist): candidates are these hashes mod the index slots of
-    /// the cluster, and partitioned designs place keys by them too.
+    /// functions exist): candidates are placed by these hashes (see
+    /// [`Placement`]), and partitioned designs place keys by them too.
     ///
     /// # Panics
     /// If `i` is 16 or more.
