@@ -41,17 +41,23 @@ fn tcp_config() -> Config {
     })
 }
 
-/// Starts every node of `config` concurrently, as separate processes would.
-fn start_nodes(config: &Config) -> Result<Vec<Node>, Error> {
+/// Starts every node concurrently, as separate processes would, node `n`
+/// with `config_of(n)`; returns each node's outcome.
+fn start_each(config_of: impl Fn(usize) -> Config) -> Vec<Result<Node, Error>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..NODES)
             .map(|n| {
-                let c = config.clone();
+                let c = config_of(n);
                 s.spawn(move || Node::start(c, n))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// Starts every node of `config` concurrently.
+fn start_nodes(config: &Config) -> Result<Vec<Node>, Error> {
+    start_each(|_| config.clone()).into_iter().collect()
 }
 
 fn tcp_nodes() -> Vec<Node> {
@@ -294,17 +300,12 @@ fn a_node_that_places_keys_differently_is_refused_at_attach() {
         attach_timeout: Duration::from_secs(5),
         ..tcp_config()
     };
-    let results: Vec<Result<Node, Error>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..NODES)
-            .map(|n| {
-                let mut c = config.clone();
-                if n == 2 {
-                    c.placement = nessie::Placement::OneNode;
-                }
-                s.spawn(move || Node::start(c, n))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let results = start_each(|n| {
+        let mut c = config.clone();
+        if n == 2 {
+            c.placement = nessie::Placement::OneNode;
+        }
+        c
     });
     let refused = results
         .iter()
