@@ -200,10 +200,18 @@ impl Peer {
 
     /// Unlocks `st` and wakes one thread waiting for a connection, if any.
     fn wake_one(&self, st: MutexGuard<'_, PeerState>) {
+        self.wake(st, false);
+    }
+
+    /// Unlocks `st` and wakes one or `all` threads waiting for a
+    /// connection, if any wait.
+    fn wake(&self, st: MutexGuard<'_, PeerState>, all: bool) {
         let anyone = st.waiting > 0;
         drop(st);
-        if anyone {
-            self.returned.notify_one();
+        match (anyone, all) {
+            (false, _) => {}
+            (true, false) => self.returned.notify_one(),
+            (true, true) => self.returned.notify_all(),
         }
     }
 
@@ -307,12 +315,8 @@ impl Peer {
         if conn.generation == st.generation {
             st.generation += 1;
         }
-        let anyone = st.waiting > 0;
-        drop(st);
         link.counters.broke();
-        if anyone {
-            self.returned.notify_all();
-        }
+        self.wake(st, true);
     }
 
     /// Sends the verbs `group` of `batch` (all bound to this peer) on a
