@@ -6,6 +6,16 @@
 use super::WORD;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// How far ahead of its loads a long copy asks for the source's cache
+/// lines (docs/design.md#word-copies). Out of the cache, 4 KiB ahead
+/// copies 16 KiB about a fifth faster than the hardware's prefetcher alone,
+/// which starts over at each page.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Copies shorter than this ask for no lines ahead: the first loads miss
+/// anyway and the hints would only add work.
+const PREFETCH_FROM: usize = 1024;
+
 /// Copies `dst.len() / 8` words from `src` to `dst`.
 ///
 /// The bulk goes in aligned vector loads: 32-byte AVX loads, four per turn
@@ -39,6 +49,10 @@ pub(super) unsafe fn load_words(src: *const u64, dst: &mut [u8]) {
 /// As [`load_words`]; `avx` only where the processor has AVX.
 unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool) {
     let mut words = dst.len() / WORD;
+    let ahead = dst.len() >= PREFETCH_FROM;
+    if ahead {
+        prefetch(src.cast(), dst.len().min(PREFETCH_AHEAD));
+    }
     let mut s = src;
     let mut d = dst.as_mut_ptr();
     // One word, then past it: `words` counts what is left of both.
@@ -61,7 +75,7 @@ unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool) {
         if blocks > 0 {
             // SAFETY: `blocks × 128` bytes at `s` (32-byte aligned) and at
             // `d`, within the words left; AVX is there (caller).
-            unsafe { load_blocks_avx(&mut s, &mut d, blocks) };
+            unsafe { load_blocks_avx(&mut s, &mut d, blocks, ahead) };
             words -= blocks * 16;
         }
     }
@@ -105,17 +119,75 @@ unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool) {
     }
 }
 
+/// Asks for the cache lines of `bytes` bytes from `src` (a hint: no
+/// memory is read or written, and no address faults).
+fn prefetch(src: *const u8, bytes: usize) {
+    for off in (0..bytes).step_by(64) {
+        // SAFETY: `prefetcht0` changes no memory, register or flag and
+        // never faults, whatever the address.
+        unsafe {
+            std::arch::asm!(
+                "prefetcht0 [{p}]",
+                p = in(reg) src.wrapping_add(off),
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+    }
+}
+
 /// Copies `blocks` blocks of 128 bytes from `*s` (32-byte aligned) to
-/// `*d` in aligned 32-byte loads, and advances both past them.
+/// `*d` in aligned 32-byte loads, and advances both past them. With
+/// `ahead`, each turn but the last few also asks for the lines
+/// [`PREFETCH_AHEAD`] bytes on, which are still part of the copy (the
+/// caller asked for the first ones).
 ///
 /// # Safety
 /// Both ranges in bounds, `*s` in a [`super::RegionMemory`]; the processor
 /// has AVX.
 #[target_feature(enable = "avx")]
-unsafe fn load_blocks_avx(s: &mut *const u64, d: &mut *mut u8, blocks: usize) {
-    // SAFETY: the caller's contract; every ymm register is clobbered
-    // (`clobber_abi`), so `vzeroupper` at the end, which spares later SSE
-    // code the transition penalty, disturbs nothing.
+unsafe fn load_blocks_avx(s: &mut *const u64, d: &mut *mut u8, blocks: usize, ahead: bool) {
+    let prefetching = if ahead {
+        blocks.saturating_sub(PREFETCH_AHEAD / 128)
+    } else {
+        0
+    };
+    if prefetching > 0 {
+        // SAFETY: as below; the two `prefetcht0`s change nothing and
+        // never fault.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "prefetcht0 [rsi + {ahead}]",
+                "prefetcht0 [rsi + {ahead} + 64]",
+                "vmovdqa ymm0, ymmword ptr [rsi]",
+                "vmovdqa ymm1, ymmword ptr [rsi + 32]",
+                "vmovdqa ymm2, ymmword ptr [rsi + 64]",
+                "vmovdqa ymm3, ymmword ptr [rsi + 96]",
+                "vmovdqu ymmword ptr [rdi], ymm0",
+                "vmovdqu ymmword ptr [rdi + 32], ymm1",
+                "vmovdqu ymmword ptr [rdi + 64], ymm2",
+                "vmovdqu ymmword ptr [rdi + 96], ymm3",
+                "add rsi, 128",
+                "add rdi, 128",
+                "dec rcx",
+                "jnz 2b",
+                "vzeroupper",
+                ahead = const PREFETCH_AHEAD,
+                inout("rsi") *s,
+                inout("rdi") *d,
+                inout("rcx") prefetching => _,
+                clobber_abi("C"),
+                options(nostack),
+            );
+        }
+    }
+    let rest = blocks - prefetching;
+    if rest == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract, for the blocks left; every ymm
+    // register is clobbered (`clobber_abi`), so `vzeroupper` at the end,
+    // which spares later SSE code the transition penalty, disturbs nothing.
     unsafe {
         std::arch::asm!(
             "2:",
@@ -134,7 +206,7 @@ unsafe fn load_blocks_avx(s: &mut *const u64, d: &mut *mut u8, blocks: usize) {
             "vzeroupper",
             inout("rsi") *s,
             inout("rdi") *d,
-            inout("rcx") blocks => _,
+            inout("rcx") rest => _,
             clobber_abi("C"),
             options(nostack),
         );
@@ -199,35 +271,82 @@ pub(super) unsafe fn stream_words(dst: *mut u64, src: &[u8]) {
 mod tests {
     use super::*;
 
+    /// A source of `words` distinct words.
+    fn memory(words: u64) -> Vec<u64> {
+        (0..words)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect()
+    }
+
+    /// The processors' paths to test: without the AVX loop, and with it
+    /// where the processor has AVX.
+    fn paths() -> impl Iterator<Item = bool> {
+        let avx_too = std::arch::is_x86_feature_detected!("avx");
+        [false, true].into_iter().filter(move |&a| !a || avx_too)
+    }
+
+    /// Copies `words` words from `memory[skip..]` to a destination at byte
+    /// `offset`, and checks that the copy is exact and touches nothing
+    /// past its words.
+    fn copy_exactly(memory: &[u64], skip: usize, words: usize, offset: usize, avx: bool) {
+        assert!(skip + words <= memory.len());
+        let mut out = vec![0xeeu8; offset + words * WORD + 3];
+        let dst = &mut out[offset..offset + words * WORD];
+        // SAFETY: `skip + words` words of `memory` (checked above),
+        // aligned; no one else touches it; AVX only where detected.
+        unsafe { load_words_with(memory[skip..].as_ptr(), dst, avx) };
+        // x86-64 is little-endian: native bytes are these.
+        let want: Vec<u8> = memory[skip..skip + words]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        assert_eq!(&out[offset..offset + words * WORD], &want[..]);
+        assert!(out[..offset].iter().all(|&b| b == 0xee));
+        assert!(out[offset + words * WORD..].iter().all(|&b| b == 0xee));
+    }
+
     /// Every length from none to a few blocks of either loop, from a
     /// source at every word of a 32-byte line, into a destination at every
-    /// byte offset, with and without the AVX loop: the copy is exact and
-    /// touches nothing past its words.
+    /// byte offset, with and without the AVX loop.
     #[test]
     fn loads_copy_every_length_and_alignment_exactly() {
-        let memory: Vec<u64> = (0..128u64)
-            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-            .collect();
-        let avx_too = std::arch::is_x86_feature_detected!("avx");
-        for avx in [false, true].into_iter().filter(|&a| !a || avx_too) {
+        let memory = memory(128);
+        for avx in paths() {
             for skip in 0..4 {
                 for words in 0..72 {
                     for offset in 0..WORD {
-                        let mut out = vec![0xeeu8; offset + words * WORD + 3];
-                        let src = memory[skip..].as_ptr();
-                        let dst = &mut out[offset..offset + words * WORD];
-                        // SAFETY: `words + skip` ≤ 75 < 128 words of
-                        // `memory`, aligned; no one else touches it; AVX
-                        // only where detected.
-                        unsafe { load_words_with(src, dst, avx) };
-                        // x86-64 is little-endian: native bytes are these.
-                        let want: Vec<u8> = memory[skip..skip + words]
-                            .iter()
-                            .flat_map(|w| w.to_le_bytes())
-                            .collect();
-                        assert_eq!(&out[offset..offset + words * WORD], &want[..]);
-                        assert!(out[..offset].iter().all(|&b| b == 0xee));
-                        assert!(out[offset + words * WORD..].iter().all(|&b| b == 0xee));
+                        copy_exactly(&memory, skip, words, offset, avx);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies long enough to ask for lines ahead: around the length that
+    /// starts it, and around the lengths where the AVX loop's prefetching
+    /// turns end (the prefetch distance in blocks, and beyond it).
+    #[test]
+    fn long_loads_that_prefetch_copy_exactly() {
+        let memory = memory(4096);
+        let from = PREFETCH_FROM / WORD;
+        let ahead = PREFETCH_AHEAD / WORD;
+        let lengths = [
+            from - 1,
+            from,
+            from + 1,
+            ahead - 1,
+            ahead,
+            ahead + 16,
+            ahead + 17,
+            ahead + 19,
+            2 * ahead + 33,
+            4000,
+        ];
+        for avx in paths() {
+            for skip in 0..4 {
+                for words in lengths {
+                    for offset in [0, 3] {
+                        copy_exactly(&memory, skip, words, offset, avx);
                     }
                 }
             }
