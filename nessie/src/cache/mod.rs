@@ -16,17 +16,36 @@
 
 use lru::LruCache;
 use std::num::NonZeroUsize;
+use std::ops::Range;
 
-/// What the cache holds for one committed DTE.
+/// What the cache holds for one committed DTE: the bytes a GET read of it,
+/// kept whole, so that caching the entry moves a buffer instead of copying
+/// a value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedEntry {
-    /// The key.
-    pub key: Vec<u8>,
-    /// The value, or `None` for a committed tombstone.
-    pub value: Option<Vec<u8>>,
+    /// The bytes read, the key and the value among them.
+    bytes: Vec<u8>,
+    key: Range<usize>,
+    /// `None` for a committed tombstone.
+    value: Option<Range<usize>>,
     /// When the index read that last confirmed the entry began (monotonic
     /// µs).
     pub confirmed_at: u64,
+}
+
+impl CachedEntry {
+    /// The key.
+    #[must_use]
+    pub fn key(&self) -> &[u8] {
+        self.bytes.get(self.key.clone()).unwrap_or_default()
+    }
+
+    /// The value, or `None` for a committed tombstone.
+    #[must_use]
+    pub fn value(&self) -> Option<&[u8]> {
+        let value = self.value.clone()?;
+        Some(self.bytes.get(value).unwrap_or_default())
+    }
 }
 
 /// LRU of committed DTEs.
@@ -65,34 +84,41 @@ impl DteCache {
     }
 
     /// Caches a committed DTE read through the ITE value `ite`, which an
-    /// index read that began at `read_began` (monotonic µs) returned.
-    pub fn insert(&mut self, ite: u64, key: &[u8], value: Option<&[u8]>, read_began: u64) {
-        // The entry this insert replaces or evicts lends its buffers: a
-        // cache of large values then costs a copy per insert, not an
-        // allocation and a free as well.
-        let full = self.lru.len() == self.lru.cap().get();
-        let reused = match self.lru.pop(&ite) {
-            Some(e) => Some(e),
-            None if full => self.lru.pop_lru().map(|(_, e)| e),
-            None => None,
+    /// index read that began at `read_began` (monotonic µs) returned:
+    /// `bytes` as read, its key at `key` and its value at `value` (`None`
+    /// for a tombstone). Returns a buffer for the caller to read into
+    /// next: the one of the entry this insert replaced or evicted, or
+    /// `bytes` itself if its ranges do not lie within it (nothing cached).
+    pub fn insert(
+        &mut self,
+        ite: u64,
+        mut bytes: Vec<u8>,
+        key: Range<usize>,
+        value: Option<Range<usize>>,
+        read_began: u64,
+    ) -> Option<Vec<u8>> {
+        let end = value.as_ref().map_or(key.end, |v| v.end.max(key.end));
+        let within = |r: &Range<usize>| r.start <= r.end && r.end <= bytes.len();
+        if !within(&key) || !value.as_ref().is_none_or(within) {
+            return Some(bytes);
+        }
+        // A slot's bytes past the value are of no use here; a buffer that
+        // once held a far larger entry gives the excess back, so the cache
+        // holds about what its entries need.
+        bytes.truncate(end);
+        if bytes.capacity() > 2 * end.max(64) {
+            bytes.shrink_to_fit();
+        }
+        let entry = CachedEntry {
+            bytes,
+            key,
+            value,
+            confirmed_at: read_began,
         };
-        let (mut k, mut v) = reused.map_or((Vec::new(), None), |e| (e.key, e.value));
-        k.clear();
-        k.extend_from_slice(key);
-        let value = value.map(|new| {
-            let mut buf = v.take().unwrap_or_default();
-            buf.clear();
-            buf.extend_from_slice(new);
-            buf
-        });
-        self.lru.put(
-            ite,
-            CachedEntry {
-                key: k,
-                value,
-                confirmed_at: read_began,
-            },
-        );
+        match self.lru.push(ite, entry) {
+            Some((_, old)) => Some(old.bytes),
+            None => None,
+        }
     }
 
     /// Entries cached.
@@ -112,10 +138,31 @@ impl DteCache {
 mod tests {
     use super::*;
 
+    /// Caches `key` and `value` (`None`: a tombstone) as a read would
+    /// leave them: a few header bytes, the key, the value, some slack.
+    fn insert(
+        c: &mut DteCache,
+        ite: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+        at: u64,
+    ) -> Option<Vec<u8>> {
+        let mut bytes = vec![0xee; 8];
+        bytes.extend_from_slice(key);
+        let key_at = 8..bytes.len();
+        let value_at = value.map(|v| {
+            let from = bytes.len();
+            bytes.extend_from_slice(v);
+            from..bytes.len()
+        });
+        bytes.extend_from_slice(&[0xdd; 16]);
+        c.insert(ite, bytes, key_at, value_at, at)
+    }
+
     #[test]
     fn entries_expire_unless_confirmed() {
         let mut c = DteCache::new(2, 100);
-        c.insert(1, b"k", Some(b"v"), 0);
+        insert(&mut c, 1, b"k", Some(b"v"), 0);
         assert!(c.get(1, 50, 50).is_some());
         assert!(c.get(1, 150, 150).is_some(), "refreshed at 50");
         assert!(c.get(1, 251, 251).is_none(), "expired after 150 + 100");
@@ -125,59 +172,75 @@ mod tests {
     #[test]
     fn freshness_counts_until_the_end_of_the_index_read() {
         let mut c = DteCache::new(2, 100);
-        c.insert(1, b"k", Some(b"v"), 0);
+        insert(&mut c, 1, b"k", Some(b"v"), 0);
         // A read that began in time but ended (after a preemption) too late
         // must not hit (docs/design.md#cache).
         assert!(c.get(1, 90, 101).is_none());
-        c.insert(2, b"k", Some(b"v"), 0);
+        insert(&mut c, 2, b"k", Some(b"v"), 0);
         assert!(c.get(2, 10, 100).is_some());
         assert_eq!(c.get(2, 20, 20).unwrap().confirmed_at, 20);
         // A hit never moves the confirmation back in time.
         assert_eq!(c.get(2, 5, 30).unwrap().confirmed_at, 20);
     }
 
-    /// Replacing and evicting keep what the cache answers exact: a
-    /// buffer lent by another entry carries none of its bytes. And the
-    /// buffers are lent: a replaced or evicted entry's large value buffer
-    /// holds the next small value.
+    /// An entry answers exactly its key and value, however it was read;
+    /// replacing and evicting hand the old entry's buffer back for the
+    /// next read, and only then.
     #[test]
-    fn reused_buffers_hold_only_the_new_entry() {
-        let lent = |e: &CachedEntry, len: usize| e.value.as_ref().unwrap().capacity() >= len;
+    fn entries_answer_their_own_bytes_and_lend_their_buffers_back() {
         let mut c = DteCache::new(2, 1000);
         let large = vec![9u8; 4096];
-        c.insert(1, b"long key", Some(&large), 0);
-        c.insert(2, b"k2", Some(b"v2"), 0);
-        c.insert(3, b"k", Some(b"v"), 0);
+        assert_eq!(insert(&mut c, 1, b"long key", Some(&large), 0), None);
+        assert_eq!(insert(&mut c, 2, b"k2", Some(b"v2"), 0), None);
+        let evicted = insert(&mut c, 3, b"k", Some(b"v"), 0).expect("full: 1 goes");
+        assert!(
+            evicted.capacity() >= large.len(),
+            "the evicted entry's buffer"
+        );
         let e = c.get(3, 0, 0).unwrap();
-        assert_eq!(
-            (&e.key[..], e.value.as_deref()),
-            (&b"k"[..], Some(&b"v"[..]))
-        );
-        assert!(lent(e, large.len()), "the evicted entry lent its buffer");
+        assert_eq!((e.key(), e.value()), (&b"k"[..], Some(&b"v"[..])));
         assert!(c.get(1, 0, 0).is_none(), "evicted");
-        c.insert(3, b"k", None, 1);
-        assert_eq!(
-            c.get(3, 1, 1).unwrap().value,
-            None,
-            "replaced by a tombstone"
-        );
-        c.insert(2, b"k2", Some(&large), 1);
-        c.insert(2, b"k2", Some(b"w"), 1);
-        let e = c.get(2, 1, 1).unwrap();
-        assert_eq!(e.value.as_deref(), Some(&b"w"[..]));
-        assert!(lent(e, large.len()), "the replaced entry lent its buffer");
+        assert!(insert(&mut c, 3, b"k", None, 1).is_some(), "replaced");
+        assert_eq!(c.get(3, 1, 1).unwrap().value(), None, "a tombstone now");
+        assert_eq!(c.get(3, 1, 1).unwrap().key(), b"k");
+        assert!(insert(&mut c, 2, b"k2", Some(b""), 1).is_some());
+        assert_eq!(c.get(2, 1, 1).unwrap().value(), Some(&b""[..]));
         assert_eq!(c.len(), 2);
+    }
+
+    /// Ranges outside the bytes cache nothing, and the bytes come back.
+    #[test]
+    fn ranges_outside_the_bytes_cache_nothing() {
+        let mut c = DteCache::new(2, 1000);
+        let back = c.insert(1, vec![1; 10], 2..4, Some(4..11), 0);
+        assert_eq!(back.as_deref(), Some(&[1u8; 10][..]));
+        #[allow(clippy::reversed_empty_ranges, reason = "the bad input tested")]
+        let back = c.insert(1, vec![1; 10], 4..2, None, 0);
+        assert!(back.is_some());
+        assert!(c.is_empty());
+    }
+
+    /// A buffer far larger than its entry gives the excess back.
+    #[test]
+    fn a_small_entry_in_a_large_buffer_keeps_about_its_size() {
+        let mut c = DteCache::new(2, 1000);
+        let mut bytes = Vec::with_capacity(1 << 20);
+        bytes.extend_from_slice(b"hdr-key-value");
+        c.insert(1, bytes, 4..7, Some(8..13), 0);
+        let back = c.insert(1, vec![0; 16], 0..1, None, 0).unwrap();
+        assert!(back.capacity() < 1024, "{} bytes kept", back.capacity());
+        assert_eq!(back, b"hdr-key-value");
     }
 
     #[test]
     fn least_recently_used_goes_first() {
         let mut c = DteCache::new(2, 1000);
-        c.insert(1, b"a", Some(b"1"), 0);
-        c.insert(2, b"b", None, 0);
+        insert(&mut c, 1, b"a", Some(b"1"), 0);
+        insert(&mut c, 2, b"b", None, 0);
         assert!(c.get(1, 1, 1).is_some());
-        c.insert(3, b"c", Some(b"3"), 1);
+        insert(&mut c, 3, b"c", Some(b"3"), 1);
         assert!(c.get(2, 2, 2).is_none());
-        assert_eq!(c.get(3, 2, 2).unwrap().value.as_deref(), Some(&b"3"[..]));
+        assert_eq!(c.get(3, 2, 2).unwrap().value(), Some(&b"3"[..]));
         assert_eq!(c.len(), 2);
     }
 }

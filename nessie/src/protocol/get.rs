@@ -119,11 +119,11 @@ impl Ctx<'_> {
             if opts.cache && remote && ites[i].is_occupied() {
                 let ended = *read_ended.get_or_insert_with(|| self.env.clock.mono_us());
                 if let Some(hit) = self.kept.cache.get(ites[i].0, self.op.index_read_at, ended) {
-                    if &*hit.key != key {
+                    if hit.key() != key {
                         continue;
                     }
                     self.op.stats.cache_hits += 1;
-                    return Ok(match &hit.value {
+                    return Ok(match hit.value() {
                         Some(v) => {
                             out.fill(v);
                             Pass::Found
@@ -192,7 +192,7 @@ impl Ctx<'_> {
         out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         match view.status() {
-            DteStatus::Valid => self.answer(key, ite, view, out),
+            DteStatus::Valid => self.answer(ite, view, out),
             DteStatus::Aborted => {
                 self.help_entry(slot, ite, view)?;
                 Ok(Pass::Again(Retry::Helped))
@@ -229,13 +229,12 @@ impl Ctx<'_> {
     /// value after the checksum check.
     fn answer(
         &mut self,
-        key: &[u8],
         ite: Ite,
         view: &mut DteView,
         out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
         if view.state().is_tombstone() {
-            self.cache_entry(key, ite, view, None);
+            self.cache_entry(ite, view, false);
             return Ok(Pass::Absent);
         }
         self.read_value(view)?;
@@ -244,15 +243,25 @@ impl Ctx<'_> {
             return Ok(Pass::Again(Retry::Torn));
         }
         out.fill(view.value());
-        self.cache_entry(key, ite, view, Some(view.value()));
+        self.cache_entry(ite, view, true);
         Ok(Pass::Found)
     }
 
-    fn cache_entry(&mut self, key: &[u8], ite: Ite, view: &DteView, value: Option<&[u8]>) {
-        if self.env.config.optimizations.cache && usize::from(view.at.node) != self.gate.node() {
-            self.kept
-                .cache
-                .insert(ite.0, key, value, self.op.index_read_at);
+    /// Caches a committed entry of another node, found through `ite`: its
+    /// bytes move into the cache (no copy), and the view takes the buffer
+    /// the cache hands back, if any.
+    fn cache_entry(&mut self, ite: Ite, view: &mut DteView, with_value: bool) {
+        if !self.env.config.optimizations.cache || usize::from(view.at.node) == self.gate.node() {
+            return;
+        }
+        let (key, value) = (view.key_range(), with_value.then(|| view.value_range()));
+        let bytes = std::mem::take(&mut view.bytes);
+        if let Some(back) = self
+            .kept
+            .cache
+            .insert(ite.0, bytes, key, value, self.op.index_read_at)
+        {
+            view.bytes = back;
         }
     }
 
@@ -275,6 +284,6 @@ impl Ctx<'_> {
         if !view.holds(key) || view.status() != DteStatus::Valid {
             return Ok(Pass::Again(Retry::Busy));
         }
-        self.answer(key, prev, &mut view, out)
+        self.answer(prev, &mut view, out)
     }
 }

@@ -23,13 +23,26 @@ impl DteView {
         self.header.state.status()
     }
 
+    /// Where the stored key lies in [`DteView::bytes`] (which may end
+    /// before it: see [`DteView::key`]).
+    pub(crate) fn key_range(&self) -> std::ops::Range<usize> {
+        KEY_OFFSET..KEY_OFFSET + self.header.state.key_len()
+    }
+
+    /// Where the value lies in [`DteView::bytes`] (which may end before
+    /// it: see [`DteView::has_value`]).
+    pub(crate) fn value_range(&self) -> std::ops::Range<usize> {
+        let s = self.header.state;
+        let off = dte::value_offset(s.key_len());
+        off..off + s.value_len()
+    }
+
     /// The stored key, if it was read whole. A read sized for a shorter key
     /// stops inside a longer one: that entry holds another key, which is all a
     /// caller looking for the shorter key needs to know
     /// (docs/design.md#f1-a-longer-key-is-a-mismatch-not-a-torn-read).
     pub(crate) fn key(&self) -> Option<&[u8]> {
-        let n = self.header.state.key_len();
-        self.bytes.get(KEY_OFFSET..KEY_OFFSET + n)
+        self.bytes.get(self.key_range())
     }
 
     /// Whether the entry holds `key` (decided from the header's key length
@@ -39,15 +52,12 @@ impl DteView {
     }
 
     pub(crate) fn has_value(&self) -> bool {
-        let s = self.header.state;
-        self.bytes.len() >= dte::value_offset(s.key_len()) + s.value_len()
+        self.bytes.len() >= self.value_range().end
     }
 
     /// The value; callers check [`DteView::has_value`] first.
     pub(crate) fn value(&self) -> &[u8] {
-        let s = self.header.state;
-        let off = dte::value_offset(s.key_len());
-        self.bytes.get(off..off + s.value_len()).unwrap_or_default()
+        self.bytes.get(self.value_range()).unwrap_or_default()
     }
 
     /// Whether key and value were read and match the checksum. Callers
