@@ -174,6 +174,9 @@ impl Endpoint {
     fn count_verb(&mut self, verb: &Verb<'_>) {
         match verb {
             Verb::Read { addr, buf } => self.count(*addr, buf.len() as u64, 0, false),
+            Verb::ReadScatter { addr, head, tail } => {
+                self.count(*addr, (head.len() + tail.len()) as u64, 0, false);
+            }
             Verb::Write { addr, data } => self.count(*addr, 0, data.len() as u64, false),
             Verb::Cas { addr, .. } => self.count(*addr, 0, 0, true),
         }

@@ -150,6 +150,20 @@ pub enum Verb<'a> {
         /// Destination, a whole number of words.
         buf: &'a mut [u8],
     },
+    /// Copy remote memory into two buffers: the first `head.len()` bytes
+    /// at `addr` into `head`, the `tail.len()` bytes after them into
+    /// `tail`. One READ with a scatter list of two, as an RDMA work
+    /// request may have: a GET reads an entry's header and key into its
+    /// own buffer and the value straight into the caller's
+    /// (docs/design.md#one-copy-gets).
+    ReadScatter {
+        /// Source.
+        addr: RemoteAddr,
+        /// Destination of the first bytes, a whole number of words.
+        head: &'a mut [u8],
+        /// Destination of the rest, a whole number of words.
+        tail: &'a mut [u8],
+    },
     /// Copy `data` into remote memory.
     Write {
         /// Destination.
@@ -180,6 +194,10 @@ impl Verb<'_> {
     pub fn execute_on<F: Fabric + ?Sized>(&mut self, fabric: &F) -> Result<(), FabricError> {
         match self {
             Verb::Read { addr, buf } => fabric.read(*addr, buf),
+            Verb::ReadScatter { addr, head, tail } => {
+                fabric.read(*addr, head)?;
+                fabric.read(addr.add(head.len() as u64), tail)
+            }
             Verb::Write { addr, data } => fabric.write(*addr, data),
             Verb::Cas {
                 addr,
@@ -197,7 +215,10 @@ impl Verb<'_> {
     #[must_use]
     pub fn addr(&self) -> RemoteAddr {
         match self {
-            Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => *addr,
+            Verb::Read { addr, .. }
+            | Verb::ReadScatter { addr, .. }
+            | Verb::Write { addr, .. }
+            | Verb::Cas { addr, .. } => *addr,
         }
     }
 }

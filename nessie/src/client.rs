@@ -134,15 +134,23 @@ impl Client {
         Ok(self.get_into(key, &mut out)?.then_some(out))
     }
 
-    /// Like [`Client::get`], into `out` (cleared first); returns whether the
-    /// key was found.
+    /// Like [`Client::get`], into `out`; returns whether the key was found.
+    /// `out` then holds exactly the value, or nothing (also after an
+    /// error). Its allocation is reused: a GET may read the value straight
+    /// into it.
     ///
     /// # Errors
     /// As [`Client::get`].
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
-        self.check_key(key)?;
-        out.clear();
-        self.run(OpKind::Get, |ctx| ctx.get(key, out))
+        // Not cleared before: a value read straight into `out` then costs
+        // no zeroing of bytes it already has.
+        let found = self
+            .check_key(key)
+            .and_then(|()| self.run(OpKind::Get, |ctx| ctx.get(key, out)));
+        if !matches!(found, Ok(true)) {
+            out.clear();
+        }
+        found
     }
 
     /// Like [`Client::get`], into the caller's slice `out` with no

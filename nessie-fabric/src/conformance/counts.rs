@@ -78,15 +78,17 @@ fn count_singles(ep: &mut Endpoint) -> VerbCounts {
 
 /// A batch of four verbs, then an empty one; returns the counts after.
 fn count_batch(ep: &mut Endpoint, after_singles: VerbCounts) -> VerbCounts {
-    let (mut a, mut b) = ([0u8; 8], [0u8; 16]);
+    let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
     let mut batch = [
         Verb::Read {
             addr: RemoteAddr::new(2, SMALL, 0),
             buf: &mut a,
         },
-        Verb::Read {
+        // A scatter READ is one READ of both buffers' bytes.
+        Verb::ReadScatter {
             addr: RemoteAddr::new(1, LARGE, 0),
-            buf: &mut b,
+            head: &mut b,
+            tail: &mut c,
         },
         Verb::Cas {
             addr: RemoteAddr::new(0, SMALL, 8),
@@ -102,7 +104,7 @@ fn count_batch(ep: &mut Endpoint, after_singles: VerbCounts) -> VerbCounts {
     ep.post(&mut batch).expect("batch");
     assert!(matches!(batch[2], Verb::Cas { old: 0, .. }));
     assert_eq!(u64::from_le_bytes(a), 41);
-    assert_eq!(b, [5u8; 16]);
+    assert_eq!((b, c), ([5u8; 8], [5u8; 8]));
     let after_batch = after_singles
         + VerbCounts {
             reads: 2,

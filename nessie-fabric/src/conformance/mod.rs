@@ -435,6 +435,7 @@ pub fn check_batches(make: Factory<'_>) {
         to_write,
         "batched WRITE took effect"
     );
+    check_scatter_reads(&views, &data);
     views[1].post(&mut []).expect("an empty batch");
     // A batch of one verb of each kind.
     let mut one = [0u8; 8];
@@ -473,6 +474,48 @@ pub fn check_batches(make: Factory<'_>) {
             Err(FabricError::Misaligned { offset: 3, .. })
         ),
         "a batch with a misaligned verb fails"
+    );
+}
+
+/// A scatter READ of `data`, at node 2's `LARGE` + 1024, from a remote
+/// node and from node 2 itself: the same bytes as one READ, split between
+/// the two buffers; one whose tail runs past the region fails whole.
+fn check_scatter_reads(views: &[Arc<dyn Fabric>], data: &[u8]) {
+    let at = RemoteAddr::new(2, LARGE, 1024);
+    for from in [0, 2] {
+        for split in [0, 8, 24, data.len()] {
+            let (mut head, mut tail) = (vec![0u8; split], vec![0u8; data.len() - split]);
+            let mut word = [0u8; 8];
+            let mut batch = [
+                Verb::ReadScatter {
+                    addr: at,
+                    head: &mut head,
+                    tail: &mut tail,
+                },
+                Verb::Read {
+                    addr: RemoteAddr::new(1, LARGE, 8),
+                    buf: &mut word,
+                },
+            ];
+            views[from]
+                .post(&mut batch)
+                .expect("a batch with a scatter READ");
+            assert_eq!(
+                ([&head[..], &tail[..]].concat(), &head[..], &tail[..]),
+                (data.to_vec(), &data[..split], &data[split..]),
+                "node {from}'s scatter READ split at {split}"
+            );
+        }
+    }
+    let (mut head, mut tail) = ([0u8; 8], [0u8; 16]);
+    let past = views[0].post(&mut [Verb::ReadScatter {
+        addr: RemoteAddr::new(2, LARGE, LARGE_LEN - 16),
+        head: &mut head,
+        tail: &mut tail,
+    }]);
+    assert!(
+        matches!(past, Err(FabricError::OutOfBounds { .. })),
+        "a scatter READ past the region's end: {past:?}"
     );
 }
 

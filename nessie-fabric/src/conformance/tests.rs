@@ -80,6 +80,10 @@ impl Fabric for Faulty {
         for verb in batch.iter_mut() {
             match verb {
                 Verb::Read { addr, buf } => self.inner.read(*addr, &mut vec![0; buf.len()])?,
+                Verb::ReadScatter { addr, head, tail } => {
+                    let len = head.len() + tail.len();
+                    self.inner.read(*addr, &mut vec![0; len])?;
+                }
                 Verb::Write { addr, data } => self.inner.write(*addr, data)?,
                 Verb::Cas {
                     addr,

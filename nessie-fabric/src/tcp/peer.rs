@@ -393,6 +393,7 @@ impl Peer {
 fn verb_header(verb: &Verb<'_>) -> VerbHeader {
     let (op, addr, len) = match verb {
         Verb::Read { addr, buf } => (OP_READ, addr, buf.len()),
+        Verb::ReadScatter { addr, head, tail } => (OP_READ, addr, head.len() + tail.len()),
         Verb::Write { addr, data } => (OP_WRITE, addr, data.len()),
         Verb::Cas { addr, .. } => (OP_CAS, addr, WORD),
     };
@@ -453,7 +454,7 @@ fn encode(
         resp += rs;
         h.encode_into(&mut bytes);
         match verb {
-            Verb::Read { .. } => {}
+            Verb::Read { .. } | Verb::ReadScatter { .. } => {}
             Verb::Write { data, .. } => bytes.extend_from_slice(data),
             Verb::Cas { expected, new, .. } => {
                 put_word(&mut bytes, *expected);
@@ -507,6 +508,11 @@ fn receive(
                     Verb::Read { buf, .. } => {
                         take(buf.len() as u64)?;
                         reader.read_exact(buf).map_err(broke)?;
+                    }
+                    Verb::ReadScatter { head, tail, .. } => {
+                        take((head.len() + tail.len()) as u64)?;
+                        reader.read_exact(head).map_err(broke)?;
+                        reader.read_exact(tail).map_err(broke)?;
                     }
                     Verb::Write { .. } => {}
                     Verb::Cas { old, .. } => {

@@ -138,7 +138,7 @@ impl std::fmt::Debug for Lane {
 
 fn op_name(verb: &Verb<'_>) -> &'static str {
     match verb {
-        Verb::Read { .. } => "READ",
+        Verb::Read { .. } | Verb::ReadScatter { .. } => "READ",
         Verb::Write { .. } => "WRITE",
         Verb::Cas { .. } => "CAS",
     }
@@ -148,6 +148,7 @@ fn op_name(verb: &Verb<'_>) -> &'static str {
 pub(super) fn verb_len(verb: &Verb<'_>) -> usize {
     match verb {
         Verb::Read { buf, .. } => buf.len(),
+        Verb::ReadScatter { head, tail, .. } => head.len() + tail.len(),
         Verb::Write { data, .. } => data.len(),
         Verb::Cas { .. } => 8,
     }
@@ -289,7 +290,7 @@ impl Lane {
                 let local = base + offsets[i] as u64;
                 let len = verb_len(&chunk[i]) as u32;
                 let sge = match &chunk[i] {
-                    Verb::Read { .. } => wr.setup_read(t.rkey, t.addr),
+                    Verb::Read { .. } | Verb::ReadScatter { .. } => wr.setup_read(t.rkey, t.addr),
                     Verb::Write { .. } => wr.setup_write(t.rkey, t.addr),
                     Verb::Cas { expected, new, .. } => {
                         // Layout words are little-endian in memory; the
@@ -328,6 +329,10 @@ impl Lane {
         for (verb, &off) in chunk.iter_mut().zip(&offsets) {
             match verb {
                 Verb::Read { buf, .. } => staging.get(off, buf),
+                Verb::ReadScatter { head, tail, .. } => {
+                    staging.get(off, head);
+                    staging.get(off + head.len(), tail);
+                }
                 Verb::Cas { old, .. } => {
                     let mut word = [0u8; 8];
                     staging.get(off, &mut word);

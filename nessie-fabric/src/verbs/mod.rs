@@ -577,6 +577,17 @@ impl Core {
                         });
                     }
                 }
+                Verb::ReadScatter { addr, head, tail } => {
+                    let tail_at = addr.add(head.len() as u64);
+                    for (at, buf) in [(*addr, &mut **head), (tail_at, &mut **tail)] {
+                        for (k, part) in buf.chunks_mut(PIECE).enumerate() {
+                            pieces.push(Verb::Read {
+                                addr: at.add((k * PIECE) as u64),
+                                buf: part,
+                            });
+                        }
+                    }
+                }
                 Verb::Write { addr, data } => {
                     for (k, part) in data.chunks(PIECE).enumerate() {
                         pieces.push(Verb::Write {

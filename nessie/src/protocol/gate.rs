@@ -152,6 +152,17 @@ impl<'a> Gate<'a> {
         self.ep.post(&mut batch)
     }
 
+    /// READs, plain or scatter, posted as one batch.
+    pub(crate) fn post_reads(&mut self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        debug_assert!(
+            batch
+                .iter()
+                .all(|v| matches!(v, Verb::Read { .. } | Verb::ReadScatter { .. })),
+            "READs only: a CAS goes through Gate::cas"
+        );
+        self.ep.post(batch)
+    }
+
     /// Takes a local DTE slot of `class` from `data`, recycling if needed.
     /// The recycler's own verbs are bookkeeping of the node, not steps of
     /// this operation, so they are not gated.

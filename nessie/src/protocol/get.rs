@@ -17,18 +17,54 @@ use crate::Error;
 pub(crate) trait ValueOut {
     /// Takes `value` as the answer.
     fn fill(&mut self, value: &[u8]);
+
+    /// Room for a scatter READ to put `len` bytes in, a value first
+    /// (docs/design.md#one-copy-gets); `None` if this destination takes
+    /// values through [`ValueOut::fill`] only.
+    fn landing(&mut self, len: usize) -> Option<&mut [u8]> {
+        let _ = len;
+        None
+    }
+
+    /// The bytes the last [`ValueOut::landing`] holds.
+    fn landed(&self) -> &[u8] {
+        &[]
+    }
+
+    /// Takes the first `len` bytes landed as the answer.
+    fn settle(&mut self, len: usize) {
+        let _ = len;
+    }
 }
 
+/// A `Vec` lands values in place: resizing it to the landing's length
+/// writes only the bytes it grows by, so a `Vec` that held a value of
+/// the size before costs no more than a few words.
 impl ValueOut for Vec<u8> {
     fn fill(&mut self, value: &[u8]) {
         self.clear();
         self.extend_from_slice(value);
     }
+
+    fn landing(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.resize(len, 0);
+        Some(self)
+    }
+
+    fn landed(&self) -> &[u8] {
+        self
+    }
+
+    fn settle(&mut self, len: usize) {
+        debug_assert!(len <= self.len(), "a settled value landed whole");
+        self.truncate(len);
+    }
 }
 
 /// A caller's slice as a GET's destination: a value that fits is copied to
 /// its start; one that does not leaves the slice untouched and records its
-/// length, so that the caller can tell how much room it needs.
+/// length, so that the caller can tell how much room it needs. Nothing
+/// lands in it (the slice stays untouched when the key holds no value).
 #[derive(Debug)]
 pub(crate) struct SliceOut<'a> {
     buf: &'a mut [u8],
@@ -135,12 +171,31 @@ impl Ctx<'_> {
             reqs.push(req);
             slots.push(i);
         }
-        let mut views = self.read_dtes(&reqs)?;
+        let landing = self.landing_for(&reqs, out);
+        let mut views = self.read_dtes_landing(&reqs, landing)?;
         let pass = self.first_holder(key, cands, ites, &slots, &mut views, out);
         for view in views.into_iter().flatten() {
             self.recycle(view);
         }
         pass
+    }
+
+    /// Where the pass's first whole read of an entry the cache will not
+    /// keep may put its value: straight into `out`, which saves copying it
+    /// there from a read buffer (docs/design.md#one-copy-gets). An entry
+    /// the cache keeps is read into a buffer the cache takes.
+    fn landing_for<'o>(
+        &self,
+        reqs: &[DteRead],
+        out: &'o mut impl ValueOut,
+    ) -> Option<(usize, &'o mut [u8])> {
+        let cache = self.env.config.optimizations.cache;
+        let (i, len) = reqs.iter().enumerate().find_map(|(i, &req)| {
+            let kept = cache && usize::from(req.0.node) != self.gate.node();
+            let len = self.landing_len(req).filter(|_| !kept)?;
+            Some((i, len))
+        })?;
+        Some((i, out.landing(len)?))
     }
 
     /// Goes through the DTEs read, in candidate order, until one decides.
@@ -191,6 +246,8 @@ impl Ctx<'_> {
         view: &mut DteView,
         out: &mut impl ValueOut,
     ) -> Result<Pass, Error> {
+        // Only `answer` reads a value; helping reads headers alone, so a
+        // view whose value landed in `out` serves every path.
         match view.status() {
             DteStatus::Valid => self.answer(ite, view, out),
             DteStatus::Aborted => {
@@ -236,6 +293,22 @@ impl Ctx<'_> {
         if view.state().is_tombstone() {
             self.cache_entry(ite, view, false);
             return Ok(Pass::Absent);
+        }
+        if view.landed.is_some() {
+            // The value is in `out` already, right after the key.
+            let len = view.value_range().len();
+            if !view.has_landed_value()
+                || (self.must_verify()
+                    && !out
+                        .landed()
+                        .get(..len)
+                        .is_some_and(|value| view.checksum_matches(value)))
+            {
+                self.op.torn_at = Some(view.at);
+                return Ok(Pass::Again(Retry::Torn));
+            }
+            out.settle(len);
+            return Ok(Pass::Found);
         }
         self.read_value(view)?;
         if !view.has_value() || (self.must_verify() && !view.checksum_ok()) {

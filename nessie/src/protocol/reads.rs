@@ -4,7 +4,7 @@
 
 use super::view::DteView;
 use super::Ctx;
-use crate::fabric::RemoteAddr;
+use crate::fabric::{RemoteAddr, Verb};
 use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{self, DteHeader, DTE_HEADER_BYTES};
 use crate::layout::{round_up_words, Ite, IteKind, SlotRef};
@@ -102,39 +102,72 @@ impl Ctx<'_> {
         &mut self,
         reqs: &[DteRead],
     ) -> Result<PerCandidate<Option<DteView>>, Error> {
+        self.read_dtes_landing(reqs, None)
+    }
+
+    /// [`Ctx::read_dtes`], where `landing` = `(i, tail)` cuts the whole
+    /// read of `reqs[i]` at the value of a key of its length: header and
+    /// key into the view, the rest into `tail`, which must be as long
+    /// (see [`Ctx::landing_len`]).
+    pub(crate) fn read_dtes_landing(
+        &mut self,
+        reqs: &[DteRead],
+        mut landing: Option<(usize, &mut [u8])>,
+    ) -> Result<PerCandidate<Option<DteView>>, Error> {
         let addrs: PerCandidate<Option<RemoteAddr>> = reqs
             .iter()
             .map(|&(r, _, _)| self.env.geometry().dte_addr(r))
             .collect();
+        if let Some((i, tail)) = &landing {
+            debug_assert!(
+                addrs[*i].is_some() && Some(tail.len()) == self.landing_len(reqs[*i]),
+                "a landing takes exactly the whole read's bytes past the key"
+            );
+        }
         let mut bufs: PerCandidate<Vec<u8>> = reqs
             .iter()
             .zip(&addrs)
-            .map(|(&(r, k, whole), addr)| {
-                let len = if addr.is_some() {
-                    self.read_len(r, k, whole)
-                } else {
-                    0
+            .enumerate()
+            .map(|(i, (&(r, k, whole), addr))| {
+                let len = match (addr, &landing) {
+                    (None, _) => 0,
+                    (Some(_), Some((at, _))) if *at == i => dte::value_offset(k),
+                    (Some(_), _) => self.read_len(r, k, whole),
                 };
                 self.buffer(len)
             })
             .collect();
-        if self.env.config.optimizations.batched_reads {
-            let reads = addrs
-                .iter()
-                .zip(bufs.iter_mut())
-                .filter_map(|(addr, buf)| addr.map(|a| (a, &mut buf[..])));
-            self.gate.read_batch(reads)?;
-        } else {
-            for (addr, buf) in addrs.iter().zip(bufs.iter_mut()) {
-                if let Some(addr) = *addr {
-                    self.gate.read(addr, buf)?;
+        let landed = landing.as_ref().map(|(i, tail)| (*i, tail.len()));
+        {
+            let mut verbs: PerCandidate<Verb<'_>> = PerCandidate::new();
+            for (i, (addr, buf)) in addrs.iter().zip(bufs.iter_mut()).enumerate() {
+                let Some(addr) = *addr else { continue };
+                verbs.push(match landing.take_if(|(at, _)| *at == i) {
+                    Some((_, tail)) => Verb::ReadScatter {
+                        addr,
+                        head: buf,
+                        tail,
+                    },
+                    None => Verb::Read { addr, buf },
+                });
+            }
+            if self.env.config.optimizations.batched_reads {
+                self.gate.post_reads(&mut verbs)?;
+            } else {
+                for verb in verbs.chunks_mut(1) {
+                    self.gate.post_reads(verb)?;
                 }
             }
         }
         let views: PerCandidate<Option<DteView>> = reqs
             .iter()
             .zip(bufs)
-            .map(|(&(r, _, _), bytes)| self.view(r, bytes))
+            .enumerate()
+            .map(|(i, (&(r, _, _), bytes))| {
+                let mut view = self.view(r, bytes)?;
+                view.landed = landed.and_then(|(at, n)| (at == i).then_some(n));
+                Some(view)
+            })
             .collect();
         if let Some(&(torn, _, _)) = reqs
             .iter()
@@ -144,6 +177,21 @@ impl Ctx<'_> {
             self.op.torn_at = Some(torn);
         }
         Ok(views)
+    }
+
+    /// Bytes a whole read of `req` puts past the value offset of a key of
+    /// its length (`None` for a read that is not whole, or of no slot).
+    pub(crate) fn landing_len(&self, req: DteRead) -> Option<usize> {
+        let (r, k, whole) = req;
+        let geometry = self.env.geometry();
+        geometry.dte_addr(r)?;
+        whole
+            .then(|| {
+                geometry
+                    .slot_bytes(r.class)
+                    .checked_sub(dte::value_offset(k))
+            })
+            .flatten()
     }
 
     /// Reads one DTE (`None`: it does not exist, or the read was torn).
@@ -194,7 +242,12 @@ impl Ctx<'_> {
             && s.key_len() >= 1
             && s.key_len() <= self.env.config.key_size_max
             && s.value_len() <= self.env.geometry().capacity(at.class);
-        sane.then_some(DteView { at, header, bytes })
+        sane.then_some(DteView {
+            at,
+            header,
+            bytes,
+            landed: None,
+        })
     }
 
     /// Reads the value of a DTE whose header and key were read before.

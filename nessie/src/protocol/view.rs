@@ -12,6 +12,10 @@ pub(crate) struct DteView {
     pub(crate) header: DteHeader,
     /// The bytes read: header, then as much of key and value as was read.
     pub(crate) bytes: Vec<u8>,
+    /// Bytes a scatter READ put in the GET's destination instead, right
+    /// after `bytes`: the value onwards, if the entry holds a key of the
+    /// length `bytes` was cut for (docs/design.md#one-copy-gets).
+    pub(crate) landed: Option<usize>,
 }
 
 impl DteView {
@@ -55,6 +59,14 @@ impl DteView {
         self.bytes.len() >= self.value_range().end
     }
 
+    /// Whether a value landed in the GET's destination is there whole: the
+    /// entry's value starts where `bytes` ends, and fits in what landed.
+    pub(crate) fn has_landed_value(&self) -> bool {
+        let value = self.value_range();
+        self.landed
+            .is_some_and(|n| value.start == self.bytes.len() && value.len() <= n)
+    }
+
     /// The value; callers check [`DteView::has_value`] first.
     pub(crate) fn value(&self) -> &[u8] {
         self.bytes.get(self.value_range()).unwrap_or_default()
@@ -63,11 +75,12 @@ impl DteView {
     /// Whether key and value were read and match the checksum. Callers
     /// decide when to verify: see [`super::Ctx::must_verify`].
     pub(crate) fn checksum_ok(&self) -> bool {
-        match self.key() {
-            Some(key) if self.has_value() => {
-                self.header.compute_checksum(key, self.value()) == self.header.checksum
-            }
-            _ => false,
-        }
+        self.has_value() && self.checksum_matches(self.value())
+    }
+
+    /// Whether the key read and `value` match the checksum.
+    pub(crate) fn checksum_matches(&self, value: &[u8]) -> bool {
+        self.key()
+            .is_some_and(|key| self.header.compute_checksum(key, value) == self.header.checksum)
     }
 }

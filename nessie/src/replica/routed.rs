@@ -48,7 +48,10 @@ impl RoutedFabric {
 /// The address of a verb.
 fn address<'v>(verb: &'v mut Verb<'_>) -> &'v mut RemoteAddr {
     match verb {
-        Verb::Read { addr, .. } | Verb::Write { addr, .. } | Verb::Cas { addr, .. } => addr,
+        Verb::Read { addr, .. }
+        | Verb::ReadScatter { addr, .. }
+        | Verb::Write { addr, .. }
+        | Verb::Cas { addr, .. } => addr,
     }
 }
 
