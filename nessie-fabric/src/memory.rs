@@ -257,14 +257,18 @@ impl MemoryMap {
     }
 
     fn region(&self, node: NodeId, region: RegionId) -> Result<&RegionMemory, FabricError> {
-        let slots = self.nodes.get(node).ok_or(FabricError::UnknownNode {
-            node,
-            nodes: self.nodes.len(),
-        })?;
+        // `ok_or_else`: no error is built on the path every verb takes.
+        let slots = self
+            .nodes
+            .get(node)
+            .ok_or_else(|| FabricError::UnknownNode {
+                node,
+                nodes: self.nodes.len(),
+            })?;
         slots
             .get(usize::from(region.0))
             .and_then(Option::as_ref)
-            .ok_or(FabricError::UnknownRegion { node, region })
+            .ok_or_else(|| FabricError::UnknownRegion { node, region })
     }
 
     pub(crate) fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {

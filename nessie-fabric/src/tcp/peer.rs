@@ -491,7 +491,7 @@ fn receive(
         let mut take = |n: u64| {
             left = left
                 .checked_sub(n)
-                .ok_or(protocol("response shorter than its verbs"))?;
+                .ok_or_else(|| protocol("response shorter than its verbs"))?;
             Ok::<(), FabricError>(())
         };
         let read_word = |reader: &mut dyn Read| {

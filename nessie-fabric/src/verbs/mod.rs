@@ -531,7 +531,7 @@ impl Core {
         let regions = self
             .table
             .get(addr.node)
-            .ok_or(FabricError::UnknownNode {
+            .ok_or_else(|| FabricError::UnknownNode {
                 node: addr.node,
                 nodes: self.table.len(),
             })?
@@ -540,7 +540,7 @@ impl Core {
         let region = *regions
             .get(usize::from(addr.region.0))
             .and_then(Option::as_ref)
-            .ok_or(FabricError::UnknownRegion {
+            .ok_or_else(|| FabricError::UnknownRegion {
                 node: addr.node,
                 region: addr.region,
             })?;
