@@ -351,6 +351,15 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether a READ of another node's memory costs more than one of this
+    /// node's own, as a network crossing does: the DTE cache keeps only
+    /// entries whose READ does (docs/design.md#cache). `shm` maps every
+    /// node's memory into the process and says no; `local`, which stands
+    /// in for a cluster in tests, answers as a network would.
+    fn remote_reads_cost_more(&self) -> bool {
+        true
+    }
+
     /// Closes (or opens) this node's own memory: while closed, every verb
     /// to it, a peer's or this process's, is refused with
     /// [`FabricError::Lost`] (over `tcp`, a peer sees a refusal). A

@@ -488,17 +488,11 @@ fn zeroed_words(words: usize) -> Option<*mut [u64]> {
 }
 
 /// Implements [`super::Fabric`] for a backend whose `memory_map()` method
-/// returns a [`MemoryMap`] holding every node's memory in this address space.
+/// returns a [`MemoryMap`] holding every node's memory in this address space
+/// (after `@`, the backend's own versions of other methods).
 macro_rules! impl_fabric_for_memory_map {
     ($backend:ty) => {
         $crate::memory::impl_fabric_for_memory_map!($backend, @);
-    };
-    ($backend:ty, close_own_memory) => {
-        $crate::memory::impl_fabric_for_memory_map!($backend, @
-            fn close_own_memory(&self, closed: bool) {
-                <$backend>::close_own_memory(self, closed)
-            }
-        );
     };
     ($backend:ty, @ $($extra:item)*) => {
         impl $crate::Fabric for $backend {

@@ -285,7 +285,15 @@ fn take_region(path: &Path, options: &ShmOptions, spec: RegionSpec) -> Result<Fi
     Ok(file)
 }
 
-impl_fabric_for_memory_map!(ShmFabric, close_own_memory);
+impl_fabric_for_memory_map!(ShmFabric, @
+    fn close_own_memory(&self, closed: bool) {
+        ShmFabric::close_own_memory(self, closed);
+    }
+
+    fn remote_reads_cost_more(&self) -> bool {
+        false
+    }
+);
 
 impl ShmFabric {
     /// Marks this node's own region files lost (closed) or not.

@@ -74,6 +74,13 @@ impl<'a> Gate<'a> {
         self.ep.node()
     }
 
+    /// Whether the DTE cache keeps entries of `node` (docs/design.md#cache):
+    /// with the cache on, those of other nodes, where reading them costs
+    /// more than reading one's own.
+    pub(crate) fn caches(&self, on: bool, node: NodeId) -> bool {
+        on && node != self.node() && self.ep.fabric().remote_reads_cost_more()
+    }
+
     /// Whether the deadline has passed at monotonic time `at`: the deadline
     /// itself is the last instant at which the operation may issue a CAS.
     fn past_deadline_at(&self, at: u64) -> bool {

@@ -151,8 +151,7 @@ impl Ctx<'_> {
         let mut reqs = PerCandidate::<DteRead>::new();
         let mut slots = PerCandidate::<usize>::new();
         for (i, req) in self.entries_to_read(ites, filter, key.len(), opts.multi_read) {
-            let remote = usize::from(req.0.node) != self.gate.node();
-            if opts.cache && remote && ites[i].is_occupied() {
+            if self.gate.caches(opts.cache, req.0.node.into()) && ites[i].is_occupied() {
                 let ended = *read_ended.get_or_insert_with(|| self.env.clock.mono_us());
                 if let Some(hit) = self.kept.cache.get(ites[i].0, self.op.index_read_at, ended) {
                     if hit.key() != key {
@@ -191,7 +190,7 @@ impl Ctx<'_> {
     ) -> Option<(usize, &'o mut [u8])> {
         let cache = self.env.config.optimizations.cache;
         let (i, len) = reqs.iter().enumerate().find_map(|(i, &req)| {
-            let kept = cache && usize::from(req.0.node) != self.gate.node();
+            let kept = self.gate.caches(cache, req.0.node.into());
             let len = self.landing_len(req).filter(|_| !kept)?;
             Some((i, len))
         })?;
@@ -324,7 +323,10 @@ impl Ctx<'_> {
     /// bytes move into the cache (no copy), and the view takes the buffer
     /// the cache hands back, if any.
     fn cache_entry(&mut self, ite: Ite, view: &mut DteView, with_value: bool) {
-        if !self.env.config.optimizations.cache || usize::from(view.at.node) == self.gate.node() {
+        if !self
+            .gate
+            .caches(self.env.config.optimizations.cache, view.at.node.into())
+        {
             return;
         }
         let (key, value) = (view.key_range(), with_value.then(|| view.value_range()));

@@ -105,6 +105,10 @@ impl Fabric for RoutedFabric {
         self.inner.enforces_land_by()
     }
 
+    fn remote_reads_cost_more(&self) -> bool {
+        self.inner.remote_reads_cost_more()
+    }
+
     fn close_own_memory(&self, closed: bool) {
         self.inner.close_own_memory(closed);
     }
