@@ -17,8 +17,9 @@ pub trait KvClient: Send {
         Ok(self.get_into(key, &mut out)?.then_some(out))
     }
 
-    /// Like [`KvClient::get`], into a caller's buffer (cleared first); returns
-    /// whether the key was found.
+    /// Like [`KvClient::get`], into a caller's buffer; returns whether the
+    /// key was found. On success the buffer holds exactly the value, or
+    /// nothing if the key holds none.
     ///
     /// # Errors
     /// As [`KvClient::get`].
