@@ -130,6 +130,10 @@ pub struct OpStats {
     pub retries: RetryCounts,
     /// DTEs served from the cache.
     pub cache_hits: u64,
+    /// GETs whose value a scatter READ put straight into the caller's
+    /// buffer, with no copy after the READ (docs/design.md#one-copy-gets).
+    #[serde(default)]
+    pub values_landed: u64,
     /// MIGRATEs performed to make room.
     pub migrations: u64,
     /// Entries of dead or aborted owners this client recovered.
@@ -164,6 +168,7 @@ add_fields!(OpStats {
     verbs,
     retries,
     cache_hits,
+    values_landed,
     migrations,
     recoveries,
     marker_restores,

@@ -28,9 +28,9 @@ fn key_on_node_1(config: &Config) -> Vec<u8> {
         .unwrap()
 }
 
-/// Node 0 GETs a key of node 1 three times; returns the cache hits and
-/// the bytes each GET read.
-fn gets_from_node_0(reader: &mut nessie::Client, key: &[u8]) -> (u64, Vec<u64>) {
+/// Node 0 GETs a key of node 1 three times; returns the cache hits, the
+/// values landed and the bytes each GET read.
+fn gets_from_node_0(reader: &mut nessie::Client, key: &[u8]) -> (u64, u64, Vec<u64>) {
     let mut read = Vec::new();
     let mut out = Vec::new();
     for _ in 0..3 {
@@ -39,7 +39,8 @@ fn gets_from_node_0(reader: &mut nessie::Client, key: &[u8]) -> (u64, Vec<u64>) 
         assert_eq!(out, vec![5u8; 10 << 10]);
         read.push(reader.stats().get.verbs.read_bytes - before);
     }
-    (reader.stats().get.cache_hits, read)
+    let get = reader.stats().get;
+    (get.cache_hits, get.values_landed, read)
 }
 
 #[test]
@@ -67,8 +68,12 @@ fn shm_caches_nothing_and_local_caches_other_nodes_entries() {
         .unwrap()
         .put(&key, &[5; 10 << 10])
         .unwrap();
-    let (hits, read) = gets_from_node_0(&mut nodes[0].client().unwrap(), &key);
-    assert_eq!(hits, 0, "shm caches nothing");
+    let (hits, landed, read) = gets_from_node_0(&mut nodes[0].client().unwrap(), &key);
+    assert_eq!(
+        (hits, landed),
+        (0, 3),
+        "shm caches nothing: every value lands"
+    );
     assert!(read[0] > 10 << 10, "the whole entry: {read:?}");
     assert!(
         read.iter().all(|&r| r == read[0]),
@@ -82,8 +87,12 @@ fn shm_caches_nothing_and_local_caches_other_nodes_entries() {
         .unwrap()
         .put(&key, &[5; 10 << 10])
         .unwrap();
-    let (hits, read) = gets_from_node_0(&mut cluster.client(0).unwrap(), &key);
-    assert_eq!(hits, 2, "local caches node 1's entry after its first GET");
+    let (hits, landed, read) = gets_from_node_0(&mut cluster.client(0).unwrap(), &key);
+    assert_eq!(
+        (hits, landed),
+        (2, 0),
+        "local caches node 1's entry after its first GET, which it copies"
+    );
     assert!(
         read[1] < 64 && read[2] < 64,
         "cached GETs read ITEs only: {read:?}"

@@ -151,46 +151,34 @@ unsafe fn load_blocks_avx(s: &mut *const u64, d: &mut *mut u8, blocks: usize, ah
     } else {
         0
     };
-    if prefetching > 0 {
-        // SAFETY: as below; the two `prefetcht0`s change nothing and
-        // never fault.
-        unsafe {
-            std::arch::asm!(
-                "2:",
-                "prefetcht0 [rsi + {ahead}]",
-                "prefetcht0 [rsi + {ahead} + 64]",
-                "vmovdqa ymm0, ymmword ptr [rsi]",
-                "vmovdqa ymm1, ymmword ptr [rsi + 32]",
-                "vmovdqa ymm2, ymmword ptr [rsi + 64]",
-                "vmovdqa ymm3, ymmword ptr [rsi + 96]",
-                "vmovdqu ymmword ptr [rdi], ymm0",
-                "vmovdqu ymmword ptr [rdi + 32], ymm1",
-                "vmovdqu ymmword ptr [rdi + 64], ymm2",
-                "vmovdqu ymmword ptr [rdi + 96], ymm3",
-                "add rsi, 128",
-                "add rdi, 128",
-                "dec rcx",
-                "jnz 2b",
-                "vzeroupper",
-                ahead = const PREFETCH_AHEAD,
-                inout("rsi") *s,
-                inout("rdi") *d,
-                inout("rcx") prefetching => _,
-                clobber_abi("C"),
-                options(nostack),
-            );
-        }
+    // SAFETY: the caller's contract, split in two runs of blocks; the
+    // last run's hints name the lines it loads next, which costs a few
+    // instructions and spares a second loop.
+    unsafe {
+        avx_turns(s, d, prefetching, PREFETCH_AHEAD);
+        avx_turns(s, d, blocks - prefetching, 0);
     }
-    let rest = blocks - prefetching;
-    if rest == 0 {
+}
+
+/// The AVX loop of [`load_blocks_avx`]: `blocks` turns of four 32-byte
+/// loads, each asking for the two lines `ahead` bytes on.
+///
+/// # Safety
+/// As [`load_blocks_avx`].
+#[target_feature(enable = "avx")]
+unsafe fn avx_turns(s: &mut *const u64, d: &mut *mut u8, blocks: usize, ahead: usize) {
+    if blocks == 0 {
         return;
     }
-    // SAFETY: the caller's contract, for the blocks left; every ymm
-    // register is clobbered (`clobber_abi`), so `vzeroupper` at the end,
-    // which spares later SSE code the transition penalty, disturbs nothing.
+    // SAFETY: the caller's contract; `prefetcht0` changes nothing and never
+    // faults; every ymm register is clobbered (`clobber_abi`), so
+    // `vzeroupper` at the end, which spares later SSE code the transition
+    // penalty, disturbs nothing.
     unsafe {
         std::arch::asm!(
             "2:",
+            "prefetcht0 [rsi + {ahead}]",
+            "prefetcht0 [rsi + {ahead} + 64]",
             "vmovdqa ymm0, ymmword ptr [rsi]",
             "vmovdqa ymm1, ymmword ptr [rsi + 32]",
             "vmovdqa ymm2, ymmword ptr [rsi + 64]",
@@ -204,9 +192,10 @@ unsafe fn load_blocks_avx(s: &mut *const u64, d: &mut *mut u8, blocks: usize, ah
             "dec rcx",
             "jnz 2b",
             "vzeroupper",
+            ahead = in(reg) ahead,
             inout("rsi") *s,
             inout("rdi") *d,
-            inout("rcx") rest => _,
+            inout("rcx") blocks => _,
             clobber_abi("C"),
             options(nostack),
         );

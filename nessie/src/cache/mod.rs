@@ -220,6 +220,26 @@ mod tests {
         assert!(c.is_empty());
     }
 
+    /// A buffer of up to twice its entry's bytes is kept as it is (no
+    /// reallocation for a little slack); a larger one gives the excess
+    /// back.
+    #[test]
+    fn a_buffer_twice_its_entry_is_kept_and_a_larger_one_shrinks() {
+        let mut c = DteCache::new(2, 1000);
+        let mut bytes = Vec::with_capacity(256);
+        bytes.extend_from_slice(&[7; 128]);
+        let twice = bytes.capacity();
+        assert_eq!(twice, 256, "the allocator gave what was asked");
+        c.insert(1, bytes, 0..8, Some(8..128), 0);
+        let back = c.insert(1, vec![0; 16], 0..1, None, 0).unwrap();
+        assert_eq!(back.capacity(), twice, "kept, not reallocated");
+        let mut bytes = Vec::with_capacity(264);
+        bytes.extend_from_slice(&[7; 128]);
+        c.insert(1, bytes, 0..8, Some(8..128), 0);
+        let back = c.insert(1, vec![0; 16], 0..1, None, 0).unwrap();
+        assert!(back.capacity() < 264, "shrunk: {}", back.capacity());
+    }
+
     /// A buffer far larger than its entry gives the excess back.
     #[test]
     fn a_small_entry_in_a_large_buffer_keeps_about_its_size() {

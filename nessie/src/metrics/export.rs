@@ -187,6 +187,12 @@ impl Families<'_, '_> {
             |s| s.cache_hits as f64,
         )?;
         self.per_op(
+            "nessie_values_landed",
+            "GETs whose value a scatter READ put straight into the caller's buffer.",
+            f,
+            |s| s.values_landed as f64,
+        )?;
+        self.per_op(
             "nessie_late_cas",
             "CASes that returned later than the landing bound after their deadline check.",
             f,

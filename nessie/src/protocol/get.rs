@@ -307,6 +307,7 @@ impl Ctx<'_> {
                 return Ok(Pass::Again(Retry::Torn));
             }
             out.settle(len);
+            self.op.stats.values_landed += 1;
             return Ok(Pass::Found);
         }
         self.read_value(view)?;
