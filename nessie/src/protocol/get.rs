@@ -294,14 +294,17 @@ impl Ctx<'_> {
             return Ok(Pass::Absent);
         }
         if view.landed.is_some() {
-            // The value is in `out` already, right after the key.
+            // The value is in `out` already, right after the key: the entry
+            // holds a key of the length the read was cut for, and the
+            // sanity check bounds its value by the class's capacity, which
+            // the landing holds.
+            debug_assert!(view.has_landed_value(), "a landed value is whole");
             let len = view.value_range().len();
-            if !view.has_landed_value()
-                || (self.must_verify()
-                    && !out
-                        .landed()
-                        .get(..len)
-                        .is_some_and(|value| view.checksum_matches(value)))
+            if self.must_verify()
+                && !out
+                    .landed()
+                    .get(..len)
+                    .is_some_and(|value| view.checksum_matches(value))
             {
                 self.op.torn_at = Some(view.at);
                 return Ok(Pass::Again(Retry::Torn));
