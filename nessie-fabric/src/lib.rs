@@ -211,6 +211,17 @@ impl Verb<'_> {
         }
     }
 
+    /// Bytes the verb moves: a READ's or WRITE's length, a CAS's word.
+    #[must_use]
+    pub fn bytes_moved(&self) -> usize {
+        match self {
+            Verb::Read { buf, .. } => buf.len(),
+            Verb::ReadScatter { head, tail, .. } => head.len() + tail.len(),
+            Verb::Write { data, .. } => data.len(),
+            Verb::Cas { .. } => wire::WORD,
+        }
+    }
+
     /// Where the verb goes.
     #[must_use]
     pub fn addr(&self) -> RemoteAddr {

@@ -391,17 +391,17 @@ impl Peer {
 }
 
 fn verb_header(verb: &Verb<'_>) -> VerbHeader {
-    let (op, addr, len) = match verb {
-        Verb::Read { addr, buf } => (OP_READ, addr, buf.len()),
-        Verb::ReadScatter { addr, head, tail } => (OP_READ, addr, head.len() + tail.len()),
-        Verb::Write { addr, data } => (OP_WRITE, addr, data.len()),
-        Verb::Cas { addr, .. } => (OP_CAS, addr, WORD),
+    let op = match verb {
+        Verb::Read { .. } | Verb::ReadScatter { .. } => OP_READ,
+        Verb::Write { .. } => OP_WRITE,
+        Verb::Cas { .. } => OP_CAS,
     };
+    let addr = verb.addr();
     VerbHeader {
         op,
         region: addr.region.0,
         offset: addr.offset,
-        len: len as u64,
+        len: verb.bytes_moved() as u64,
     }
 }
 

@@ -144,16 +144,6 @@ fn op_name(verb: &Verb<'_>) -> &'static str {
     }
 }
 
-/// Bytes a verb moves (a CAS moves one word).
-pub(super) fn verb_len(verb: &Verb<'_>) -> usize {
-    match verb {
-        Verb::Read { buf, .. } => buf.len(),
-        Verb::ReadScatter { head, tail, .. } => head.len() + tail.len(),
-        Verb::Write { data, .. } => data.len(),
-        Verb::Cas { .. } => 8,
-    }
-}
-
 /// The libibverbs name of a completion status.
 fn status_name(status: u32) -> &'static str {
     use WorkCompletionStatus as S;
@@ -250,7 +240,7 @@ impl Lane {
         let mut total = 0usize;
         for verb in chunk.iter() {
             offsets.push(total);
-            total += verb_len(verb);
+            total += verb.bytes_moved();
         }
         let staging = self.staging(device, total)?;
         for (verb, &off) in chunk.iter().zip(&offsets) {
@@ -266,7 +256,7 @@ impl Lane {
 
         // Zero-length verbs move nothing; they are done already.
         let mut order: Vec<usize> = (0..chunk.len())
-            .filter(|&i| verb_len(&chunk[i]) > 0)
+            .filter(|&i| chunk[i].bytes_moved() > 0)
             .collect();
         order.sort_by_key(|&i| targets[i].node);
         let mut pending = vec![false; chunk.len()];
@@ -288,7 +278,7 @@ impl Lane {
                 let t = targets[i];
                 let wr = guard.construct_wr(seq << 16 | i as u64, WorkRequestFlags::Signaled);
                 let local = base + offsets[i] as u64;
-                let len = verb_len(&chunk[i]) as u32;
+                let len = chunk[i].bytes_moved() as u32;
                 let sge = match &chunk[i] {
                     Verb::Read { .. } | Verb::ReadScatter { .. } => wr.setup_read(t.rkey, t.addr),
                     Verb::Write { .. } => wr.setup_write(t.rkey, t.addr),

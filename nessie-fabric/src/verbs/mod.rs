@@ -76,7 +76,7 @@ mod setup;
 
 use self::card::Card;
 use self::device::{Device, QpInfo};
-use self::lane::{verb_len, Lane, CHUNK};
+use self::lane::{Lane, CHUNK};
 use self::setup::{open_lanes, peer_cards, region_table, register_regions, OwnRegion, RegionTable};
 use super::{
     check_bounds, Fabric, FabricError, NodeId, RcTimeouts, RegionId, RegionSpec, RemoteAddr, Verb,
@@ -234,6 +234,17 @@ fn thread_number() -> usize {
 /// Longest READ or WRITE posted as one work request; longer ones are split
 /// (NICs limit a message to 1 or 2 GiB, and the staging buffer stays small).
 const PIECE: usize = 1 << 20;
+
+/// Pushes a READ of `buf` at `addr` as READs of at most [`PIECE`] bytes.
+fn read_pieces<'v>(pieces: &mut Vec<Verb<'v>>, addr: RemoteAddr, buf: &'v mut [u8]) {
+    for (k, part) in buf.chunks_mut(PIECE).enumerate() {
+        pieces.push(Verb::Read {
+            addr: addr.add((k * PIECE) as u64),
+            buf: part,
+        });
+    }
+}
+
 /// Bytes one chunk of a batch stages at most (unless one piece is larger).
 const STAGING_CAP: usize = 4 << 20;
 
@@ -558,35 +569,22 @@ impl Core {
     /// work requests and [`STAGING_CAP`] bytes (or one larger piece).
     fn execute(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         for verb in batch.iter() {
-            self.resolve(verb.addr(), verb_len(verb))?;
+            self.resolve(verb.addr(), verb.bytes_moved())?;
         }
         if batch.is_empty() {
             return Ok(());
         }
-        if batch.iter().all(|v| verb_len(v) <= PIECE) {
+        if batch.iter().all(|v| v.bytes_moved() <= PIECE) {
             return self.run_checked(batch);
         }
         let mut pieces: Vec<Verb<'_>> = Vec::new();
         for verb in batch.iter_mut() {
             match verb {
-                Verb::Read { addr, buf } => {
-                    for (k, part) in buf.chunks_mut(PIECE).enumerate() {
-                        pieces.push(Verb::Read {
-                            addr: addr.add((k * PIECE) as u64),
-                            buf: part,
-                        });
-                    }
-                }
+                Verb::Read { addr, buf } => read_pieces(&mut pieces, *addr, buf),
                 Verb::ReadScatter { addr, head, tail } => {
                     let tail_at = addr.add(head.len() as u64);
-                    for (at, buf) in [(*addr, &mut **head), (tail_at, &mut **tail)] {
-                        for (k, part) in buf.chunks_mut(PIECE).enumerate() {
-                            pieces.push(Verb::Read {
-                                addr: at.add((k * PIECE) as u64),
-                                buf: part,
-                            });
-                        }
-                    }
+                    read_pieces(&mut pieces, *addr, head);
+                    read_pieces(&mut pieces, tail_at, tail);
                 }
                 Verb::Write { addr, data } => {
                     for (k, part) in data.chunks(PIECE).enumerate() {
@@ -633,14 +631,14 @@ impl Core {
     fn run_checked(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         let targets = batch
             .iter()
-            .map(|verb| self.resolve(verb.addr(), verb_len(verb)))
+            .map(|verb| self.resolve(verb.addr(), verb.bytes_moved()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut lane = self.lane();
         let (mut rest, mut rest_targets) = (batch, &targets[..]);
         while !rest.is_empty() {
             let (mut n, mut bytes) = (0, 0);
             while n < rest.len() && n < CHUNK {
-                let len = verb_len(&rest[n]);
+                let len = rest[n].bytes_moved();
                 if n > 0 && bytes + len > STAGING_CAP {
                     break;
                 }

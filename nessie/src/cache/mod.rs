@@ -115,10 +115,7 @@ impl DteCache {
             value,
             confirmed_at: read_began,
         };
-        match self.lru.push(ite, entry) {
-            Some((_, old)) => Some(old.bytes),
-            None => None,
-        }
+        self.lru.push(ite, entry).map(|(_, old)| old.bytes)
     }
 
     /// Entries cached.

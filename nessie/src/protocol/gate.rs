@@ -156,7 +156,7 @@ impl<'a> Gate<'a> {
             .into_iter()
             .map(|(addr, buf)| Verb::Read { addr, buf })
             .collect();
-        self.ep.post(&mut batch)
+        self.post_reads(&mut batch)
     }
 
     /// READs, plain or scatter, posted as one batch.
