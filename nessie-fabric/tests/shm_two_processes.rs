@@ -56,11 +56,15 @@ const HEADER: usize = 16;
 const INDEX: RegionId = SMALL;
 const DATA: RegionId = LARGE;
 /// Index-region words: the shared counter (node 0 only), the mailbox's
-/// `published` and `writing` words, and node 1's "done" flag (node 0 only).
+/// `published` and `writing` words, node 1's "done" flag and node 0's
+/// "seen" flag (node 0 only).
 const COUNTER: u64 = 0;
 const PUBLISHED: u64 = 64;
 const WRITING: u64 = 72;
 const DONE: u64 = 80;
+/// Node 0's "read the total" flag: node 1 keeps its region files (which
+/// it removes on exit) until node 0 has opened them and is done.
+const SEEN: u64 = 88;
 
 const ENV_NODE: &str = "NESSIE_TWO_PROCESSES_NODE";
 const ENV_DIR: &str = "NESSIE_TWO_PROCESSES_DIR";
@@ -248,12 +252,22 @@ fn child_node() {
             assert!(Instant::now() < deadline, "node 1 never finished");
             std::thread::sleep(Duration::from_millis(1));
         }
-        read_u64(f, RemoteAddr::new(0, INDEX, COUNTER)).to_string()
+        let total = read_u64(f, RemoteAddr::new(0, INDEX, COUNTER)).to_string();
+        f.write(RemoteAddr::new(0, INDEX, SEEN), &1u64.to_le_bytes())
+            .expect("WRITE seen");
+        total
     } else {
         let old = f
             .cas(RemoteAddr::new(0, INDEX, DONE), 0, 1)
             .expect("CAS done");
         assert_eq!(old, 0);
+        // Alone on a busy host, this node can finish before node 0 has
+        // opened its files; it must not remove them before then.
+        let deadline = Instant::now() + Duration::from_secs(25);
+        while read_u64(f, RemoteAddr::new(0, INDEX, SEEN)) == 0 {
+            assert!(Instant::now() < deadline, "node 0 never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         "-".to_string()
     };
     println!(
