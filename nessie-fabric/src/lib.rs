@@ -194,10 +194,7 @@ impl Verb<'_> {
     pub fn execute_on<F: Fabric + ?Sized>(&mut self, fabric: &F) -> Result<(), FabricError> {
         match self {
             Verb::Read { addr, buf } => fabric.read(*addr, buf),
-            Verb::ReadScatter { addr, head, tail } => {
-                fabric.read(*addr, head)?;
-                fabric.read(addr.add(head.len() as u64), tail)
-            }
+            Verb::ReadScatter { addr, head, tail } => fabric.read_scatter(*addr, head, tail),
             Verb::Write { addr, data } => fabric.write(*addr, data),
             Verb::Cas {
                 addr,
@@ -284,6 +281,23 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     /// # Errors
     /// Bounds, alignment or transport errors.
     fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError>;
+
+    /// A scatter READ ([`Verb::ReadScatter`]): the bytes at `addr` into
+    /// `head`, the ones after them into `tail`. Backends that can make it
+    /// one READ do (one round trip; the range checked whole); the default
+    /// makes it two [`Fabric::read`]s.
+    ///
+    /// # Errors
+    /// As [`Fabric::read`].
+    fn read_scatter(
+        &self,
+        addr: RemoteAddr,
+        head: &mut [u8],
+        tail: &mut [u8],
+    ) -> Result<(), FabricError> {
+        self.read(addr, head)?;
+        self.read(addr.add(head.len() as u64), tail)
+    }
 
     /// WRITE: copies `data` to `addr`.
     ///

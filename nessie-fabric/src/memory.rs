@@ -15,9 +15,14 @@
     reason = "native atomic words over registered memory (mappings, raw pointers)"
 )]
 
-use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr};
+use super::{check_bounds, FabricError, NodeId, RegionId, RegionSpec, RemoteAddr, Verb};
 use crate::wire::WORD;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Verbs of a batch a memory map resolves, and whose READs it asks for,
+/// before it runs them (see [`MemoryMap::post`]): more than a key has
+/// candidates.
+const ASKED_AHEAD: usize = 8;
 
 /// Words in the smallest page a region's memory may have.
 const PAGE_WORDS: usize = 4096 / WORD;
@@ -25,7 +30,7 @@ const PAGE_WORDS: usize = 4096 / WORD;
 #[cfg(target_arch = "x86_64")]
 mod copy;
 #[cfg(target_arch = "x86_64")]
-use copy::{load_words, stream_words};
+use copy::{load_scatter, load_words, prefetch, stream_words};
 
 /// A span of memory registered as one region: word aligned, valid for the
 /// lifetime of the backend that owns it, and accessed only atomically.
@@ -125,6 +130,38 @@ impl RegionMemory {
         // One fence orders the whole copy like acquire loads would, word by
         // word, at the cost of one.
         fence(Ordering::Acquire);
+    }
+
+    /// [`RegionMemory::read`] into two buffers, `head` first.
+    fn read_scatter(&self, first_word: usize, head: &mut [u8], tail: &mut [u8]) {
+        let base = self.words(first_word, (head.len() + tail.len()) / WORD);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `read`, for the words of both parts.
+        unsafe {
+            load_scatter(base, head, tail);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for (i, chunk) in head
+            .chunks_exact_mut(WORD)
+            .chain(tail.chunks_exact_mut(WORD))
+            .enumerate()
+        {
+            // SAFETY: as in `read`.
+            let w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
+            #[allow(clippy::disallowed_methods, reason = "memory is native words")]
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        fence(Ordering::Acquire);
+    }
+
+    /// Asks for the cache line of word `word` (a hint; see
+    /// [`MemoryMap::post`]).
+    fn ask_for(&self, word: usize) {
+        let at = self.words(word, 0);
+        #[cfg(target_arch = "x86_64")]
+        prefetch(at.cast(), WORD);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
     }
 
     fn write(&self, first_word: usize, data: &[u8]) {
@@ -294,6 +331,57 @@ impl MemoryMap {
     pub(crate) fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
         let (mem, word) = self.resolve(addr, buf.len() as u64)?;
         mem.read(word, buf);
+        Ok(())
+    }
+
+    pub(crate) fn read_scatter(
+        &self,
+        addr: RemoteAddr,
+        head: &mut [u8],
+        tail: &mut [u8],
+    ) -> Result<(), FabricError> {
+        let (mem, word) = self.resolve(addr, (head.len() + tail.len()) as u64)?;
+        mem.read_scatter(word, head, tail);
+        Ok(())
+    }
+
+    /// Runs a batch in order (see [`super::Fabric::post`]), a few verbs at
+    /// a time: resolves them, asks for the first cache line of each READ,
+    /// then runs them. A NIC issues a batch's READs together; loaded one
+    /// after another, each READ's first miss (a key's candidates lie on
+    /// unrelated lines) would wait for the one before. A verb that does
+    /// not resolve fails the batch when its turn comes, after the verbs
+    /// before it ran, as one by one.
+    pub(crate) fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        for chunk in batch.chunks_mut(ASKED_AHEAD) {
+            let targets: [Option<(&RegionMemory, usize)>; ASKED_AHEAD] = std::array::from_fn(|i| {
+                let verb = chunk.get(i)?;
+                self.resolve(verb.addr(), verb.bytes_moved() as u64).ok()
+            });
+            for (verb, target) in chunk.iter().zip(&targets) {
+                if let (Verb::Read { .. } | Verb::ReadScatter { .. }, Some((mem, word))) =
+                    (verb, target)
+                {
+                    mem.ask_for(*word);
+                }
+            }
+            for (verb, target) in chunk.iter_mut().zip(targets) {
+                let Some((mem, word)) = target else {
+                    // Resolves again for its error (the rare path).
+                    return self
+                        .resolve(verb.addr(), verb.bytes_moved() as u64)
+                        .map(|_| ());
+                };
+                match verb {
+                    Verb::Read { buf, .. } => mem.read(word, buf),
+                    Verb::ReadScatter { head, tail, .. } => mem.read_scatter(word, head, tail),
+                    Verb::Write { data, .. } => mem.write(word, data),
+                    Verb::Cas {
+                        expected, new, old, ..
+                    } => *old = mem.cas(word, *expected, *new),
+                }
+            }
+        }
         Ok(())
     }
 
@@ -514,6 +602,19 @@ macro_rules! impl_fabric_for_memory_map {
                 self.memory_map().read(addr, buf)
             }
 
+            fn read_scatter(
+                &self,
+                addr: $crate::RemoteAddr,
+                head: &mut [u8],
+                tail: &mut [u8],
+            ) -> Result<(), $crate::FabricError> {
+                self.memory_map().read_scatter(addr, head, tail)
+            }
+
+            fn post(&self, batch: &mut [$crate::Verb<'_>]) -> Result<(), $crate::FabricError> {
+                self.memory_map().post(batch)
+            }
+
             fn write(
                 &self,
                 addr: $crate::RemoteAddr,
@@ -582,6 +683,86 @@ mod tests {
             region: RegionId(0),
             offset,
         }
+    }
+
+    /// A batch longer than the look-ahead runs in order across its chunks:
+    /// READs see the WRITEs before them, a CAS its word, a scatter READ its
+    /// bytes; a verb that does not resolve stops the batch there, after the
+    /// verbs before it and before those after it.
+    #[test]
+    fn a_long_batch_runs_in_order_and_stops_at_a_bad_verb() {
+        let (map, _backing) = map(64);
+        let n = ASKED_AHEAD + 4;
+        let values: Vec<[u8; 8]> = (0..n as u64).map(|i| (i + 1).to_le_bytes()).collect();
+        let mut writes: Vec<Verb<'_>> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Verb::Write {
+                addr: at(8 * i as u64),
+                data: v,
+            })
+            .collect();
+        map.post(&mut writes).unwrap();
+        let (mut first, mut head, mut tail) = ([0u8; 8], [0u8; 8], [0u8; 16]);
+        let mut last = [0u8; 8];
+        let mut batch = vec![
+            Verb::Read {
+                addr: at(0),
+                buf: &mut first,
+            },
+            Verb::Cas {
+                addr: at(8),
+                expected: 2,
+                new: 20,
+                old: 0,
+            },
+        ];
+        batch.extend((0..ASKED_AHEAD - 1).map(|_| Verb::Cas {
+            addr: at(16),
+            expected: 3,
+            new: 30,
+            old: 0,
+        }));
+        batch.push(Verb::ReadScatter {
+            addr: at(8),
+            head: &mut head,
+            tail: &mut tail,
+        });
+        batch.push(Verb::Read {
+            addr: at(64 * 8),
+            buf: &mut last,
+        });
+        batch.push(Verb::Write {
+            addr: at(0),
+            data: &[9; 8],
+        });
+        let outcome = map.post(&mut batch);
+        assert!(
+            matches!(outcome, Err(FabricError::OutOfBounds { .. })),
+            "{outcome:?}"
+        );
+        assert!(matches!(batch[1], Verb::Cas { old: 2, .. }));
+        assert!(matches!(batch[2], Verb::Cas { old: 3, .. }));
+        assert!(
+            matches!(batch[3], Verb::Cas { old: 30, .. }),
+            "the CAS before it took"
+        );
+        drop(batch);
+        assert_eq!(u64::from_le_bytes(first), 1);
+        assert_eq!(
+            u64::from_le_bytes(head),
+            20,
+            "after the CAS in the chunk before"
+        );
+        assert_eq!(tail[..8], 30u64.to_le_bytes());
+        assert_eq!(tail[8..], 4u64.to_le_bytes());
+        let mut word = [0u8; 8];
+        map.read(at(0), &mut word).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(word),
+            1,
+            "the WRITE after the bad verb never ran"
+        );
     }
 
     #[test]

@@ -412,6 +412,19 @@ impl Fabric for TcpFabric {
         self.post(&mut [Verb::Read { addr, buf }])
     }
 
+    fn read_scatter(
+        &self,
+        addr: RemoteAddr,
+        head: &mut [u8],
+        tail: &mut [u8],
+    ) -> Result<(), FabricError> {
+        if addr.node == self.node {
+            return self.map().read_scatter(addr, head, tail);
+        }
+        // One frame: a scatter READ is one round trip.
+        self.post(&mut [Verb::ReadScatter { addr, head, tail }])
+    }
+
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
         if addr.node == self.node {
             return self.map().write(addr, data);

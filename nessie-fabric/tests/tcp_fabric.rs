@@ -6,8 +6,8 @@
 use nessie_fabric::conformance::hostile::{dribblers, Relay};
 use nessie_fabric::wire::frame::Hello;
 use nessie_fabric::{
-    Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr, TcpFabric,
-    TcpOptions, Verb,
+    Endpoint, Fabric, FabricError, HandshakeFailure, Membership, RegionId, RegionSpec, RemoteAddr,
+    TcpFabric, TcpOptions, Verb,
 };
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -261,6 +261,36 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
     assert_eq!(bufs.concat(), big[..2400]);
     // An empty batch does nothing.
     f[2].post(&mut []).unwrap();
+}
+
+/// A scatter READ is one READ on the wire: one frame, whether it goes out
+/// alone through an endpoint (its single-verb path) or from the fabric,
+/// and its bytes land split where asked.
+#[test]
+fn a_lone_scatter_read_is_one_frame() {
+    let f = cluster(2);
+    let data = pattern(4096, 7);
+    let at = RemoteAddr::new(1, LARGE, 8192);
+    f[0].write(at, &data).unwrap();
+    let mut ep = Endpoint::new(f[0].clone(), 0);
+    let (mut head, mut tail) = (vec![0u8; 64], vec![0u8; 4096 - 64]);
+    let before = f[1].stats().frames_served;
+    ep.post(&mut [Verb::ReadScatter {
+        addr: at,
+        head: &mut head,
+        tail: &mut tail,
+    }])
+    .unwrap();
+    let (mut h2, mut t2) = ([0u8; 8], [0u8; 56]);
+    f[0].read_scatter(at, &mut h2, &mut t2).unwrap();
+    assert_eq!(
+        f[1].stats().frames_served - before,
+        2,
+        "two scatter READs, one frame each"
+    );
+    assert!([&head[..], &tail[..]].concat() == data, "split at 64");
+    assert!([&h2[..], &t2[..]].concat() == data[..64], "split at 8");
+    assert_eq!(ep.counts().round_trips, 1);
 }
 
 #[test]

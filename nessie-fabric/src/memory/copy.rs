@@ -40,18 +40,43 @@ const PREFETCH_FROM: usize = 1024;
 pub(super) unsafe fn load_words(src: *const u64, dst: &mut [u8]) {
     let avx = std::arch::is_x86_feature_detected!("avx");
     // SAFETY: the caller's contract.
-    unsafe { load_words_with(src, dst, avx) }
+    unsafe { load_words_with(src, dst, avx, 0) }
 }
 
-/// [`load_words`], with or without the AVX loop (the tests run both).
+/// [`load_words`] into two buffers: the first `head.len() / 8` words into
+/// `head`, the next `tail.len() / 8` into `tail` (a scatter READ).
+///
+/// Before any load it asks for the lines of both parts, up to
+/// [`PREFETCH_AHEAD`] bytes: out of the cache, the head's first load would
+/// otherwise miss alone, and the tail's lines be asked for only once it
+/// returned (docs/design.md#word-copies).
+///
+/// # Safety
+/// As [`load_words`], for `(head.len() + tail.len()) / 8` words.
+pub(super) unsafe fn load_scatter(src: *const u64, head: &mut [u8], tail: &mut [u8]) {
+    let avx = std::arch::is_x86_feature_detected!("avx");
+    let asked = (head.len() + tail.len()).min(PREFETCH_AHEAD);
+    prefetch(src.cast(), asked);
+    // SAFETY: the caller's contract, split at `head.len() / 8` words
+    // (`head.len()` is whole words: the fabric checked it).
+    unsafe {
+        load_words_with(src, head, avx, asked);
+        let rest = src.add(head.len() / WORD);
+        load_words_with(rest, tail, avx, asked.saturating_sub(head.len()));
+    }
+}
+
+/// [`load_words`], with or without the AVX loop (the tests run both);
+/// the first `asked` bytes of `src` were asked for already.
 ///
 /// # Safety
 /// As [`load_words`]; `avx` only where the processor has AVX.
-unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool) {
+unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool, asked: usize) {
     let mut words = dst.len() / WORD;
     let ahead = dst.len() >= PREFETCH_FROM;
-    if ahead {
-        prefetch(src.cast(), dst.len().min(PREFETCH_AHEAD));
+    let window = dst.len().min(PREFETCH_AHEAD);
+    if ahead && asked < window {
+        prefetch(src.cast::<u8>().wrapping_add(asked), window - asked);
     }
     let mut s = src;
     let mut d = dst.as_mut_ptr();
@@ -121,7 +146,7 @@ unsafe fn load_words_with(src: *const u64, dst: &mut [u8], avx: bool) {
 
 /// Asks for the cache lines of `bytes` bytes from `src` (a hint: no
 /// memory is read or written, and no address faults).
-fn prefetch(src: *const u8, bytes: usize) {
+pub(super) fn prefetch(src: *const u8, bytes: usize) {
     for off in (0..bytes).step_by(64) {
         // SAFETY: `prefetcht0` changes no memory, register or flag and
         // never faults, whatever the address.
@@ -283,7 +308,7 @@ mod tests {
         let dst = &mut out[offset..offset + words * WORD];
         // SAFETY: `skip + words` words of `memory` (checked above),
         // aligned; no one else touches it; AVX only where detected.
-        unsafe { load_words_with(memory[skip..].as_ptr(), dst, avx) };
+        unsafe { load_words_with(memory[skip..].as_ptr(), dst, avx, 0) };
         // x86-64 is little-endian: native bytes are these.
         let want: Vec<u8> = memory[skip..skip + words]
             .iter()
@@ -338,6 +363,32 @@ mod tests {
                         copy_exactly(&memory, skip, words, offset, avx);
                     }
                 }
+            }
+        }
+    }
+
+    /// Scatter loads split at every word of a short head, and at lengths
+    /// around the prefetch window: the parts together are the source's
+    /// words, each part exactly its own.
+    #[test]
+    fn scatter_loads_split_exactly() {
+        let memory = memory(1200);
+        let ahead = PREFETCH_AHEAD / WORD;
+        for total in [0, 1, 40, PREFETCH_FROM / WORD + 3, ahead + 5, 1100] {
+            let splits = (0..total.min(24)).chain([total / 2, total.saturating_sub(1), total]);
+            for split in splits.filter(|&k| k <= total) {
+                let mut out = vec![0xeeu8; total * WORD + 16];
+                let (head, rest) = out.split_at_mut(split * WORD);
+                let (tail, spare) = rest.split_at_mut((total - split) * WORD);
+                // SAFETY: `total` words of `memory` (at most 1100 of 1200),
+                // aligned; no one else touches it.
+                unsafe { load_scatter(memory.as_ptr(), head, tail) };
+                assert!(spare.iter().all(|&b| b == 0xee), "{total} at {split}");
+                let want: Vec<u8> = memory[..total]
+                    .iter()
+                    .flat_map(|w| w.to_le_bytes())
+                    .collect();
+                assert_eq!(&out[..total * WORD], &want[..], "{total} split at {split}");
             }
         }
     }

@@ -754,6 +754,17 @@ impl Fabric for VerbsFabric {
         self.core.read(addr, buf)
     }
 
+    fn read_scatter(
+        &self,
+        addr: RemoteAddr,
+        head: &mut [u8],
+        tail: &mut [u8],
+    ) -> Result<(), FabricError> {
+        // One work request with two scatter entries.
+        self.core
+            .post(&mut [Verb::ReadScatter { addr, head, tail }])
+    }
+
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
         self.core.write(addr, data)
     }

@@ -68,6 +68,15 @@ impl Fabric for RoutedFabric {
         self.inner.read(self.views.route(addr), buf)
     }
 
+    fn read_scatter(
+        &self,
+        addr: RemoteAddr,
+        head: &mut [u8],
+        tail: &mut [u8],
+    ) -> Result<(), FabricError> {
+        self.inner.read_scatter(self.views.route(addr), head, tail)
+    }
+
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
         self.inner.write(self.views.route(addr), data)
     }
