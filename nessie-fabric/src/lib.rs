@@ -283,9 +283,9 @@ pub trait Fabric: Send + Sync + fmt::Debug {
     fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError>;
 
     /// A scatter READ ([`Verb::ReadScatter`]): the bytes at `addr` into
-    /// `head`, the ones after them into `tail`. Backends that can make it
-    /// one READ do (one round trip; the range checked whole); the default
-    /// makes it two [`Fabric::read`]s.
+    /// `head`, the ones after them into `tail`, the range checked whole.
+    /// Backends that can make it one READ do (one round trip); the default
+    /// checks the range, then makes it two [`Fabric::read`]s.
     ///
     /// # Errors
     /// As [`Fabric::read`].
@@ -295,6 +295,9 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         head: &mut [u8],
         tail: &mut [u8],
     ) -> Result<(), FabricError> {
+        if let Some(region_len) = self.region_len(addr.node, addr.region) {
+            check_bounds(addr, (head.len() + tail.len()) as u64, region_len)?;
+        }
         self.read(addr, head)?;
         self.read(addr.add(head.len() as u64), tail)
     }

