@@ -102,18 +102,22 @@ impl Ctx<'_> {
         &mut self,
         reqs: &[DteRead],
     ) -> Result<PerCandidate<Option<DteView>>, Error> {
-        self.read_dtes_landing(reqs, None)
+        let mut views = PerCandidate::new();
+        self.read_dtes_landing(reqs, None, &mut views)?;
+        Ok(views)
     }
 
-    /// [`Ctx::read_dtes`], where `landing` = `(i, tail)` cuts the whole
-    /// read of `reqs[i]` at the value of a key of its length: header and
-    /// key into the view, the rest into `tail`, which must be as long
-    /// (see [`Ctx::landing_len`]).
+    /// [`Ctx::read_dtes`] into `views` (which it extends; the caller's
+    /// own, so that no list of views is moved on return), where `landing`
+    /// = `(i, tail)` cuts the whole read of `reqs[i]` at the value of a
+    /// key of its length: header and key into the view, the rest into
+    /// `tail`, which must be as long (see [`Ctx::landing_len`]).
     pub(crate) fn read_dtes_landing(
         &mut self,
         reqs: &[DteRead],
         mut landing: Option<(usize, &mut [u8])>,
-    ) -> Result<PerCandidate<Option<DteView>>, Error> {
+        views: &mut PerCandidate<Option<DteView>>,
+    ) -> Result<(), Error> {
         let addrs: PerCandidate<Option<RemoteAddr>> = reqs
             .iter()
             .map(|&(r, _, _)| self.env.geometry().dte_addr(r))
@@ -159,24 +163,25 @@ impl Ctx<'_> {
                 }
             }
         }
-        let views: PerCandidate<Option<DteView>> = reqs
-            .iter()
-            .zip(bufs)
-            .enumerate()
-            .map(|(i, (&(r, _, _), bytes))| {
-                let mut view = self.view(r, bytes)?;
-                view.landed = landed.and_then(|(at, n)| (at == i).then_some(n));
-                Some(view)
-            })
-            .collect();
+        let first = views.len();
+        views.extend(
+            reqs.iter()
+                .zip(bufs)
+                .enumerate()
+                .map(|(i, (&(r, _, _), bytes))| {
+                    let mut view = self.view(r, bytes)?;
+                    view.landed = landed.and_then(|(at, n)| (at == i).then_some(n));
+                    Some(view)
+                }),
+        );
         if let Some(&(torn, _, _)) = reqs
             .iter()
-            .zip(&views)
+            .zip(&views[first..])
             .find_map(|(r, v)| v.is_none().then_some(r))
         {
             self.op.torn_at = Some(torn);
         }
-        Ok(views)
+        Ok(())
     }
 
     /// Bytes a whole read of `req` puts past the value offset of a key of
