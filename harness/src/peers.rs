@@ -2,7 +2,8 @@
 //! minimal protocol clients (RESP2 and the memcached text protocol, crate
 //! `text-kv`) so that the harness needs no client crates.
 //!
-//! The harness starts the server on a free port ([`PeerServer`]) of
+//! The harness starts the server on a free port ([`PeerServer`]; another
+//! one if the port was taken before the server bound it) of
 //! loopback, or under a launcher of an address the node processes' hosts
 //! reach (`--peer-host`, see [`crate::launcher`]); the node processes
 //! connect one client per worker
@@ -15,11 +16,15 @@ use crate::error::{HarnessError, Result};
 use crate::proc::{find_on_path, interrupted, tail, ChildGuard};
 use nessie_examples::StoreKind;
 use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use text_kv::{TextClient, TextProtocol};
+
+/// Ports [`PeerServer::start`] tries before it gives up.
+const START_ATTEMPTS: usize = 3;
 
 /// Where a peer server listens.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,14 +94,59 @@ impl PeerServer {
         memory_bytes: u64,
         log: &Path,
     ) -> Result<Self> {
+        // A port found free can be taken before the server binds it (the
+        // OS hands it to another process meanwhile): then the server exits
+        // at once, and another port is tried.
+        let ports = (0..START_ATTEMPTS).map(|_| free_port(host));
+        Self::start_on_ports(system, host, threads, memory_bytes, log, ports)
+    }
+
+    /// [`PeerServer::start`] on the first of `ports` where the server
+    /// stays up; each attempt whose server exits before listening moves on
+    /// to the next port.
+    fn start_on_ports(
+        system: StoreKind,
+        host: IpAddr,
+        threads: usize,
+        memory_bytes: u64,
+        log: &Path,
+        ports: impl IntoIterator<Item = Result<u16>>,
+    ) -> Result<Self> {
         let name = program(system);
         let path = find_program(system).ok_or_else(|| HarnessError::NotAvailable {
             system,
             why: format!("`{name}` is not installed"),
         })?;
-        let port = free_port(host)?;
+        let mut last = None;
+        for port in ports {
+            match Self::start_on(system, &path, host, port?, threads, memory_bytes, log)? {
+                Ok(server) => return Ok(server),
+                Err(early_exit) => {
+                    eprintln!("nessie-bench: {name} {early_exit}; trying another port");
+                    last = Some(early_exit);
+                }
+            }
+        }
+        Err(HarnessError::Peer {
+            name,
+            why: last.unwrap_or_else(|| "no port to listen on".to_owned()),
+        })
+    }
+
+    /// Starts the server on `port` and waits until it accepts connections;
+    /// `Ok(Err(why))` if it exited before it did.
+    fn start_on(
+        system: StoreKind,
+        path: &Path,
+        host: IpAddr,
+        port: u16,
+        threads: usize,
+        memory_bytes: u64,
+        log: &Path,
+    ) -> Result<std::result::Result<Self, String>> {
+        let name = program(system);
         let bind = host.to_string();
-        let mut cmd = ChildGuard::command(&path);
+        let mut cmd = ChildGuard::command(path);
         if system == StoreKind::Redis {
             cmd.args(["--port", &port.to_string(), "--bind", &bind])
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
@@ -126,15 +176,14 @@ impl PeerServer {
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(server);
-            }
             if let Some(status) = server.child.try_wait() {
                 let tail = tail(log, 800);
-                return Err(HarnessError::Peer {
-                    name,
-                    why: format!("exited with {status} before listening: {tail}"),
-                });
+                return Ok(Err(format!(
+                    "exited with {status} before listening on {addr}: {tail}"
+                )));
+            }
+            if answers(system, addr) {
+                return Ok(Ok(server));
             }
             if interrupted() {
                 return Err(HarnessError::Interrupted);
@@ -154,6 +203,36 @@ impl PeerServer {
     pub fn pid(&self) -> u32 {
         self.child.pid()
     }
+}
+
+/// Whether the server of `system` answers at `addr`: a `PING` (Redis) or
+/// `version` (memcached) gets its reply. A bare connection would not do:
+/// whatever took the port meanwhile may accept it too.
+fn answers(system: StoreKind, addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let wait = Some(Duration::from_millis(500));
+    if stream.set_read_timeout(wait).is_err() || stream.set_write_timeout(wait).is_err() {
+        return false;
+    }
+    let (ask, reply): (&[u8], &[u8]) = if system == StoreKind::Redis {
+        (b"PING\r\n", b"+PONG")
+    } else {
+        (b"version\r\n", b"VERSION ")
+    };
+    if stream.write_all(ask).is_err() {
+        return false;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while got.len() < reply.len() {
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return false,
+        }
+    }
+    got.starts_with(reply)
 }
 
 /// A port of `host` that is free now.
@@ -217,6 +296,36 @@ mod tests {
         assert_eq!(s.get.ops, 3);
         assert!(s.get.verbs.read_bytes > 20_000);
         assert_eq!(s.put.verbs.round_trips, 2);
+    }
+
+    /// A port taken between being found free and the server binding it:
+    /// the server exits at once and the next port is tried (the stranger
+    /// on the port accepts connections but never answers); with every
+    /// port taken, the error says why.
+    #[test]
+    fn a_taken_port_moves_the_server_to_another() {
+        const TEST: &str = "peers::tests::a_taken_port_moves_the_server_to_another";
+        if let Err(e) = check_installed(StoreKind::Memcached) {
+            return optional_tools::skip(TEST, &e.to_string(), "apt-get install memcached");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let host: IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        let stranger = TcpListener::bind((host, 0)).unwrap();
+        let taken = stranger.local_addr().unwrap().port();
+        let start = |ports: [Result<u16>; 2]| {
+            PeerServer::start_on_ports(StoreKind::Memcached, host, 1, 64 << 20, &log, ports)
+        };
+        let server = start([Ok(taken), free_port(host)]).unwrap();
+        assert_ne!(server.target.addr.port(), taken);
+        assert!(answers(StoreKind::Memcached, server.target.addr));
+        drop(server);
+        let failed = start([Ok(taken), Ok(taken)]);
+        assert!(
+            matches!(&failed, Err(HarnessError::Peer { why, .. }) if why.contains("exited")),
+            "{:?}",
+            failed.err()
+        );
     }
 
     #[test]
