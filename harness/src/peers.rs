@@ -328,6 +328,40 @@ mod tests {
         );
     }
 
+    /// A stranger on `127.0.0.1` that reads one request on each
+    /// connection, writes `reply` and holds the connection open (closes it
+    /// at once when `reply` is `None`).
+    fn stranger(reply: Option<&'static [u8]>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for mut conn in listener.incoming().flatten() {
+                let Some(reply) = reply else { continue };
+                let _ = conn.read(&mut [0u8; 64]);
+                let _ = conn.write_all(reply);
+                held.push(conn);
+            }
+        });
+        addr
+    }
+
+    /// Only the server's own reply makes it count as up: not a connection
+    /// closed at once (an end of file, which must not be waited on), not
+    /// another reply; the start of the right one is enough.
+    #[test]
+    fn only_the_servers_reply_counts() {
+        assert!(!answers(StoreKind::Memcached, stranger(None)));
+        assert!(!answers(StoreKind::Redis, stranger(None)));
+        assert!(!answers(StoreKind::Memcached, stranger(Some(b"ERROR\r\n"))));
+        assert!(!answers(
+            StoreKind::Redis,
+            stranger(Some(b"-ERR unknown\r\n"))
+        ));
+        assert!(answers(StoreKind::Memcached, stranger(Some(b"VERSION "))));
+        assert!(answers(StoreKind::Redis, stranger(Some(b"+PONG"))));
+    }
+
     #[test]
     fn redis_client_speaks_resp() {
         roundtrip("peers::tests::redis_client_speaks_resp", StoreKind::Redis);
