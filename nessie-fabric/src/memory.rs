@@ -111,16 +111,31 @@ impl RegionMemory {
     }
 
     fn read(&self, first_word: usize, buf: &mut [u8]) {
-        let base = self.words(first_word, buf.len() / WORD);
+        self.read_scatter(first_word, buf, &mut []);
+    }
+
+    /// [`RegionMemory::read`] into two buffers, `head` first.
+    fn read_scatter(&self, first_word: usize, head: &mut [u8], tail: &mut [u8]) {
+        let base = self.words(first_word, (head.len() + tail.len()) / WORD);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the words `base..base + buf.len() / 8` were checked by
-        // `words`; aligned and live per the constructor contract.
+        // SAFETY: the words `base..` of both parts were checked by `words`;
+        // aligned and live per the constructor contract.
         unsafe {
-            load_words(base, buf);
+            // A plain READ asks for its lines ahead only from 1 KiB on; a
+            // scatter READ asks for both parts' first lines at once.
+            if tail.is_empty() {
+                load_words(base, head);
+            } else {
+                load_scatter(base, head, tail);
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        for (i, chunk) in buf.chunks_exact_mut(WORD).enumerate() {
-            // SAFETY: `i < n`, within the range checked by `words`; aligned
+        for (i, chunk) in head
+            .chunks_exact_mut(WORD)
+            .chain(tail.chunks_exact_mut(WORD))
+            .enumerate()
+        {
+            // SAFETY: `i` is within the words checked by `words`; aligned
             // and live per the constructor contract; accessed atomically.
             let w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
             // A byte-for-byte copy: native order in, native order out.
@@ -129,28 +144,6 @@ impl RegionMemory {
         }
         // One fence orders the whole copy like acquire loads would, word by
         // word, at the cost of one.
-        fence(Ordering::Acquire);
-    }
-
-    /// [`RegionMemory::read`] into two buffers, `head` first.
-    fn read_scatter(&self, first_word: usize, head: &mut [u8], tail: &mut [u8]) {
-        let base = self.words(first_word, (head.len() + tail.len()) / WORD);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `read`, for the words of both parts.
-        unsafe {
-            load_scatter(base, head, tail);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        for (i, chunk) in head
-            .chunks_exact_mut(WORD)
-            .chain(tail.chunks_exact_mut(WORD))
-            .enumerate()
-        {
-            // SAFETY: as in `read`.
-            let w = unsafe { AtomicU64::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
-            #[allow(clippy::disallowed_methods, reason = "memory is native words")]
-            chunk.copy_from_slice(&w.to_ne_bytes());
-        }
         fence(Ordering::Acquire);
     }
 
