@@ -22,7 +22,7 @@ impl NodeData {
     /// [`NodeData::queued`].
     #[must_use]
     pub fn stagings(&self) -> Stagings {
-        Stagings::counted(Arc::clone(&self.queued))
+        Stagings::counted(Arc::clone(&self.queued), Arc::clone(&self.queue_caps))
     }
 
     /// Slots of `class` that clients of this node staged and keep in their
@@ -43,25 +43,39 @@ impl NodeData {
 ///
 /// Stagings made by [`NodeData::stagings`] keep the node's count of queued
 /// slots per class up to date, so that the recycler does not scan for slots
-/// these queues will return anyway.
+/// these queues will return anyway, and keep up to as many entries per class
+/// as the class has slots: a client that stages faster than a smaller queue
+/// holds over an expiry would leave the overflow to the recycler's scans,
+/// which read the stamps of slots the client writes from another core.
 #[derive(Debug, Default)]
 pub struct Stagings {
     pub(super) classes: Vec<VecDeque<Staged>>,
     /// The node's queued-slot counts, per class.
     queued: Option<Arc<[AtomicUsize]>>,
+    /// Most entries kept, per class (empty: [`Stagings::CAP`] for each).
+    caps: Arc<[usize]>,
 }
 
 impl Stagings {
-    /// Stagings counted in `queued` (one counter per class).
-    pub(super) fn counted(queued: Arc<[AtomicUsize]>) -> Stagings {
+    /// Stagings counted in `queued` (one counter per class), keeping at
+    /// most `caps[class]` entries of each class.
+    pub(super) fn counted(queued: Arc<[AtomicUsize]>, caps: Arc<[usize]>) -> Stagings {
         Stagings {
             classes: Vec::new(),
             queued: Some(queued),
+            caps,
         }
     }
 
-    /// Most entries kept per class; the oldest go first.
+    /// Most entries kept per class by stagings not made by a node; the
+    /// oldest go first.
     pub const CAP: usize = 1 << 16;
+
+    /// Most entries kept of `class`: more than the class has slots would
+    /// all be stale but as many (a queue grows only as entries come).
+    fn cap(&self, class: usize) -> usize {
+        self.caps.get(class).copied().unwrap_or(Self::CAP)
+    }
 
     /// Notes that the client staged `r` (a slot of its own node) with
     /// `expires_at`.
@@ -70,7 +84,7 @@ impl Stagings {
         if self.classes.len() <= class {
             self.classes.resize_with(class + 1, VecDeque::new);
         }
-        if self.classes[class].len() >= Self::CAP {
+        if self.classes[class].len() >= self.cap(class) {
             self.pop_front(r.class);
         }
         self.classes[class].push_back(Staged {
@@ -193,19 +207,53 @@ mod tests {
             slot,
             generation: 1,
         };
+        let slots = data.geometry().slots(1);
         let mut a = data.stagings();
         let mut b = data.stagings();
-        for slot in 0..=Stagings::CAP as u32 {
+        for slot in 0..=slots as u32 {
             a.note(at(slot), 5);
         }
         b.note(at(7), 5);
-        assert_eq!(data.queued(1), Stagings::CAP + 1, "an overflow drops one");
+        assert_eq!(data.queued(1), slots + 1, "an overflow drops one");
         assert_eq!(data.queued(0), 0);
         a.pop_front(1);
-        assert_eq!(data.queued(1), Stagings::CAP);
+        assert_eq!(data.queued(1), slots);
         drop(a);
         assert_eq!(data.queued(1), 1, "a client that goes away takes its queue");
         drop(b);
         assert_eq!(data.queued(1), 0);
+    }
+
+    /// A node's queues keep as many entries per class as the class has
+    /// slots, above [`Stagings::CAP`] as below it: a client staging faster
+    /// than that would otherwise hand the overflow to the recycler's scans.
+    #[test]
+    fn a_nodes_queues_keep_as_many_as_the_class_has_slots() {
+        let config = crate::data::small_config(1, 256, 96 << 20);
+        let data = NodeData::new(&config, 0).unwrap();
+        for class in 0..data.classes() as u8 {
+            let slots = data.geometry().slots(class);
+            let mut q = data.stagings();
+            for slot in 0..=slots as u32 {
+                q.note(
+                    SlotRef {
+                        node: 0,
+                        class,
+                        slot,
+                        generation: 1,
+                    },
+                    5,
+                );
+            }
+            assert_eq!(data.queued(class), slots, "class {class}: one dropped");
+            assert_eq!(q.front(class).map(|s| s.slot), Some(1));
+        }
+        let largest = (0..data.classes() as u8)
+            .map(|c| data.geometry().slots(c))
+            .max();
+        assert!(
+            largest > Some(Stagings::CAP),
+            "a class above the default cap"
+        );
     }
 }
