@@ -24,6 +24,11 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 /// candidates.
 const ASKED_AHEAD: usize = 8;
 
+/// The fewest bytes [`RegionMemory::write_streaming`] writes past the
+/// cache (docs/design.md#small-values-cached).
+#[cfg(target_arch = "x86_64")]
+const STREAM_MIN_BYTES: usize = 4096;
+
 /// Words in the smallest page a region's memory may have.
 const PAGE_WORDS: usize = 4096 / WORD;
 
@@ -181,18 +186,30 @@ impl RegionMemory {
     /// stores of `write`; they are weakly ordered, so a store fence before
     /// them keeps the release ordering of `write`, and one after them makes
     /// the whole image visible before any later verb of this thread (the
-    /// CAS that links it). Elsewhere it is `write`.
+    /// CAS that links it). Elsewhere it is `write`. Fewer than
+    /// [`STREAM_MIN_BYTES`] past the cached parts take ordinary stores too.
     fn write_streaming(&self, first_word: usize, parts: &[&[u8]], cached: usize) {
         let words: usize = parts.iter().map(|p| p.len() / WORD).sum();
         let base = self.words(first_word, words);
         let mut at = 0;
         #[cfg(target_arch = "x86_64")]
         {
+            let (_, rest) = parts.split_at(cached.min(parts.len()));
+            let streamed: usize = rest.iter().map(|p| p.len()).sum();
+            let cached = if streamed < STREAM_MIN_BYTES {
+                parts.len()
+            } else {
+                cached
+            };
             // The cached parts with ordinary stores (see above).
             let (head, rest) = parts.split_at(cached.min(parts.len()));
             for part in head {
                 self.write(first_word + at, part);
                 at += part.len() / WORD;
+            }
+            if rest.is_empty() {
+                debug_assert_eq!(at, words);
+                return;
             }
             // SAFETY: `sfence` only orders stores.
             unsafe { std::arch::asm!("sfence", options(nostack, preserves_flags)) };

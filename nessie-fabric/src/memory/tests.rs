@@ -104,8 +104,10 @@ fn a_long_batch_runs_in_order_and_stops_at_a_bad_verb() {
 fn a_streaming_write_lands_its_parts_one_after_the_other() {
     // Parts of 1, 4, 5 and 3 words cover the unrolled loop and its rest;
     // every split between cached and streamed parts, and a count past
-    // the last part, land the same bytes.
-    let parts: Vec<Vec<u8>> = [1usize, 4, 5, 3, 0, 9]
+    // the last part, land the same bytes. The part of 520 words makes the
+    // first two splits stream (at least `STREAM_MIN_BYTES`), the next
+    // ones write a short rest with ordinary stores.
+    let parts: Vec<Vec<u8>> = [1usize, 520, 4, 5, 3, 0, 9]
         .iter()
         .enumerate()
         .map(|(i, &w)| (0..w * WORD).map(|b| (i * 31 + b) as u8).collect())
