@@ -56,11 +56,17 @@ impl Ctx<'_> {
         let filter = self.env.hasher.filter(key);
         // Callers checked `value.len() <= value_size_max`.
         let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
+        // The first attempt starts when the operation did (one clock read
+        // fewer; every CAS checks the deadline itself); later ones check.
+        let mut first = true;
         loop {
-            let attempt = self
-                .gate
-                .check_deadline()
-                .and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
+            let checked = if std::mem::take(&mut first) {
+                Ok(())
+            } else {
+                self.gate.check_deadline()
+            };
+            let attempt =
+                checked.and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
             match attempt {
                 Ok(Step::Done(existed)) => return Ok(existed),
                 Ok(Step::Again(why)) => self.retry(why)?,
