@@ -29,6 +29,20 @@ const ASKED_AHEAD: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const STREAM_MIN_BYTES: usize = 4096;
 
+/// How many of `parts` a streaming WRITE stores through the cache: the
+/// first `cached` (at most all), or all of them when fewer than
+/// [`STREAM_MIN_BYTES`] would be left to stream.
+#[cfg(target_arch = "x86_64")]
+fn parts_to_cache(parts: &[&[u8]], cached: usize) -> usize {
+    let cached = cached.min(parts.len());
+    let streamed: usize = parts[cached..].iter().map(|p| p.len()).sum();
+    if streamed < STREAM_MIN_BYTES {
+        parts.len()
+    } else {
+        cached
+    }
+}
+
 /// Words in the smallest page a region's memory may have.
 const PAGE_WORDS: usize = 4096 / WORD;
 
@@ -194,15 +208,8 @@ impl RegionMemory {
         let mut at = 0;
         #[cfg(target_arch = "x86_64")]
         {
-            let (_, rest) = parts.split_at(cached.min(parts.len()));
-            let streamed: usize = rest.iter().map(|p| p.len()).sum();
-            let cached = if streamed < STREAM_MIN_BYTES {
-                parts.len()
-            } else {
-                cached
-            };
             // The cached parts with ordinary stores (see above).
-            let (head, rest) = parts.split_at(cached.min(parts.len()));
+            let (head, rest) = parts.split_at(parts_to_cache(parts, cached));
             for part in head {
                 self.write(first_word + at, part);
                 at += part.len() / WORD;

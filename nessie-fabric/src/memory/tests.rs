@@ -130,6 +130,22 @@ fn a_streaming_write_lands_its_parts_one_after_the_other() {
     }
 }
 
+/// A streaming WRITE streams only runs of at least `STREAM_MIN_BYTES`
+/// past its cached parts; a shorter rest goes through the cache too.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn only_a_long_rest_is_streamed() {
+    let head = [0u8; 64];
+    let big = vec![0u8; STREAM_MIN_BYTES];
+    let short = vec![0u8; STREAM_MIN_BYTES - WORD];
+    assert_eq!(parts_to_cache(&[&head, &big], 1), 1, "exactly the minimum");
+    assert_eq!(parts_to_cache(&[&head, &short], 1), 2, "a word short");
+    assert_eq!(parts_to_cache(&[&head, &short, &[0; WORD]], 1), 1);
+    assert_eq!(parts_to_cache(&[&big, &head], 0), 0);
+    assert_eq!(parts_to_cache(&[&big, &head], 1), 2);
+    assert_eq!(parts_to_cache(&[&head], 5), 1, "at most all");
+}
+
 #[test]
 fn a_streaming_write_is_checked_like_a_write() {
     let (map, _backing) = map(16);

@@ -172,7 +172,7 @@ impl Ctx<'_> {
         }
         let landing = self.landing_for(&reqs, out);
         let mut views = PerCandidate::new();
-        self.read_dtes_landing(&reqs, landing, &mut views)?;
+        self.read_dtes(&reqs, landing, &mut views)?;
         let pass = self.first_holder(key, cands, ites, &slots, &mut views, out);
         for view in views.into_iter().flatten() {
             self.recycle(view);

@@ -96,23 +96,13 @@ impl Ctx<'_> {
     }
 
     /// Reads DTEs in one batch, or one at a time when batched reads are
-    /// off. Returns `None` for a DTE that does not exist or whose header
-    /// fails the sanity checks (torn or reused slot).
-    pub(crate) fn read_dtes(
-        &mut self,
-        reqs: &[DteRead],
-    ) -> Result<PerCandidate<Option<DteView>>, Error> {
-        let mut views = PerCandidate::new();
-        self.read_dtes_landing(reqs, None, &mut views)?;
-        Ok(views)
-    }
-
-    /// [`Ctx::read_dtes`] into `views` (which it extends; the caller's
-    /// own, so that no list of views is moved on return), where `landing`
-    /// = `(i, tail)` cuts the whole read of `reqs[i]` at the value of a
-    /// key of its length: header and key into the view, the rest into
+    /// off, into `views` (which it extends: the caller's own, so that no
+    /// list of views is moved on return), `None` for a DTE that does not
+    /// exist or whose header fails the sanity checks (torn or reused slot).
+    /// `landing` = `(i, tail)` cuts the whole read of `reqs[i]` at the value
+    /// of a key of its length: header and key into the view, the rest into
     /// `tail`, which must be as long (see [`Ctx::landing_len`]).
-    pub(crate) fn read_dtes_landing(
+    pub(crate) fn read_dtes(
         &mut self,
         reqs: &[DteRead],
         mut landing: Option<(usize, &mut [u8])>,

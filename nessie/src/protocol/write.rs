@@ -97,7 +97,8 @@ impl Ctx<'_> {
             .entries_to_read(ites, filter, key.len(), false)
             .into_iter()
             .unzip();
-        let views = self.read_dtes(&reqs)?;
+        let mut views = PerCandidate::new();
+        self.read_dtes(&reqs, None, &mut views)?;
         let plan = Plan {
             holder: None,
             holder_shape: (false, 0),
