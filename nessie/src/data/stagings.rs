@@ -71,8 +71,9 @@ impl Stagings {
     /// oldest go first.
     pub const CAP: usize = 1 << 16;
 
-    /// Most entries kept of `class`: more than the class has slots would
-    /// all be stale but as many (a queue grows only as entries come).
+    /// Most entries kept of `class`. Past the class's slot count every
+    /// further entry would be stale; below it, a queue grows only as
+    /// entries come, so a high cap costs nothing until it is used.
     fn cap(&self, class: usize) -> usize {
         self.caps.get(class).copied().unwrap_or(Self::CAP)
     }
