@@ -372,9 +372,6 @@ pub struct NodeData {
     counters: Counters,
     /// Per class, the slots clients' [`Stagings`] hold.
     queued: std::sync::Arc<[std::sync::atomic::AtomicUsize]>,
-    /// Per class, the most entries one client's [`Stagings`] keep: the
-    /// class's slot count.
-    queue_caps: std::sync::Arc<[usize]>,
     /// Whether the node's clock may be trusted to reuse staged slots.
     clock_gate: clock_gate::ClockGate,
 }
@@ -418,9 +415,6 @@ impl NodeData {
                 }))
             })
             .collect::<Result<Vec<Mutex<ClassTable>>, Error>>()?;
-        let queue_caps = (0..classes.len())
-            .map(|c| geometry.slots(c as u8))
-            .collect();
         Ok(NodeData {
             node,
             geometry,
@@ -429,7 +423,6 @@ impl NodeData {
             queued: (0..classes.len())
                 .map(|_| std::sync::atomic::AtomicUsize::default())
                 .collect(),
-            queue_caps,
             classes,
             counters: Counters::default(),
             clock_gate: clock_gate::ClockGate::new(crate::config::micros(

@@ -22,7 +22,11 @@ impl NodeData {
     /// [`NodeData::queued`].
     #[must_use]
     pub fn stagings(&self) -> Stagings {
-        Stagings::counted(Arc::clone(&self.queued), Arc::clone(&self.queue_caps))
+        // Each class keeps as many entries as it has slots.
+        let caps = (0..self.classes() as u8)
+            .map(|c| self.geometry.slots(c))
+            .collect();
+        Stagings::counted(Arc::clone(&self.queued), caps)
     }
 
     /// Slots of `class` that clients of this node staged and keep in their
