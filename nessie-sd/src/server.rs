@@ -76,6 +76,7 @@ impl ServerConfig {
             cluster: self.fabric.as_ref(),
             clock: self.clock.as_ref(),
             views: None,
+            wall_read_us: None,
         }
     }
 }

@@ -110,6 +110,12 @@ pub struct TableAccess<'a> {
     /// recycler changes (`None`: one replica, or a store whose views never
     /// change).
     pub views: Option<&'a crate::replica::Views>,
+    /// A reading of `clock`'s wall time taken before the call (an
+    /// operation's `created_at`), by which a client's stagings queue judges
+    /// expiry instead of reading the clock again; `None` reads it. Any
+    /// reading taken before the decision will do
+    /// (docs/design.md#reuse-of-a-slot).
+    pub wall_read_us: Option<u64>,
 }
 
 impl TableAccess<'_> {
@@ -135,6 +141,7 @@ impl<'a> TableAccess<'a> {
             cluster: memory,
             clock,
             views: None,
+            wall_read_us: None,
         }
     }
 }

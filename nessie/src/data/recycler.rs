@@ -92,6 +92,7 @@ impl Recycler {
                 cluster: cluster.as_ref(),
                 clock: clock.as_ref(),
                 views: Some(&views),
+                wall_read_us: None,
             };
             for data in &nodes {
                 data.recycle_period(access);
@@ -307,6 +308,39 @@ mod tests {
                 data.recycle_counts().reclaimed_from_queue - before,
                 freed as u64,
                 "{late_by} µs late, from the queue"
+            );
+        }
+    }
+
+    /// A client's queue judges its stagings by the wall reading the caller
+    /// hands in (an operation's `created_at`), not by the clock: a reading
+    /// at the reuse time keeps the slot even on a clock long past it, and
+    /// one a microsecond later frees it on a clock still before it.
+    #[test]
+    fn the_queue_judges_by_the_callers_reading() {
+        let skew = crate::config::micros(crate::Config::default().max_clock_skew);
+        let stamp_at = 1_000_000_000;
+        let reuse_at = stamp_at + skew;
+        for (read, clock_at, freed) in [(reuse_at, reuse_at + 60_000_000, 0), (reuse_at + 1, 0, 1)]
+        {
+            let (data, fabric) = table();
+            let clock = Stopped(clock_at);
+            let access = TableAccess::alone(&fabric, &clock);
+            let mut queue = data.stagings();
+            let q = data.allocate(0, access).unwrap().unwrap();
+            stamp(&fabric, &data, q, stamp_at);
+            queue.note(q, stamp_at);
+            let judged = TableAccess {
+                wall_read_us: Some(read),
+                ..access
+            };
+            let _ = data
+                .allocate_for(0, SlotUse::Entry, judged, &mut queue, &mut 0)
+                .unwrap();
+            assert_eq!(
+                data.recycle_counts().reclaimed_from_queue,
+                freed,
+                "read at {read}, clock at {clock_at}"
             );
         }
     }

@@ -148,7 +148,7 @@ impl NodeData {
         if stagings.front(class).is_none() {
             return Ok(());
         }
-        let now = access.clock.now_us();
+        let now = access.wall_read_us.unwrap_or_else(|| access.clock.now_us());
         while let Some(s) = stagings.front(class) {
             // A slot that left `in_use` since (reclaimed, or with a scan
             // that resolves it) is not this entry's business any more.

@@ -174,10 +174,10 @@ impl Ctx<'_> {
     ) -> Result<Option<SlotRef>, Error> {
         let (stagings, scan_ns) = (&mut self.kept.stagings, &mut self.op.stats.scan_ns);
         let Some(slot) = self.gate.allocate(
-            self.env.data,
-            self.env.views,
+            &self.env,
             class,
             purpose,
+            self.op.created_at,
             stagings,
             scan_ns,
         )?

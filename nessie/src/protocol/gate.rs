@@ -8,13 +8,12 @@
 //! endpoint and the fabrics behind it never leave this module, so a protocol
 //! step cannot issue a CAS that skips the check.
 
-use super::Timing;
+use super::{Env, Timing};
 use crate::clock::Clock;
-use crate::data::{NodeData, SlotUse, Stagings, TableAccess};
+use crate::data::{SlotUse, Stagings, TableAccess};
 use crate::fabric::{Endpoint, Fabric, FabricError, NodeId, RemoteAddr, Verb, WaitBound};
 use crate::index::PerCandidate;
 use crate::layout::SlotRef;
-use crate::replica::Views;
 use crate::Error;
 use std::time::Duration;
 
@@ -170,15 +169,17 @@ impl<'a> Gate<'a> {
         self.ep.post(batch)
     }
 
-    /// Takes a local DTE slot of `class` from `data`, recycling if needed.
-    /// The recycler's own verbs are bookkeeping of the node, not steps of
-    /// this operation, so they are not gated.
+    /// Takes a local DTE slot of `class` from the node's tables, recycling
+    /// if needed; the client's `stagings` are judged by the operation's
+    /// `created_at` (docs/design.md#reuse-of-a-slot). The recycler's own
+    /// verbs are bookkeeping of the node, not steps of this operation, so
+    /// they are not gated.
     pub(crate) fn allocate(
         &self,
-        data: &NodeData,
-        views: &Views,
+        env: &Env<'_>,
         class: u8,
         purpose: SlotUse,
+        created_at: u64,
         stagings: &mut Stagings,
         scan_ns: &mut u64,
     ) -> Result<Option<SlotRef>, FabricError> {
@@ -186,9 +187,11 @@ impl<'a> Gate<'a> {
             local: self.local,
             cluster: self.ep.fabric().as_ref(),
             clock: self.clock,
-            views: Some(views),
+            views: Some(env.views),
+            wall_read_us: Some(created_at),
         };
-        data.allocate_for(class, purpose, access, stagings, scan_ns)
+        env.data
+            .allocate_for(class, purpose, access, stagings, scan_ns)
     }
 
     /// The only way the protocol issues a CAS: checks the deadline right

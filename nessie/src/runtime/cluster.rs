@@ -168,6 +168,7 @@ impl Cluster {
             local: self.shared.scan_fabric().as_ref(),
             cluster: self.shared.fabric().as_ref(),
             views: Some(self.shared.views()),
+            wall_read_us: None,
             clock: self.shared.clock(node).as_ref(),
         }
     }
