@@ -70,6 +70,13 @@ impl Config {
         self.expiry + self.max_clock_skew + crate::clock::reuse_lag(self.max_clock_skew)
     }
 
+    /// How often the background recycler looks: a tenth of the expiry
+    /// period, so expired slots return well before a free list runs dry.
+    #[must_use]
+    pub fn recycler_period(&self) -> Duration {
+        (self.expiry / 10).max(Duration::from_millis(1))
+    }
+
     /// Slots of size class `class` on each node: an equal share of
     /// `data_bytes_per_node` per class, plus the tombstone reserve in the
     /// smallest class (see [`Geometry::new`]).

@@ -375,6 +375,9 @@ pub struct NodeData {
     geometry: Geometry,
     expiry_us: u64,
     skew_us: u64,
+    /// How long one call of [`NodeData::prefault_ahead`] may fault in:
+    /// one recycler period.
+    prefault_budget: std::time::Duration,
     classes: Vec<Mutex<ClassTable>>,
     counters: Counters,
     /// Per class, the slots clients' [`Stagings`] hold.
@@ -427,6 +430,7 @@ impl NodeData {
             geometry,
             expiry_us: crate::config::micros(config.expiry),
             skew_us: crate::config::micros(config.max_clock_skew),
+            prefault_budget: config.recycler_period(),
             queued: (0..classes.len())
                 .map(|_| std::sync::atomic::AtomicUsize::default())
                 .collect(),

@@ -7,22 +7,41 @@
 //! the class handed out since the last period, and at least
 //! [`WINDOW_MIN_BYTES`]: it follows the rate of allocation and leaves the
 //! tables sparse (an idle class faults in one small window only).
+//!
+//! One call faults in for at most one recycler period, a chunk at a time,
+//! and the rest of a window waits for the next call. Unbounded, a
+//! large window made the period longer, the longer period let more fresh
+//! slots go out, and those made the next window larger still, while the
+//! scans that return other nodes' stagings waited behind it.
 
 use super::NodeData;
 use crate::fabric::{Fabric, FabricError};
+use std::time::Instant;
 
 /// The smallest window of a class, in bytes.
 pub(super) const WINDOW_MIN_BYTES: usize = 256 << 10;
 
+/// Bytes faulted in between two looks at the time spent.
+const CHUNK_BYTES: usize = 1 << 20;
+
 impl NodeData {
+    /// Fresh slots `class` handed out since the last prefault (0 for a
+    /// class the node does not have).
+    pub(super) fn fresh_since_prefault(&self, class: u8) -> usize {
+        self.table(class)
+            .map_or(0, |t| (t.next_fresh - t.fresh_seen) as usize)
+    }
+
     /// Faults in the window of fresh slots each class hands out next
     /// (see the module's documentation) through `local`, the node's own
-    /// memory; returns how many slots it faulted in. Slots already faulted
-    /// in, or handed out meanwhile, are not touched again.
+    /// memory, for at most its time budget; returns how many slots it
+    /// faulted in. Slots already faulted in, or handed out meanwhile, are
+    /// not touched again.
     ///
     /// # Errors
     /// The first failed prefault (the other classes are still done).
     pub fn prefault_ahead(&self, local: &dyn Fabric) -> Result<u64, FabricError> {
+        let started = Instant::now();
         let mut faulted = 0;
         let mut first_error = None;
         for class in 0..self.classes() as u8 {
@@ -39,23 +58,30 @@ impl NodeData {
             }) else {
                 continue;
             };
-            if from >= to {
-                continue;
-            }
-            let len = u64::from(to - from) * slot_bytes as u64;
-            match local.prefault(self.slot_addr(class, from), len) {
-                Ok(()) => {
-                    faulted += u64::from(to - from);
-                    if let Some(mut t) = self.table(class) {
-                        t.prefaulted = t.prefaulted.max(to);
-                    }
-                }
-                Err(e) => {
+            let chunk = (CHUNK_BYTES / slot_bytes).max(1) as u32;
+            let mut at = from;
+            while at < to && started.elapsed() < self.prefault_budget {
+                let end = to.min(at.saturating_add(chunk));
+                let len = u64::from(end - at) * slot_bytes as u64;
+                if let Err(e) = local.prefault(self.slot_addr(class, at), len) {
                     first_error.get_or_insert(e);
+                    break;
                 }
+                faulted += u64::from(end - at);
+                if let Some(mut t) = self.table(class) {
+                    t.prefaulted = t.prefaulted.max(end);
+                }
+                at = end;
             }
         }
         first_error.map_or(Ok(faulted), Err)
+    }
+
+    /// Sets how long one prefault call may take (the tests' way to run
+    /// out of time at once).
+    #[cfg(test)]
+    pub(super) fn set_prefault_budget(&mut self, budget: std::time::Duration) {
+        self.prefault_budget = budget;
     }
 }
 
@@ -112,13 +138,20 @@ mod tests {
             prefaults: Mutex::new(Vec::new()),
         };
         let least = (WINDOW_MIN_BYTES / slot_bytes) as u64;
+        // Class 0's prefaults since the last look, chunks that follow one
+        // another joined.
         let class0 = |f: &Recorded| {
             let mut p = f.prefaults.lock().unwrap();
-            let mine: Vec<_> = p
+            let mut mine: Vec<(RemoteAddr, u64)> = Vec::new();
+            for &(a, len) in p
                 .iter()
                 .filter(|(a, _)| a.region == crate::layout::region::data(0))
-                .copied()
-                .collect();
+            {
+                match mine.last_mut() {
+                    Some((b, n)) if b.add(*n) == a => *n += len,
+                    _ => mine.push((a, len)),
+                }
+            }
             p.clear();
             mine
         };
@@ -172,5 +205,25 @@ mod tests {
         assert_eq!(class0(&fabric), [window(entries, end)]);
         data.prefault_ahead(&fabric).unwrap();
         assert!(class0(&fabric).is_empty(), "nothing past the end");
+    }
+
+    /// A call out of time faults nothing in and loses nothing: the next
+    /// one, with time, faults in the window from where it starts.
+    #[test]
+    fn a_prefault_out_of_time_leaves_its_window_to_the_next() {
+        let config = small_config(1, 256, 4 << 20);
+        let mut data = NodeData::new(&config, 0).unwrap();
+        let fabric = Recorded {
+            memory: LocalFabric::new(1, &crate::store_regions(&config)).unwrap(),
+            prefaults: Mutex::new(Vec::new()),
+        };
+        data.set_prefault_budget(std::time::Duration::ZERO);
+        assert_eq!(data.prefault_ahead(&fabric).unwrap(), 0);
+        assert!(fabric.prefaults.lock().unwrap().is_empty());
+        data.set_prefault_budget(std::time::Duration::from_secs(60));
+        let least = (WINDOW_MIN_BYTES / data.slot_bytes(0)) as u64;
+        assert!(data.prefault_ahead(&fabric).unwrap() >= least);
+        let p = fabric.prefaults.lock().unwrap();
+        assert_eq!(p.first().map(|(a, _)| *a), Some(data.slot_addr(0, 0)));
     }
 }

@@ -19,48 +19,64 @@ pub struct Recycler {
 /// this many periods.
 const PERIODS_PER_PASS: usize = 5;
 
+/// A class that handed out fresh slots since the last period gets a scan of
+/// at least this many in-use slots per fresh slot: a fresh slot's first
+/// write costs page faults of microseconds each (and, in the background,
+/// the prefault of its window), a stamp read tens of nanoseconds.
+const STAMPS_PER_FRESH_SLOT: usize = 8;
+
 impl NodeData {
     /// One period of background recycling of every class of this node (see
-    /// [`Recycler::start`]), after faulting in the fresh slots each class
+    /// [`Recycler::start`]), then faulting in the fresh slots each class
     /// hands out next ([`NodeData::prefault_ahead`]); returns how many
-    /// slots it freed. A failed scan is logged and leaves its slots for a
-    /// later one. No scan while the node does not serve
-    /// ([`TableAccess::serving`]).
+    /// slots it freed. The scans come first: what they free is handed out
+    /// before fresh slots, and a long prefault does not delay them. A
+    /// failed scan is logged and leaves its slots for a later one. No scan
+    /// while the node does not serve ([`TableAccess::serving`]).
     pub fn recycle_period(&self, access: TableAccess<'_>) -> usize {
+        let freed = if access.serving() {
+            (0..self.classes() as u8)
+                .map(|class| self.recycle_class_period(class, access))
+                .sum()
+        } else {
+            0
+        };
         // The node's own memory only, changing nothing: done whether the
         // node serves or not.
         if let Err(e) = self.prefault_ahead(access.local) {
             tracing::warn!("faulting in the next fresh slots failed: {e}");
         }
-        if !access.serving() {
-            return 0;
-        }
-        let mut freed = 0;
-        for class in 0..self.classes() as u8 {
-            let queued = self.queued(class);
-            // Low for entries: the tombstone reserve is not theirs.
-            let reserve = self.reserve(class);
-            let free = self.available(class).saturating_sub(reserve) + queued;
-            let scanned = if free * 4 < self.capacity(class) - reserve {
-                self.recycle(class, access)
-            } else {
-                // Slots the clients' queues will return need no scan: a
-                // node whose own clients staged everything scans little.
-                match self
-                    .in_use(class)
-                    .saturating_sub(queued)
-                    .div_ceil(PERIODS_PER_PASS)
-                {
-                    0 => Ok(0),
-                    slots => self.recycle_some(class, access, slots),
-                }
-            };
-            match scanned {
-                Ok(n) => freed += n,
-                Err(e) => tracing::warn!("recycler scan failed: {e}"),
-            }
-        }
         freed
+    }
+
+    /// One period's scan of `class` (see [`Recycler::start`]); returns how
+    /// many slots it freed.
+    fn recycle_class_period(&self, class: u8, access: TableAccess<'_>) -> usize {
+        let queued = self.queued(class);
+        // Low for entries: the tombstone reserve is not theirs.
+        let reserve = self.reserve(class);
+        let free = self.available(class).saturating_sub(reserve) + queued;
+        let scanned = if free * 4 < self.capacity(class) - reserve {
+            self.recycle(class, access)
+        } else {
+            // Slots the clients' queues will return need no scan: a node
+            // whose own clients staged everything scans little.
+            let paced = self
+                .in_use(class)
+                .saturating_sub(queued)
+                .div_ceil(PERIODS_PER_PASS);
+            let for_fresh = self
+                .fresh_since_prefault(class)
+                .saturating_mul(STAMPS_PER_FRESH_SLOT);
+            match paced.max(for_fresh) {
+                0 => Ok(0),
+                slots => self.recycle_some(class, access, slots),
+            }
+        };
+        scanned.unwrap_or_else(|e| {
+            tracing::warn!("recycler scan failed: {e}");
+            0
+        })
     }
 }
 
@@ -73,7 +89,9 @@ impl Recycler {
     /// gets a paced slice of a fifth of its in-use slots not queued, so
     /// that expired slots come back about five periods after they expire
     /// and allocations reuse them instead of touching fresh memory (a first
-    /// touch costs page faults). `local` reaches the nodes' own memory
+    /// touch costs page faults). A class that handed out fresh slots since
+    /// the last period gets a longer slice, in proportion to them: the
+    /// allocations reached for fresh memory because the scans lagged. `local` reaches the nodes' own memory
     /// without any wrapper, `cluster` every node (see [`TableAccess`]).
     ///
     /// # Errors
@@ -143,6 +161,9 @@ mod tests {
         let taken: Vec<SlotRef> = (0..50)
             .map(|_| data.allocate(0, access).unwrap().unwrap())
             .collect();
+        // A period while nothing is staged yet: it frees nothing, and the
+        // fresh slots it saw handed out no longer lengthen the next scan.
+        assert_eq!(data.recycle_period(access), 0);
         let long_ago = clock.now_us() - 60_000_000;
         for (i, &r) in taken.iter().enumerate() {
             match i % 5 {
@@ -183,6 +204,32 @@ mod tests {
         }
         assert_eq!(data.recycle_period(access), 10);
         assert_eq!(data.recycle_counts().reclaimed, 40);
+    }
+
+    /// A class that handed out fresh slots since the last period gets eight
+    /// stamps scanned per fresh slot, more than its paced fifth: here more
+    /// than all of its in-use slots, so every expired one comes back in one
+    /// period.
+    #[test]
+    fn fresh_slots_handed_out_lengthen_the_next_scan() {
+        let (data, fabric) = table();
+        let clock = WallClock::default();
+        let access = TableAccess::alone(&fabric, &clock);
+        let long_ago = clock.now_us() - 60_000_000;
+        let staged: Vec<SlotRef> = (0..40)
+            .map(|_| data.allocate(0, access).unwrap().unwrap())
+            .collect();
+        assert_eq!(data.recycle_period(access), 0, "nothing staged yet");
+        for &r in &staged {
+            stamp(&fabric, &data, r, long_ago);
+        }
+        // Ten fresh slots: 80 stamps, more than the 50 in use (a paced
+        // slice would be 10).
+        for _ in 0..10 {
+            data.allocate(0, access).unwrap().unwrap();
+        }
+        assert_eq!(data.recycle_period(access), 40);
+        assert_eq!(data.in_use(0), 10);
     }
 
     /// A node whose lease is over recycles nothing: its scans can reach
@@ -231,6 +278,8 @@ mod tests {
                     stagings.note(r, long_ago);
                 }
             }
+            // Seen by a prefault: the fresh slots lengthen no scan.
+            data.prefault_ahead(&fabric).unwrap();
             assert_eq!(
                 data.recycle_period(access),
                 freed,

@@ -232,7 +232,7 @@ impl Hosting {
                 Arc::clone(&fabric),
                 Arc::clone(&clocks[hosted[0]]),
                 Arc::clone(&views),
-                recycle_period(&config),
+                config.recycler_period(),
             )?)
         } else {
             None
@@ -312,12 +312,6 @@ impl Hosting {
 fn wall_clocks(nodes: usize) -> Vec<Arc<dyn Clock>> {
     let wall: Arc<dyn Clock> = Arc::new(WallClock::default());
     vec![wall; nodes]
-}
-
-/// How often the background recycler looks: a tenth of the expiry period,
-/// so expired slots return well before a free list runs dry.
-fn recycle_period(config: &Config) -> Duration {
-    (config.expiry / 10).max(Duration::from_millis(1))
 }
 
 /// Validates `config` and checks that `node_id` is one of its nodes.
