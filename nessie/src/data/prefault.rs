@@ -8,11 +8,13 @@
 //! [`WINDOW_MIN_BYTES`]: it follows the rate of allocation and leaves the
 //! tables sparse (an idle class faults in one small window only).
 //!
-//! One call faults in for at most one recycler period, a chunk at a time,
-//! and the rest of a window waits for the next call. Unbounded, a
-//! large window made the period longer, the longer period let more fresh
-//! slots go out, and those made the next window larger still, while the
-//! scans that return other nodes' stagings waited behind it.
+//! One call always keeps pace, faulting in as many slots past the next
+//! fresh one as the class handed out since the last call; the margin
+//! beyond them it faults in, a chunk at a time, only while the call has
+//! taken less than one recycler period. Unbounded, a large window made the
+//! period longer, the longer period let more fresh slots go out, and those
+//! made the next window larger still, while the scans that return other
+//! nodes' stagings waited behind it.
 
 use super::NodeData;
 use crate::fabric::{Fabric, FabricError};
@@ -34,7 +36,7 @@ impl NodeData {
 
     /// Faults in the window of fresh slots each class hands out next
     /// (see the module's documentation) through `local`, the node's own
-    /// memory, for at most its time budget; returns how many slots it
+    /// memory, its margin only within its time budget; returns how many slots it
     /// faulted in. Slots already faulted in, or handed out meanwhile, are
     /// not touched again.
     ///
@@ -46,22 +48,28 @@ impl NodeData {
         let mut first_error = None;
         for class in 0..self.classes() as u8 {
             let slot_bytes = self.slot_bytes(class);
-            let Some((from, to)) = self.table(class).map(|mut t| {
+            let Some((from, paced, to)) = self.table(class).map(|mut t| {
                 let taken = t.next_fresh - t.fresh_seen;
                 t.fresh_seen = t.next_fresh;
                 let least = (WINDOW_MIN_BYTES / slot_bytes).max(1) as u32;
-                let to = t
-                    .next_fresh
-                    .saturating_add(least.max(taken.saturating_mul(2)))
-                    .min(t.slots);
-                (t.prefaulted.max(t.next_fresh), to)
+                let ahead = |n: u32| t.next_fresh.saturating_add(n).min(t.slots);
+                let to = ahead(least.max(taken.saturating_mul(2)));
+                (t.prefaulted.max(t.next_fresh), ahead(least.max(taken)), to)
             }) else {
                 continue;
             };
             let chunk = (CHUNK_BYTES / slot_bytes).max(1) as u32;
             let mut at = from;
-            while at < to && started.elapsed() < self.prefault_budget {
-                let end = to.min(at.saturating_add(chunk));
+            loop {
+                let until = if started.elapsed() < self.prefault_budget {
+                    to
+                } else {
+                    paced
+                };
+                if at >= until {
+                    break;
+                }
+                let end = until.min(at.saturating_add(chunk));
                 let len = u64::from(end - at) * slot_bytes as u64;
                 if let Err(e) = local.prefault(self.slot_addr(class, at), len) {
                     first_error.get_or_insert(e);
@@ -207,23 +215,40 @@ mod tests {
         assert!(class0(&fabric).is_empty(), "nothing past the end");
     }
 
-    /// A call out of time faults nothing in and loses nothing: the next
-    /// one, with time, faults in the window from where it starts.
+    /// A call out of time still keeps pace: it faults in as many slots
+    /// past the next fresh one as the class handed out since the last call,
+    /// and the margin beyond them (as many again) only with time left.
     #[test]
-    fn a_prefault_out_of_time_leaves_its_window_to_the_next() {
-        let config = small_config(1, 256, 4 << 20);
-        let mut data = NodeData::new(&config, 0).unwrap();
-        let fabric = Recorded {
-            memory: LocalFabric::new(1, &crate::store_regions(&config)).unwrap(),
-            prefaults: Mutex::new(Vec::new()),
-        };
-        data.set_prefault_budget(std::time::Duration::ZERO);
-        assert_eq!(data.prefault_ahead(&fabric).unwrap(), 0);
-        assert!(fabric.prefaults.lock().unwrap().is_empty());
-        data.set_prefault_budget(std::time::Duration::from_secs(60));
-        let least = (WINDOW_MIN_BYTES / data.slot_bytes(0)) as u64;
-        assert!(data.prefault_ahead(&fabric).unwrap() >= least);
-        let p = fabric.prefaults.lock().unwrap();
-        assert_eq!(p.first().map(|(a, _)| *a), Some(data.slot_addr(0, 0)));
+    fn a_prefault_out_of_time_keeps_pace_without_its_margin() {
+        let config = small_config(1, 256, 16 << 20);
+        for (budget, window) in [
+            (std::time::Duration::ZERO, 1),
+            (std::time::Duration::from_secs(60), 2),
+        ] {
+            let mut data = NodeData::new(&config, 0).unwrap();
+            let fabric = Recorded {
+                memory: LocalFabric::new(1, &crate::store_regions(&config)).unwrap(),
+                prefaults: Mutex::new(Vec::new()),
+            };
+            data.set_prefault_budget(budget);
+            let taken = 3 * (WINDOW_MIN_BYTES / data.slot_bytes(0)) as u64;
+            let clock = WallClock::default();
+            let access = TableAccess::alone(&fabric.memory, &clock);
+            for _ in 0..taken {
+                data.take(0, SlotUse::Entry, access, &mut Stagings::default())
+                    .unwrap()
+                    .expect("a fresh slot");
+            }
+            data.prefault_ahead(&fabric).unwrap();
+            let class0: u64 = fabric
+                .prefaults
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(a, _)| a.region == crate::layout::region::data(0))
+                .map(|(_, len)| len / data.slot_bytes(0) as u64)
+                .sum();
+            assert_eq!(class0, window * taken, "budget {budget:?}");
+        }
     }
 }
