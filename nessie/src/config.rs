@@ -707,4 +707,17 @@ mod tests {
         assert_eq!(c.class_for(c.value_size_max + 1), None);
         assert_eq!(c.class_slot_bytes(0), 56 + 128 + 256);
     }
+
+    /// The recycler looks ten times per expiry, and at least once a
+    /// millisecond: stamps expire a tenth of an expiry apart at most
+    /// before a scan sees them.
+    #[test]
+    fn the_recycler_looks_ten_times_per_expiry() {
+        let at = |ms| Config {
+            expiry: Duration::from_millis(ms),
+            ..Config::default()
+        };
+        assert_eq!(at(1000).recycler_period(), Duration::from_millis(100));
+        assert_eq!(at(5).recycler_period(), Duration::from_millis(1));
+    }
 }

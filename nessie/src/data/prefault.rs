@@ -249,6 +249,16 @@ mod tests {
                 .map(|(_, len)| len / data.slot_bytes(0) as u64)
                 .sum();
             assert_eq!(class0, window * taken, "budget {budget:?}");
+            // 0.75 MiB a call out of time, 1.5 MiB with time: a chunk is
+            // 1 MiB, so that the time is looked at every MiB.
+            let calls = fabric
+                .prefaults
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(a, _)| a.region == crate::layout::region::data(0))
+                .count();
+            assert_eq!(calls, window as usize, "budget {budget:?}");
         }
     }
 }
