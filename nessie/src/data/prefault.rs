@@ -36,9 +36,9 @@ impl NodeData {
 
     /// Faults in the window of fresh slots each class hands out next
     /// (see the module's documentation) through `local`, the node's own
-    /// memory, its margin only within its time budget; returns how many slots it
-    /// faulted in. Slots already faulted in, or handed out meanwhile, are
-    /// not touched again.
+    /// memory, the margin only within its time budget; returns how many
+    /// slots it faulted in. Slots already faulted in, or handed out
+    /// meanwhile, are not touched again.
     ///
     /// # Errors
     /// The first failed prefault (the other classes are still done).
@@ -81,6 +81,10 @@ impl NodeData {
                 }
                 at = end;
             }
+            debug_assert!(
+                at >= paced || first_error.is_some(),
+                "a prefault keeps pace with the allocations, out of time or not"
+            );
         }
         first_error.map_or(Ok(faulted), Err)
     }

@@ -91,8 +91,9 @@ impl Recycler {
     /// and allocations reuse them instead of touching fresh memory (a first
     /// touch costs page faults). A class that handed out fresh slots since
     /// the last period gets a longer slice, in proportion to them: the
-    /// allocations reached for fresh memory because the scans lagged. `local` reaches the nodes' own memory
-    /// without any wrapper, `cluster` every node (see [`TableAccess`]).
+    /// allocations reached for fresh memory because the scans lagged.
+    /// `local` reaches the nodes' own memory without any wrapper, `cluster`
+    /// every node (see [`TableAccess`]).
     ///
     /// # Errors
     /// If the thread cannot be spawned.
