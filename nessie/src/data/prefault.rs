@@ -16,7 +16,7 @@
 //! made the next window larger still, while the scans that return other
 //! nodes' stagings waited behind it.
 
-use super::NodeData;
+use super::{ClassTable, NodeData};
 use crate::fabric::{Fabric, FabricError};
 use std::time::Instant;
 
@@ -31,7 +31,7 @@ impl NodeData {
     /// class the node does not have).
     pub(super) fn fresh_since_prefault(&self, class: u8) -> usize {
         self.table(class)
-            .map_or(0, |t| (t.next_fresh - t.fresh_seen) as usize)
+            .map_or(0, |t| t.fresh_since_prefault() as usize)
     }
 
     /// Faults in the window of fresh slots each class hands out next
@@ -49,7 +49,7 @@ impl NodeData {
         for class in 0..self.classes() as u8 {
             let slot_bytes = self.slot_bytes(class);
             let Some((from, paced, to)) = self.table(class).map(|mut t| {
-                let taken = t.next_fresh - t.fresh_seen;
+                let taken = t.fresh_since_prefault();
                 t.fresh_seen = t.next_fresh;
                 let least = (WINDOW_MIN_BYTES / slot_bytes).max(1) as u32;
                 let ahead = |n: u32| t.next_fresh.saturating_add(n).min(t.slots);
@@ -94,6 +94,13 @@ impl NodeData {
     #[cfg(test)]
     pub(super) fn set_prefault_budget(&mut self, budget: std::time::Duration) {
         self.prefault_budget = budget;
+    }
+}
+
+impl ClassTable {
+    /// Fresh slots handed out since the last prefault took its window.
+    fn fresh_since_prefault(&self) -> u32 {
+        self.next_fresh - self.fresh_seen
     }
 }
 
