@@ -41,6 +41,13 @@ fn contended() {
     let t = run_all(&Scenario::contended(), 300);
     assert!(t.ops > 0);
     assert!(t.stats.total().cache_hits > 0, "the cache was never used");
+    let s = t.stats.total();
+    assert!(
+        s.hint_hits > 0 && s.hint_misses > 0,
+        "location hints never answered ({}) or never went stale ({})",
+        s.hint_hits,
+        s.hint_misses
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The client: one per thread, issuing GET, PUT and DELETE against the whole
 //! cluster.
 
+use crate::cache::hints::LocationHints;
 use crate::cache::DteCache;
 use crate::clock::Clock;
 use crate::data::NodeData;
@@ -50,6 +51,7 @@ impl Client {
             clock: Arc::clone(shared.clock(node)),
             kept: Kept::new(
                 DteCache::new(config.cache_entries, crate::config::micros(config.expiry)),
+                LocationHints::new(config.hint_entries),
                 rng,
                 data.stagings(),
             ),

@@ -43,6 +43,11 @@ pub struct Optimizations {
     pub multi_read: bool,
     /// Read all candidate ITEs in one batch (off: one READ at a time).
     pub batched_reads: bool,
+    /// Location hints: a GET reads the entry its client last saw linked
+    /// for the key in the same batch as the key's ITEs, where remote reads
+    /// cost more than local ones (docs/design.md#location-hints). Needs
+    /// `batched_reads`.
+    pub hints: bool,
 }
 
 impl Default for Optimizations {
@@ -53,6 +58,7 @@ impl Default for Optimizations {
             prev_versions: true,
             multi_read: true,
             batched_reads: true,
+            hints: true,
         }
     }
 }
@@ -67,6 +73,7 @@ impl Optimizations {
             prev_versions: false,
             multi_read: false,
             batched_reads: false,
+            hints: false,
         }
     }
 }
@@ -160,6 +167,10 @@ pub struct Config {
     pub failure_timeout: Duration,
     /// LRU capacity per client.
     pub cache_entries: usize,
+    /// Keys per client whose last linked ITE value it keeps as a location
+    /// hint (docs/design.md#location-hints): about 40 bytes each, no value
+    /// bytes. 0 turns hints off.
+    pub hint_entries: usize,
     /// Recursive MIGRATE limit.
     pub max_migrate_depth: usize,
     /// Optimisation switches.
@@ -236,6 +247,7 @@ impl Default for Config {
             failure_timeout: Duration::from_secs(1),
             max_clock_skew: Duration::from_millis(10),
             cache_entries: 4096,
+            hint_entries: 1 << 16,
             max_migrate_depth: 4,
             optimizations: Optimizations::default(),
             fabric: FabricConfig::Local,

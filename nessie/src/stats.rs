@@ -134,6 +134,13 @@ pub struct OpStats {
     /// buffer, with no copy after the READ (docs/design.md#one-copy-gets).
     #[serde(default)]
     pub values_landed: u64,
+    /// GETs answered from the entry their location hint named, read with
+    /// the index (docs/design.md#location-hints).
+    #[serde(default)]
+    pub hint_hits: u64,
+    /// GETs whose hinted entry was read and not used: the hint was stale.
+    #[serde(default)]
+    pub hint_misses: u64,
     /// MIGRATEs performed to make room.
     pub migrations: u64,
     /// Entries of dead or aborted owners this client recovered.
@@ -169,6 +176,8 @@ add_fields!(OpStats {
     retries,
     cache_hits,
     values_landed,
+    hint_hits,
+    hint_misses,
     migrations,
     recoveries,
     marker_restores,

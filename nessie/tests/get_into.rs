@@ -64,10 +64,12 @@ fn a_reused_vec_holds_exactly_each_answer() {
 /// Keys of one length crowded into a tiny index with the filter off, so
 /// that GETs read whole entries of other keys first (which land in the
 /// `Vec` and must not stay there), and keys of other lengths beside them.
+/// Without location hints: a hinted GET reads the key's own entry first.
 #[test]
 fn entries_of_other_keys_read_on_the_way_leave_nothing() {
     let opts = Optimizations {
         filter: false,
+        hints: false,
         ..Optimizations::default()
     };
     let cluster = cluster(1, 16, opts);

@@ -42,6 +42,12 @@ pub struct KindSummary {
     pub retries_per_op: f64,
     /// Cache hits per operation.
     pub cache_hits_per_op: f64,
+    /// Location-hint hits per operation (docs/design.md#location-hints).
+    #[serde(default)]
+    pub hint_hits_per_op: f64,
+    /// Location-hint misses (a hinted entry read in vain) per operation.
+    #[serde(default)]
+    pub hint_misses_per_op: f64,
     /// Bytes moved to or from other nodes, in total.
     pub remote_bytes_total: u64,
     /// Retries by cause, in total (the store's counters).
@@ -111,6 +117,8 @@ impl KindSummary {
             remote_bytes_per_op: per(c.verbs.remote_bytes),
             retries_per_op: per(c.retries),
             cache_hits_per_op: per(c.cache_hits),
+            hint_hits_per_op: per(c.hint_hits),
+            hint_misses_per_op: per(c.hint_misses),
             remote_bytes_total: c.verbs.remote_bytes,
             retries_by_cause: c.retry_causes,
             backoff_us_per_op: per(c.backoff_us),

@@ -111,6 +111,12 @@ pub struct OpCounters {
     pub retries: u64,
     /// DTEs served from the cache.
     pub cache_hits: u64,
+    /// GETs answered from the entry their location hint named.
+    #[serde(default)]
+    pub hint_hits: u64,
+    /// GETs whose hinted entry was read and not used.
+    #[serde(default)]
+    pub hint_misses: u64,
     /// MIGRATEs.
     pub migrations: u64,
     /// Recoveries of dead or aborted entries.
@@ -137,6 +143,8 @@ impl OpCounters {
             verbs: after.verbs - before.verbs,
             retries: retry_causes.total(),
             cache_hits: after.cache_hits.saturating_sub(before.cache_hits),
+            hint_hits: after.hint_hits.saturating_sub(before.hint_hits),
+            hint_misses: after.hint_misses.saturating_sub(before.hint_misses),
             migrations: after.migrations.saturating_sub(before.migrations),
             recoveries: after.recoveries.saturating_sub(before.recoveries),
             retry_causes,
@@ -152,6 +160,8 @@ impl OpCounters {
         self.verbs += o.verbs;
         self.retries += o.retries;
         self.cache_hits += o.cache_hits;
+        self.hint_hits += o.hint_hits;
+        self.hint_misses += o.hint_misses;
         self.migrations += o.migrations;
         self.recoveries += o.recoveries;
         self.retry_causes += o.retry_causes;

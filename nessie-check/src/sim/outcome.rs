@@ -68,7 +68,7 @@ impl SimOutcome {
         format!(
             "{} runs, {} ops ({} unknown, {} failed without effect); migrations {}, \
              recoveries {}, Z1 marker restores {}, CV markers left {}, cache hits {}, \
-             torn retries {}, late CAS {}; slots reclaimed {}, markers cleared/restored by \
+             hint hits/misses {}/{}, torn retries {}, late CAS {}; slots reclaimed {}, markers cleared/restored by \
              the recycler {}/{}, in-doubt slots freed {}, leaked {}; sim: {} steps, {} crashes, \
              {} stalls ({} before CAS), {} split verbs, {} torn reads, {} transport errors, \
              {} clock steps, {} late CASes refused, {} zombie stalls at critical CASes",
@@ -81,6 +81,8 @@ impl SimOutcome {
             t.marker_restores,
             t.markers_left,
             t.cache_hits,
+            t.hint_hits,
+            t.hint_misses,
             t.retries.torn,
             t.late_cas,
             r.reclaimed,

@@ -614,6 +614,10 @@ impl Scenario {
                     prev_versions: on(2),
                     multi_read: on(3),
                     batched_reads: on(4),
+                    // A bit above those of the switches and the filter
+                    // width, so that adding it moved no seed's other
+                    // choices.
+                    hints: (seed / 192) % 2 == 0,
                 };
                 let policy = if on(5) {
                     ChecksumPolicy::AfterStall

@@ -37,9 +37,24 @@ fn migrator_before_its_commit(script: &Script) -> (Ite, SlotRef) {
 }
 
 /// V1: a GET meeting a live MIGRATE copy must not follow the copy's `prev`.
+/// Without location hints: the GET reads the copy first and waits.
 #[test]
 fn v1_get_does_not_follow_a_copys_prev() {
-    let script = Script::new(tiny_config(3, 2), 2);
+    v1_schedule(false);
+}
+
+/// The same schedule with location hints: the GET's hint is the entry of
+/// its own PUT, linked and committed, so it answers from it at once
+/// (docs/design.md#location-hints) and never meets the copy.
+#[test]
+fn v1_a_hinted_get_answers_past_the_live_copy() {
+    v1_schedule(true);
+}
+
+fn v1_schedule(hints: bool) {
+    let mut config = tiny_config(3, 2);
+    config.optimizations.hints = hints;
+    let script = Script::new(config, 2);
     let (k1, k2) = layout_a(&script);
     let d1 = script.ite(0);
     let (k1a, k1b) = (k1.clone(), k1.clone());
@@ -74,11 +89,12 @@ fn v1_get_does_not_follow_a_copys_prev() {
         DteStatus::Valid,
         "and that old version is still VALID: following it would be stale"
     );
-    // 4. c1 commits v5, then GETs k1: it meets the live copy first and must
-    //    wait, not answer v1.
-    assert!(
+    // 4. c1 commits v5, then GETs k1: without a hint it meets the live
+    //    copy first and must wait, not answer v1; with one it answers v5.
+    assert_eq!(
         script.sched.run_until(1, backoff()).is_some(),
-        "the GET backs off at the copy"
+        !hints,
+        "the GET backs off at the copy unless its hint answers"
     );
     script.sched.run_to_end(0);
     script.sched.run_to_end(1);

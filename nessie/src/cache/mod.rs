@@ -14,6 +14,8 @@
 //! docs/design.md#cache: a reader preempted between its clock read and its ITE
 //! read must not count the preemption as fresh).
 
+pub mod hints;
+
 use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::ops::Range;
@@ -81,6 +83,12 @@ impl DteCache {
         let e = self.lru.get_mut(&ite)?;
         e.confirmed_at = e.confirmed_at.max(read_began);
         Some(e)
+    }
+
+    /// Whether an entry for `ite` is cached, fresh or not (no LRU update).
+    #[must_use]
+    pub fn holds(&self, ite: u64) -> bool {
+        self.lru.contains(&ite)
     }
 
     /// Caches a committed DTE read through the ITE value `ite`, which an

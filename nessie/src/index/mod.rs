@@ -159,6 +159,14 @@ impl KeyHasher {
         (XxHash3_64::oneshot_with_seed(FILTER_SEED, key) as u8) & self.filter_mask
     }
 
+    /// The key's filter bits and the 64-bit hash they are cut from, which
+    /// keys the client's location hints (one hash for both).
+    #[must_use]
+    pub(crate) fn filter_and_hint_key(&self, key: &[u8]) -> (u8, u64) {
+        let h = XxHash3_64::oneshot_with_seed(FILTER_SEED, key);
+        ((h as u8) & self.filter_mask, h)
+    }
+
     /// The key's hash under hash function `i` (the first is 0; at most 16
     /// functions exist): candidates are placed by these hashes (see
     /// [`Placement`]), and partitioned designs place keys by them too.

@@ -187,6 +187,18 @@ impl Families<'_, '_> {
             |s| s.cache_hits as f64,
         )?;
         self.per_op(
+            "nessie_hint_hits",
+            "GETs answered from the entry their location hint named, read with the index.",
+            f,
+            |s| s.hint_hits as f64,
+        )?;
+        self.per_op(
+            "nessie_hint_misses",
+            "GETs whose hinted entry was read and not used (a stale hint).",
+            f,
+            |s| s.hint_misses as f64,
+        )?;
+        self.per_op(
             "nessie_values_landed",
             "GETs whose value a scatter READ put straight into the caller's buffer.",
             f,

@@ -73,11 +73,17 @@ impl<'a> Gate<'a> {
         self.ep.node()
     }
 
+    /// Whether a READ of another node costs more than one of the client's
+    /// own (see [`crate::fabric::Fabric::remote_reads_cost_more`]).
+    pub(crate) fn remote_reads_cost_more(&self) -> bool {
+        self.ep.fabric().remote_reads_cost_more()
+    }
+
     /// Whether the DTE cache keeps entries of `node` (docs/design.md#cache):
     /// with the cache on, those of other nodes, where reading them costs
     /// more than reading one's own.
     pub(crate) fn caches(&self, on: bool, node: NodeId) -> bool {
-        on && node != self.node() && self.ep.fabric().remote_reads_cost_more()
+        on && node != self.node() && self.remote_reads_cost_more()
     }
 
     /// Whether the deadline has passed at monotonic time `at`: the deadline

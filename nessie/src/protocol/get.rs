@@ -93,7 +93,7 @@ impl ValueOut for SliceOut<'_> {
 }
 
 /// What one pass over the candidates decided.
-enum Pass {
+pub(super) enum Pass {
     /// The key's value (copied into the caller's buffer).
     Found,
     /// The key is absent (a committed tombstone, or a deleted `prev`).
@@ -110,7 +110,8 @@ impl Ctx<'_> {
     /// GET `key` into `out`; returns whether it was found.
     pub(crate) fn get(&mut self, key: &[u8], out: &mut impl ValueOut) -> Result<bool, Error> {
         let cands = self.env.hasher.candidate_list(key);
-        let filter = self.env.hasher.filter(key);
+        let (filter, hint_key) = self.env.hasher.filter_and_hint_key(key);
+        let hints = self.uses_hints();
         // The first pass starts when the operation did (one clock read
         // fewer on the fast path); later passes read the clock again.
         let mut first = true;
@@ -119,19 +120,46 @@ impl Ctx<'_> {
                 self.op.index_read_at = self.env.clock.mono_us();
                 self.gate.check_deadline()?;
             }
+            // Only the first pass reads a hinted entry: a retry follows
+            // what the index says now.
+            let hint = (hints && std::mem::take(&mut first))
+                .then(|| self.hint_to_read(hint_key))
+                .flatten();
             first = false;
-            let ites = self.read_ites(&cands, false)?;
-            match self.get_pass(key, filter, &cands, &ites, out)? {
-                Pass::Found => return self.gate.check_answer().map(|()| true),
-                Pass::Absent => return self.gate.check_answer().map(|()| false),
-                Pass::Again(why) => self.retry(why)?,
-                Pass::NothingHere | Pass::Skip => {
-                    if self.read_ites(&cands, true)? == ites {
-                        return self.gate.check_answer().map(|()| false);
-                    }
-                    self.retry(Retry::Changed)?;
+            self.op.decided_by = None;
+            let (ites, hinted) = match hint {
+                Some((hint, dte)) => {
+                    let (ites, view) = self.read_ites_hinted(&cands, dte, key.len(), out)?;
+                    let pass = self.answer_hinted(key, &ites, hint, view, out)?;
+                    (ites, pass)
                 }
+                None => (self.read_ites(&cands, false)?, None),
+            };
+            let pass = match hinted {
+                Some(pass) => pass,
+                None => self.get_pass(key, filter, &cands, &ites, out)?,
+            };
+            let found = match pass {
+                Pass::Found => true,
+                Pass::Absent => false,
+                Pass::Again(why) => {
+                    self.retry(why)?;
+                    continue;
+                }
+                Pass::NothingHere | Pass::Skip => {
+                    if self.read_ites(&cands, true)? != ites {
+                        self.retry(Retry::Changed)?;
+                        continue;
+                    }
+                    self.op.decided_by = None;
+                    false
+                }
+            };
+            self.gate.check_answer()?;
+            if hints {
+                self.keep_hint(hint_key);
             }
+            return Ok(found);
         }
     }
 
@@ -158,6 +186,7 @@ impl Ctx<'_> {
                         continue;
                     }
                     self.op.stats.cache_hits += 1;
+                    self.op.decided_by = Some(ites[i]);
                     return Ok(match hit.value() {
                         Some(v) => {
                             out.fill(v);
@@ -249,7 +278,10 @@ impl Ctx<'_> {
         // Only `answer` reads a value; helping reads headers alone, so a
         // view whose value landed in `out` serves every path.
         match view.status() {
-            DteStatus::Valid => self.answer(ite, view, out),
+            DteStatus::Valid => {
+                self.op.decided_by = Some(ite);
+                self.answer(ite, view, out)
+            }
             DteStatus::Aborted => {
                 self.help_entry(slot, ite, view)?;
                 Ok(Pass::Again(Retry::Helped))
@@ -284,7 +316,7 @@ impl Ctx<'_> {
 
     /// Answers from a committed entry: not found for a tombstone, else its
     /// value after the checksum check.
-    fn answer(
+    pub(super) fn answer(
         &mut self,
         ite: Ite,
         view: &mut DteView,

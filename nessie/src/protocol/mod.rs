@@ -57,12 +57,15 @@
 //! * `mirror` — the steps the mirrors of a share must see, in the order
 //!   replication's rules require (nothing with one replica).
 //! * `get`, `write`, `migrate`, `help` — the operations and helping.
+//! * `hinted` — a GET's read of the entry its location hint names, in the
+//!   batch of the key's ITEs.
 
 mod entries;
 mod env;
 mod gate;
 mod get;
 mod help;
+mod hinted;
 mod migrate;
 mod mirror;
 mod op;
@@ -70,6 +73,7 @@ mod reads;
 mod view;
 mod write;
 
+use crate::cache::hints::LocationHints;
 use crate::cache::DteCache;
 use crate::data::Stagings;
 use crate::fabric::{Endpoint, Fabric};
@@ -89,6 +93,8 @@ pub(crate) use write::WriteKind;
 pub(crate) struct Kept {
     /// Committed remote entries, keyed by ITE value.
     cache: DteCache,
+    /// The ITE value last seen linked per key (docs/design.md#location-hints).
+    hints: LocationHints,
     /// Read buffers (no allocation or zeroing of a whole slot per READ
     /// once warm).
     buffers: Vec<Vec<u8>>,
@@ -102,9 +108,15 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
-    pub(crate) fn new(cache: DteCache, rng: StdRng, stagings: Stagings) -> Kept {
+    pub(crate) fn new(
+        cache: DteCache,
+        hints: LocationHints,
+        rng: StdRng,
+        stagings: Stagings,
+    ) -> Kept {
         Kept {
             cache,
+            hints,
             buffers: Vec::new(),
             rng,
             stagings,

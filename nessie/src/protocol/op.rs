@@ -41,6 +41,12 @@ pub(crate) struct Op<'a> {
     #[cfg(debug_assertions)]
     pub(crate) staged: Vec<crate::layout::SlotRef>,
     backoffs: u32,
+    /// The linked ITE value whose committed entry decided this GET's
+    /// current pass: the key's next location hint.
+    pub(crate) decided_by: Option<crate::layout::Ite>,
+    /// The answer's checksum is verified whatever the policy (an entry
+    /// read through an old hint: docs/design.md#location-hints).
+    pub(crate) verify_answer: bool,
     /// Whether the operation's last attempt ended waiting for a free DTE
     /// slot (and no later one got a slot): what makes a missed deadline
     /// `DataTableFull` rather than `Timeout`.
@@ -62,6 +68,8 @@ impl<'a> Op<'a> {
             #[cfg(debug_assertions)]
             staged: Vec::new(),
             backoffs: 0,
+            decided_by: None,
+            verify_answer: false,
             starved: false,
             stats,
         }

@@ -22,6 +22,9 @@ impl Ctx<'_> {
     /// verified (see [`crate::ChecksumPolicy`]): the reader's stall since
     /// its index read, measured on the monotonic clock.
     pub(crate) fn must_verify(&self) -> bool {
+        if self.op.verify_answer {
+            return true;
+        }
         match self.env.config.verify_checksums {
             crate::ChecksumPolicy::Always => true,
             crate::ChecksumPolicy::AfterStall => {
@@ -211,7 +214,7 @@ impl Ctx<'_> {
 
     /// A buffer of `len` bytes (contents unspecified: a READ overwrites
     /// them), from the kept ones if any.
-    fn buffer(&mut self, len: usize) -> Vec<u8> {
+    pub(super) fn buffer(&mut self, len: usize) -> Vec<u8> {
         let mut b = self.kept.buffers.pop().unwrap_or_default();
         b.resize(len, 0);
         b
@@ -227,7 +230,7 @@ impl Ctx<'_> {
     /// Decodes and sanity-checks a DTE read: the generation must be the one
     /// the ITE named (else the slot was reused since), lengths must fit.
     /// The key need not have been read whole (see [`DteView::key`]).
-    fn view(&self, at: SlotRef, bytes: Vec<u8>) -> Option<DteView> {
+    pub(super) fn view(&self, at: SlotRef, bytes: Vec<u8>) -> Option<DteView> {
         if bytes.len() < DTE_HEADER_BYTES {
             return None;
         }

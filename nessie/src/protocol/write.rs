@@ -53,7 +53,7 @@ impl Ctx<'_> {
         value: &[u8],
     ) -> Result<bool, Error> {
         let cands = self.env.hasher.candidate_list(key);
-        let filter = self.env.hasher.filter(key);
+        let (filter, hint_key) = self.env.hasher.filter_and_hint_key(key);
         // Callers checked `value.len() <= value_size_max`.
         let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
         // The first attempt starts when the operation did (one clock read
@@ -65,10 +65,16 @@ impl Ctx<'_> {
             } else {
                 self.gate.check_deadline()
             };
+            self.op.decided_by = None;
             let attempt =
                 checked.and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
             match attempt {
-                Ok(Step::Done(existed)) => return Ok(existed),
+                Ok(Step::Done(existed)) => {
+                    if self.uses_hints() {
+                        self.keep_hint(hint_key);
+                    }
+                    return Ok(existed);
+                }
                 Ok(Step::Again(why)) => self.retry(why)?,
                 Err(Error::Timeout) => {
                     let e = self.op.deadline_error();
@@ -255,6 +261,9 @@ impl Ctx<'_> {
         // resolved by the recycler before its slot is reused.
         if let Some(old) = replaced.target() {
             self.stage(old);
+        }
+        if kind == WriteKind::Put {
+            self.op.decided_by = Some(published);
         }
         if kind == WriteKind::Delete && !self.gate.past_deadline() {
             // Unlink the committed tombstone. Best effort: readers treat a

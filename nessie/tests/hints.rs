@@ -1,0 +1,233 @@
+//! Location hints (docs/design.md#location-hints): what a hinted GET costs
+//! in verbs and round trips, what a stale or old hint costs, and that a
+//! hint is never an answer.
+
+use nessie::clock::{Clock, WallClock};
+use nessie::data::dte_addr;
+use nessie::index::KeyHasher;
+use nessie::layout::{dte, Ite, IteKind};
+use nessie::{Client, Cluster, Config, OpStats, Optimizations};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The cache off, so that every hinted GET reads its entry.
+fn config() -> Config {
+    Config {
+        index_slots_per_node: 4096,
+        data_bytes_per_node: 16 << 20,
+        value_size_max: 16 << 10,
+        optimizations: Optimizations {
+            cache: false,
+            ..Optimizations::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// A key whose candidates are all on nodes other than `not_on`.
+fn key_away_from(config: &Config, not_on: usize) -> Vec<u8> {
+    let h = KeyHasher::new(config);
+    (0..)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let c = h.candidates(k);
+            c.len() == 3 && c.iter().all(|c| c.node != not_on)
+        })
+        .unwrap()
+}
+
+/// What one GET by `c` of `key` answered and cost.
+fn get(c: &mut Client, key: &[u8]) -> (Option<Vec<u8>>, OpStats) {
+    let before = c.stats().get;
+    let got = c.get(key).unwrap();
+    let after = c.stats().get;
+    let mut d = after;
+    d.verbs = after.verbs - before.verbs;
+    d.hint_hits = after.hint_hits - before.hint_hits;
+    d.hint_misses = after.hint_misses - before.hint_misses;
+    d.values_landed = after.values_landed - before.values_landed;
+    d.retries.torn = after.retries.torn - before.retries.torn;
+    (got, d)
+}
+
+#[test]
+fn a_hinted_get_reads_index_and_entry_in_one_round_trip() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let slot = config.class_slot_bytes(config.class_for(16 << 10).unwrap()) as u64;
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    let value = vec![7u8; 16 << 10];
+    writer.put(&key, &value).unwrap();
+
+    // No hint yet: the ITE batch, then the entry.
+    let (got, first) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&value[..]));
+    assert_eq!((first.verbs.reads, first.verbs.round_trips), (4, 2));
+    assert_eq!((first.hint_hits, first.hint_misses), (0, 0));
+
+    // Hinted: the same reads and bytes in one batch.
+    let (got, hinted) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&value[..]));
+    assert_eq!((hinted.verbs.reads, hinted.verbs.round_trips), (4, 1));
+    assert_eq!(hinted.verbs.read_bytes, 24 + slot);
+    assert_eq!((hinted.hint_hits, hinted.hint_misses), (1, 0));
+    assert_eq!(
+        hinted.values_landed, 1,
+        "the value lands in the caller's Vec"
+    );
+}
+
+#[test]
+fn a_stale_hint_costs_one_read_and_answers_the_new_value() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&key, b"old").unwrap();
+    assert_eq!(get(&mut reader, &key).0.as_deref(), Some(&b"old"[..]));
+    writer.put(&key, b"new").unwrap();
+
+    // The hinted entry is the old one, still whole: no ITE holds it now.
+    let (got, stale) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&b"new"[..]));
+    assert_eq!((stale.hint_hits, stale.hint_misses), (0, 1));
+    assert_eq!((stale.verbs.reads, stale.verbs.round_trips), (5, 2));
+
+    // The hint follows the answer.
+    let (got, hit) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&b"new"[..]));
+    assert_eq!((hit.hint_hits, hit.verbs.round_trips), (1, 1));
+}
+
+#[test]
+fn a_deleted_key_is_absent_and_its_hint_goes() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&key, b"v").unwrap();
+    assert!(get(&mut reader, &key).0.is_some());
+    assert!(writer.delete(&key).unwrap());
+
+    let (got, gone) = get(&mut reader, &key);
+    assert_eq!(got, None);
+    assert_eq!(gone.hint_misses, 1);
+    // Absent with no hint: the ITE batch and the reverse pass only.
+    let (got, miss) = get(&mut reader, &key);
+    assert_eq!(got, None);
+    assert_eq!((miss.verbs.reads, miss.hint_misses), (6, 0));
+}
+
+#[test]
+fn a_writer_keeps_a_hint_of_what_it_committed() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    c.put(&key, b"mine").unwrap();
+    let (got, own) = get(&mut c, &key);
+    assert_eq!(got.as_deref(), Some(&b"mine"[..]));
+    assert_eq!((own.hint_hits, own.verbs.round_trips), (1, 1));
+    assert!(c.delete(&key).unwrap());
+    let (got, after_delete) = get(&mut c, &key);
+    assert_eq!(got, None);
+    assert_eq!(after_delete.verbs.reads, 6, "a DELETE leaves no hint");
+}
+
+#[test]
+fn with_hints_off_a_get_reads_as_before() {
+    let config = Config {
+        optimizations: Optimizations {
+            hints: false,
+            ..config().optimizations
+        },
+        ..config()
+    };
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&key, b"v").unwrap();
+    for _ in 0..2 {
+        let (got, g) = get(&mut reader, &key);
+        assert_eq!(got.as_deref(), Some(&b"v"[..]));
+        assert_eq!((g.verbs.round_trips, g.hint_hits + g.hint_misses), (2, 0));
+    }
+}
+
+/// The host's clocks, both moved forward together by a settable leap.
+#[derive(Debug, Default)]
+struct Leaping(AtomicU64);
+
+impl Clock for Leaping {
+    fn now_us(&self) -> u64 {
+        WallClock::default().now_us() + self.0.load(Ordering::SeqCst)
+    }
+    fn mono_us(&self) -> u64 {
+        WallClock::default().mono_us() + self.0.load(Ordering::SeqCst)
+    }
+    fn sleep(&self, d: Duration) {
+        WallClock::default().sleep(d);
+    }
+}
+
+/// A value that rots in memory is answered unverified through a hint seen
+/// within an expiry (as by any fresh read under `AfterStall`), and verified
+/// through an older one: the generation may have come round since.
+#[test]
+fn a_hint_older_than_the_expiry_has_its_answer_verified() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let expiry = config.expiry;
+    let leap = Arc::new(Leaping::default());
+    let clocks = (0..config.nodes)
+        .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
+        .collect();
+    let cluster = Cluster::builder(config.clone())
+        .clocks(clocks)
+        .build()
+        .unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&key, b"a value that will rot").unwrap();
+    assert!(get(&mut reader, &key).0.is_some());
+
+    // Rot the first word of the value in place.
+    let fabric = cluster.fabric();
+    let at = KeyHasher::new(&config)
+        .candidates(&key)
+        .iter()
+        .find_map(|c| {
+            let mut w = [0u8; 8];
+            fabric.read(c.addr(), &mut w).unwrap();
+            match Ite(u64::from_le_bytes(w)).kind() {
+                IteKind::Occupied { dte, .. } => Some(dte),
+                _ => None,
+            }
+        })
+        .unwrap();
+    let slot = config.class_slot_bytes(usize::from(at.class));
+    let value_at = dte_addr(at, slot).add(dte::value_offset(key.len()) as u64);
+    let mut word = [0u8; 8];
+    fabric.read(value_at, &mut word).unwrap();
+    word[0] ^= 0xff;
+    fabric.write(value_at, &word).unwrap();
+    let mut rotted = b"a value that will rot".to_vec();
+    rotted[0] ^= 0xff;
+
+    let (got, fresh) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&rotted[..]));
+    assert_eq!((fresh.hint_hits, fresh.retries.torn), (1, 0));
+
+    leap.0
+        .fetch_add(2 * expiry.as_micros() as u64, Ordering::SeqCst);
+    let (got, old) = get(&mut reader, &key);
+    // Verified, found torn; the pass without a hint reads it fresh.
+    assert_eq!(got.as_deref(), Some(&rotted[..]));
+    assert_eq!((old.hint_hits, old.retries.torn), (1, 1));
+}
