@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""GETs that read a hinted entry in the same round trip as the index.
+"""GETs and writes that read a hinted entry in the same round trip as the
+index.
 
 A client remembers, per key, the ITE value its last GET or write of the key
 saw linked (a *location hint*).  The next GET of the key reads that entry in
@@ -24,7 +25,11 @@ Variants:
   hints-nocheck  mutant: the pre-read answers without an ITE of this pass
                holding the hint (must fail: a stale read).
   hints-anyst  mutant: the pre-read answers from an entry of the key that is
-               not committed (must fail).
+               not committed, and a write takes such an entry's read as the
+               read of its candidate (must fail).
+  hints-wnocheck  mutant: a write takes the hinted entry's read for the
+               read of a candidate whose ITE holds another occupied value
+               (must fail).
 
 usage: python3 hints.py VARIANTS CONFIGS [max_states] [time_limit_s]
 """
@@ -109,13 +114,104 @@ def op_get(x, k):
     return mc.RETRY
 
 
+def op_write(x, kind, k, val):
+    """write.rs `write_attempt` (rules.py's, stage_dup_at_clear on) with a
+    hint on the first attempt: a committed entry of the key read through it
+    stands for the read of that candidate's entry when an ITE of the pass
+    holds the hint; anything else is read as without a hint."""
+    m = x.m
+    cands = m.keys[k]
+    x.check_deadline()
+    hint = hinted(x) if x.first else None
+    if m.is_auditor(x.c) and m.audit_first(x):
+        x.force_reuse()
+    pre = x.rd(hint, linked=False) if hint is not None else None
+    usable = pre is not None and pre.key == k and (pre.st == mc.VAL or m.hint_mutant == 'anyst')
+    ites = [x.ri(s) for s in cands]
+    holder = None
+    htomb = 0
+    hheader = None
+    dups = []
+    empty_i = next((i for i, v in enumerate(ites) if mc.is_empty(v)), None)
+    for i, s in enumerate(cands):
+        v = ites[i]
+        if mc.is_empty(v):
+            continue
+        stale = m.hint_mutant == 'wnocheck' and mc.is_occ(v)
+        view = pre if usable and (v == hint or stale) else x.rd(v)
+        if view is None:
+            return mc.RETRY
+        if mc.is_moved(v):
+            mc.help_marker(x, s, v, view)
+            return mc.RETRY
+        if mc.help_entry(x, s, v, view) == mc.ACTED:
+            return mc.RETRY
+        if view.key != k:
+            continue
+        if view.st != mc.VAL:
+            return mc.RETRY
+        if holder is None:
+            holder = i
+            htomb = view.fl & mc.TOMB
+            hheader = view
+        else:
+            dups.append((i, view))
+    existed = holder is not None and not htomb
+    if kind == 'del' and not existed:
+        rev = [x.ri(s) for s in cands]
+        return mc.DONE(mc.R_FALSE) if rev == ites else mc.RETRY
+    target = holder if holder is not None else empty_i
+    if target is None:
+        mc.make_room(x, cands, ites)
+        return mc.RETRY
+    replaced = ites[target]
+    mine = x.alloc((k, val if kind == 'put' else 0, mc.TOMB if kind == 'del' else 0,
+                    replaced, replaced, -1))
+    if mine is None:
+        return mc.DONE(mc.R_ERR)
+    slot = cands[target]
+    try:
+        old = x.cas(slot, replaced, mine)
+    except mc.OpTimeout:
+        x.release(mine)
+        raise
+    if old != replaced:
+        x.release(mine)
+        return mc.RETRY
+    expected = list(ites)
+    expected[target] = mine
+    for d, header in dups:
+        expected[d] = mc.emptied(ites[d])
+        if x.cas(cands[d], ites[d], mc.emptied(ites[d])) == ites[d]:
+            mc.retire(x, ites[d], header)
+    rev = [x.ri(s) for s in cands]
+    if rev != expected:
+        x.cst(mine, mc.ABT)
+        if x.cas(slot, mine, replaced) == mine:
+            x.stage(mine)
+        return mc.RETRY
+    found = x.cst(mine, mc.VAL)
+    if found == mc.ABT:
+        return mc.RETRY
+    if mc.is_occ(replaced) and hheader is not None:
+        mc.retire(x, replaced, hheader)
+    if kind == 'del' and not x.past_deadline():
+        if x.cas(slot, mine, mc.emptied(mine)) == mine:
+            x.stage(mine)
+    if kind == 'del':
+        return mc.DONE(mc.R_TRUE if existed else mc.R_FALSE)
+    return mc.DONE(mc.R_OK)
+
+
 mc.op_get = op_get
+mc.op_write = op_write
 
 FLAGS = {'absent_first_insert': True, 'stage_dup_at_clear': True}
 VARIANTS = {
     'hints': (rules.RS, dict(FLAGS, hint_mutant=None)),
     'hints-nocheck': (rules.RS, dict(FLAGS, hint_mutant='nocheck')),
     'hints-anyst': (rules.RS, dict(FLAGS, hint_mutant='anyst')),
+    'hints-wnocheck': (rules.RS, dict(FLAGS, hint_mutant='wnocheck')),
 }
 
 

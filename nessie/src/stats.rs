@@ -134,11 +134,13 @@ pub struct OpStats {
     /// buffer, with no copy after the READ (docs/design.md#one-copy-gets).
     #[serde(default)]
     pub values_landed: u64,
-    /// GETs answered from the entry their location hint named, read with
-    /// the index (docs/design.md#location-hints).
+    /// Operations whose first pass used the entry their location hint
+    /// named, read with the index: a GET answered from it, a write took
+    /// it for its read of that entry (docs/design.md#location-hints).
     #[serde(default)]
     pub hint_hits: u64,
-    /// GETs whose hinted entry was read and not used: the hint was stale.
+    /// Operations whose hinted entry was read and not used: the hint was
+    /// stale.
     #[serde(default)]
     pub hint_misses: u64,
     /// MIGRATEs performed to make room.

@@ -231,3 +231,62 @@ fn a_hint_older_than_the_expiry_has_its_answer_verified() {
     assert_eq!(got.as_deref(), Some(&rotted[..]));
     assert_eq!((old.hint_hits, old.retries.torn), (1, 1));
 }
+
+/// What one PUT by `c` cost.
+fn put(c: &mut Client, key: &[u8], value: &[u8]) -> OpStats {
+    let before = c.stats().put;
+    c.put(key, value).unwrap();
+    let after = c.stats().put;
+    let mut d = after;
+    d.verbs = after.verbs - before.verbs;
+    d.hint_hits = after.hint_hits - before.hint_hits;
+    d.hint_misses = after.hint_misses - before.hint_misses;
+    d
+}
+
+/// A PUT over another node's entry reads that entry's header in the batch
+/// of the key's ITEs when its hint names it: one round trip fewer, the
+/// same verbs.
+#[test]
+fn a_hinted_put_reads_the_holders_header_with_the_index() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut other = cluster.client(1).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    let mut unhinted = None;
+    for hinted in [false, true] {
+        other.put(&key, b"theirs").unwrap();
+        if hinted {
+            assert!(get(&mut c, &key).0.is_some(), "the GET leaves a hint");
+        }
+        let p = put(&mut c, &key, b"mine");
+        assert_eq!(p.hint_hits, u64::from(hinted));
+        let u = *unhinted.get_or_insert(p.verbs);
+        if hinted {
+            assert_eq!(p.verbs.round_trips + 1, u.round_trips, "{p:?} {u:?}");
+            assert_eq!((p.verbs.reads, p.verbs.cas), (u.reads, u.cas));
+        }
+        assert_eq!(get(&mut other, &key).0.as_deref(), Some(&b"mine"[..]));
+    }
+}
+
+/// A stale hint costs a PUT its header read and nothing else: the PUT
+/// replaces what the index holds.
+#[test]
+fn a_put_with_a_stale_hint_replaces_the_present_version() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let mut other = cluster.client(1).unwrap();
+    let mut c = cluster.client(0).unwrap();
+    other.put(&key, b"1").unwrap();
+    assert!(get(&mut c, &key).0.is_some());
+    other.put(&key, b"2").unwrap();
+    let p = put(&mut c, &key, b"3");
+    assert_eq!((p.hint_hits, p.hint_misses), (0, 1));
+    assert_eq!(get(&mut other, &key).0.as_deref(), Some(&b"3"[..]));
+    // Debug builds assert that each replaced version is staged once.
+    assert!(c.delete(&key).unwrap());
+    assert_eq!(get(&mut other, &key).0, None);
+}

@@ -111,10 +111,10 @@ pub struct OpCounters {
     pub retries: u64,
     /// DTEs served from the cache.
     pub cache_hits: u64,
-    /// GETs answered from the entry their location hint named.
+    /// Operations that used the entry their location hint named.
     #[serde(default)]
     pub hint_hits: u64,
-    /// GETs whose hinted entry was read and not used.
+    /// Operations whose hinted entry was read and not used.
     #[serde(default)]
     pub hint_misses: u64,
     /// MIGRATEs.

@@ -8,7 +8,6 @@
 //! never returned.
 
 use lru::LruCache;
-use std::num::NonZeroUsize;
 
 /// One key's hint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,11 +20,13 @@ pub struct Hint {
 }
 
 /// LRU of hints, keyed by a 64-bit hash of the key: two keys of one hash
-/// share a hint, which costs a miss, not a wrong answer.
+/// share a hint, which costs a miss, not a wrong answer. It grows with the
+/// keys its client touches, up to its capacity, so that a large capacity
+/// costs no memory up front.
 #[derive(Debug)]
 pub struct LocationHints {
-    /// `None` when hints are off (capacity 0).
-    lru: Option<LruCache<u64, Hint>>,
+    lru: LruCache<u64, Hint>,
+    capacity: usize,
 }
 
 impl LocationHints {
@@ -33,47 +34,49 @@ impl LocationHints {
     #[must_use]
     pub fn new(capacity: usize) -> LocationHints {
         LocationHints {
-            lru: NonZeroUsize::new(capacity).map(LruCache::new),
+            lru: LruCache::unbounded(),
+            capacity,
         }
     }
 
     /// Whether any hint can be kept.
     #[must_use]
     pub fn enabled(&self) -> bool {
-        self.lru.is_some()
+        self.capacity > 0
     }
 
     /// The hint for the key of hash `key`, if any.
     pub fn get(&mut self, key: u64) -> Option<Hint> {
-        self.lru.as_mut()?.get(&key).copied()
+        self.lru.get(&key).copied()
     }
 
     /// Remembers that `ite` was linked for the key of hash `key` at some
     /// instant after `seen_at`. An older sighting of the same value keeps
     /// its time: only a new value restarts the hint's age.
     pub fn set(&mut self, key: u64, ite: u64, seen_at: u64) {
-        let Some(lru) = self.lru.as_mut() else {
+        if !self.enabled() {
             return;
-        };
-        match lru.get_mut(&key) {
+        }
+        match self.lru.get_mut(&key) {
             Some(h) if h.ite == ite => h.seen_at = h.seen_at.max(seen_at),
             _ => {
-                lru.push(key, Hint { ite, seen_at });
+                self.lru.push(key, Hint { ite, seen_at });
+                if self.lru.len() > self.capacity {
+                    self.lru.pop_lru();
+                }
             }
         }
     }
 
     /// Forgets the key's hint (it was found absent).
     pub fn forget(&mut self, key: u64) {
-        if let Some(lru) = self.lru.as_mut() {
-            lru.pop(&key);
-        }
+        self.lru.pop(&key);
     }
 
     /// Hints kept.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.lru.as_ref().map_or(0, LruCache::len)
+        self.lru.len()
     }
 
     /// Whether no hint is kept.

@@ -188,13 +188,13 @@ impl Families<'_, '_> {
         )?;
         self.per_op(
             "nessie_hint_hits",
-            "GETs answered from the entry their location hint named, read with the index.",
+            "Operations that used the entry their location hint named, read with the index.",
             f,
             |s| s.hint_hits as f64,
         )?;
         self.per_op(
             "nessie_hint_misses",
-            "GETs whose hinted entry was read and not used (a stale hint).",
+            "Operations whose hinted entry was read and not used (a stale hint).",
             f,
             |s| s.hint_misses as f64,
         )?;

@@ -129,7 +129,15 @@ impl Ctx<'_> {
             self.op.decided_by = None;
             let (ites, hinted) = match hint {
                 Some((hint, dte)) => {
-                    let (ites, view) = self.read_ites_hinted(&cands, dte, key.len(), out)?;
+                    // The value lands in `out` unless the cache keeps
+                    // the entry (docs/design.md#one-copy-gets).
+                    let req = (dte, key.len(), true);
+                    let kept = self
+                        .gate
+                        .caches(self.env.config.optimizations.cache, dte.node.into());
+                    let landing = self.landing_len(req).filter(|_| !kept);
+                    let tail = landing.and_then(|len| out.landing(len));
+                    let (ites, view) = self.read_ites_hinted(&cands, req, tail)?;
                     let pass = self.answer_hinted(key, &ites, hint, view, out)?;
                     (ites, pass)
                 }

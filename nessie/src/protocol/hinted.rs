@@ -3,6 +3,7 @@
 //! from that entry when an ITE of the batch still holds the hinted value.
 
 use super::get::{Pass, ValueOut};
+use super::reads::DteRead;
 use super::{Ctx, DteView};
 use crate::cache::hints::Hint;
 use crate::fabric::Verb;
@@ -10,6 +11,10 @@ use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{self, DteStatus};
 use crate::layout::{Ite, IteKind, SlotRef};
 use crate::Error;
+
+/// An entry's header read through a hint, with the ITE value that named it:
+/// it stands for the read of the candidate whose ITE holds that value.
+pub(super) type HintedRead = (Ite, DteView);
 
 impl Ctx<'_> {
     /// Whether this client's GETs use location hints: they are on, the
@@ -40,29 +45,30 @@ impl Ctx<'_> {
         Some((hint, dte))
     }
 
-    /// Reads the ITEs of `cands` and the whole slot of `dte` in one batch.
-    /// The entry's value lands in `out` (docs/design.md#one-copy-gets)
-    /// unless the cache will keep the entry. The view is `None` if the slot
-    /// holds another generation or an insane header: a miss, not a torn
-    /// pass, since no ITE read before it named that entry.
+    /// Reads the ITEs of `cands` and the hinted entry `req` in one batch;
+    /// `landing` cuts a whole read at the value of a key of its length, as
+    /// [`Ctx::read_dtes`] does (docs/design.md#one-copy-gets). The view is
+    /// `None` if the slot holds another generation or an insane header: a
+    /// miss, not a torn pass, since no ITE read before it named that entry.
     pub(super) fn read_ites_hinted(
         &mut self,
         cands: &[Candidate],
-        dte: SlotRef,
-        key_len: usize,
-        out: &mut impl ValueOut,
+        req: DteRead,
+        mut landing: Option<&mut [u8]>,
     ) -> Result<(PerCandidate<Ite>, Option<DteView>), Error> {
+        let (dte, key_len, whole) = req;
         let Some(addr) = self.env.geometry().dte_addr(dte) else {
             return Ok((self.read_ites(cands, false)?, None));
         };
-        let req = (dte, key_len, true);
-        let cache = self.env.config.optimizations.cache;
-        let kept = self.gate.caches(cache, dte.node.into());
-        let landing_len = self.landing_len(req).filter(|_| !kept);
-        let mut landing = landing_len.and_then(|len| out.landing(len));
+        debug_assert!(
+            landing
+                .as_ref()
+                .is_none_or(|t| Some(t.len()) == self.landing_len(req)),
+            "a landing takes exactly the whole read's bytes past the key"
+        );
         let head_len = match landing {
             Some(_) => dte::value_offset(key_len),
-            None => self.env.geometry().slot_bytes(dte.class),
+            None => self.read_len(dte, key_len, whole),
         };
         let landed = landing.as_ref().map(|tail| tail.len());
         let mut head = self.buffer(head_len);
@@ -98,11 +104,34 @@ impl Ctx<'_> {
         Ok((ites, view))
     }
 
-    /// Answers from the entry read through `hint` if an ITE of this batch
-    /// still holds the hinted value, the entry is a committed one of the
-    /// key, and the batch ended within half an expiry of its start
-    /// (docs/design.md#location-hints); `None`: the pass goes on as one
-    /// without a hint.
+    /// Whether the entry read through `hint` may stand for a read of it
+    /// made after this pass's ITE reads (docs/design.md#location-hints):
+    /// an ITE of the pass holds the hinted value, the entry is a committed
+    /// one of the key, and the batch ended within half an expiry of its
+    /// start. Counts the hit or the miss.
+    pub(super) fn hint_holds(
+        &mut self,
+        key: &[u8],
+        ites: &[Ite],
+        hint: Hint,
+        view: &DteView,
+    ) -> bool {
+        let ended = self.env.clock.mono_us();
+        let within = ended.saturating_sub(self.op.index_read_at) < self.env.timing.expiry_us / 2;
+        let holds = within
+            && ites.contains(&Ite(hint.ite))
+            && view.holds(key)
+            && view.status() == DteStatus::Valid;
+        if holds {
+            self.op.stats.hint_hits += 1;
+        } else {
+            self.op.stats.hint_misses += 1;
+        }
+        holds
+    }
+
+    /// Answers from the entry read through `hint` if [`Ctx::hint_holds`];
+    /// `None`: the pass goes on as one without a hint.
     pub(super) fn answer_hinted(
         &mut self,
         key: &[u8],
@@ -115,26 +144,45 @@ impl Ctx<'_> {
             self.op.stats.hint_misses += 1;
             return Ok(None);
         };
-        let ite = Ite(hint.ite);
-        let ended = self.env.clock.mono_us();
-        let expiry = self.env.timing.expiry_us;
-        let within = ended.saturating_sub(self.op.index_read_at) < expiry / 2;
-        if !(within && ites.contains(&ite) && view.holds(key) && view.status() == DteStatus::Valid)
-        {
-            self.op.stats.hint_misses += 1;
+        if !self.hint_holds(key, ites, hint, &view) {
             self.recycle(view);
             return Ok(None);
         }
-        self.op.stats.hint_hits += 1;
+        let ite = Ite(hint.ite);
         // Within an expiry of the sighting the hinted incarnation is the
         // one the ITE names and was whole before this batch; past that,
         // its generation may have come round again: the checksum decides.
-        self.op.verify_answer = ended.saturating_sub(hint.seen_at) > expiry;
+        let age = self.env.clock.mono_us().saturating_sub(hint.seen_at);
+        self.op.verify_answer = age > self.env.timing.expiry_us;
         let pass = self.answer(ite, &mut view, out);
         self.op.verify_answer = false;
         self.op.decided_by = Some(ite);
         self.recycle(view);
         pass.map(Some)
+    }
+
+    /// A write's first read: the ITEs, with the header of its hinted entry
+    /// in the same batch, and that header if it may stand for the read of
+    /// its candidate's entry ([`Ctx::hint_holds`]).
+    pub(super) fn read_ites_for_write(
+        &mut self,
+        key: &[u8],
+        cands: &[Candidate],
+        hint: Option<(Hint, SlotRef)>,
+    ) -> Result<(PerCandidate<Ite>, Option<HintedRead>), Error> {
+        let Some((hint, dte)) = hint else {
+            return Ok((self.read_ites(cands, false)?, None));
+        };
+        let (ites, view) = self.read_ites_hinted(cands, (dte, key.len(), false), None)?;
+        let Some(view) = view else {
+            self.op.stats.hint_misses += 1;
+            return Ok((ites, None));
+        };
+        if !self.hint_holds(key, &ites, hint, &view) {
+            self.recycle(view);
+            return Ok((ites, None));
+        }
+        Ok((ites, Some((Ite(hint.ite), view))))
     }
 
     /// After an answer or a write: the key's hint becomes the ITE value

@@ -90,7 +90,7 @@ impl Ctx<'_> {
 
     /// Bytes to read of a DTE: header and `key_len` bytes of key, or the
     /// whole slot when `whole`.
-    fn read_len(&self, r: SlotRef, key_len: usize, whole: bool) -> usize {
+    pub(super) fn read_len(&self, r: SlotRef, key_len: usize, whole: bool) -> usize {
         if whole {
             self.env.geometry().slot_bytes(r.class)
         } else {

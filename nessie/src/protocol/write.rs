@@ -2,13 +2,15 @@
 //! removal, a reverse pass, and a commit CAS on the DTE's state.
 
 use super::help::Helped;
+use super::hinted::HintedRead;
 use super::mirror::Commit;
 use super::view::DteView;
 use super::{Ctx, Linked, Retry};
+use crate::cache::hints::Hint;
 use crate::data::SlotUse;
 use crate::index::{Candidate, PerCandidate};
 use crate::layout::dte::{DteHeader, DteState, DteStatus};
-use crate::layout::Ite;
+use crate::layout::{Ite, SlotRef};
 use crate::Error;
 
 /// Which write.
@@ -58,16 +60,23 @@ impl Ctx<'_> {
         let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
         // The first attempt starts when the operation did (one clock read
         // fewer; every CAS checks the deadline itself); later ones check.
+        let hints = self.uses_hints();
         let mut first = true;
         loop {
+            // Only the first attempt reads a hinted entry.
+            let hint = (hints && first)
+                .then(|| self.hint_to_read(hint_key))
+                .flatten();
             let checked = if std::mem::take(&mut first) {
                 Ok(())
             } else {
                 self.gate.check_deadline()
             };
             self.op.decided_by = None;
-            let attempt =
-                checked.and_then(|()| self.write_attempt(kind, key, value, class, filter, &cands));
+            let attempt = checked.and_then(|()| {
+                let entry = (kind, key, value, class);
+                self.write_attempt(entry, filter, &cands, hint)
+            });
             match attempt {
                 Ok(Step::Done(existed)) => {
                     if self.uses_hints() {
@@ -90,21 +99,36 @@ impl Ctx<'_> {
         }
     }
 
-    /// The forward pass: reads the candidates and the headers of filter
-    /// matches, helps whatever needs help, and plans the write.
+    /// The forward pass: reads the headers of filter matches (but the
+    /// one `hinted` already read, which stands for the read of the
+    /// candidate whose ITE holds its value), helps whatever needs help,
+    /// and plans the write.
     fn plan(
         &mut self,
         key: &[u8],
         filter: u8,
         cands: &[Candidate],
         ites: &[Ite],
+        hinted: Option<HintedRead>,
     ) -> Result<Step<Plan>, Error> {
-        let (slots, reqs): (PerCandidate<usize>, PerCandidate<_>) = self
+        let (slots, mut reqs): (PerCandidate<usize>, PerCandidate<_>) = self
             .entries_to_read(ites, filter, key.len(), false)
             .into_iter()
             .unzip();
+        let read_at = hinted
+            .as_ref()
+            .and_then(|(ite, _)| slots.iter().position(|&i| ites[i] == *ite));
+        if let Some(j) = read_at {
+            reqs.remove(j);
+        }
         let mut views = PerCandidate::new();
         self.read_dtes(&reqs, None, &mut views)?;
+        if let Some((_, view)) = hinted {
+            match read_at {
+                Some(j) => views.insert(j, Some(view)),
+                None => self.recycle(view),
+            }
+        }
         let plan = Plan {
             holder: None,
             holder_shape: (false, 0),
@@ -163,15 +187,13 @@ impl Ctx<'_> {
 
     fn write_attempt(
         &mut self,
-        kind: WriteKind,
-        key: &[u8],
-        value: &[u8],
-        class: u8,
+        (kind, key, value, class): (WriteKind, &[u8], &[u8], u8),
         filter: u8,
         cands: &[Candidate],
+        hint: Option<(Hint, SlotRef)>,
     ) -> Result<Step<bool>, Error> {
-        let ites = self.read_ites(cands, false)?;
-        let plan = match self.plan(key, filter, cands, &ites)? {
+        let (ites, hinted) = self.read_ites_for_write(key, cands, hint)?;
+        let plan = match self.plan(key, filter, cands, &ites, hinted)? {
             Step::Done(p) => p,
             Step::Again(why) => return Ok(Step::Again(why)),
         };
