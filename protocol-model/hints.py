@@ -75,132 +75,88 @@ def hinted(x):
     return None if pick == 0 else seen[pick - 1]
 
 
-def op_get(x, k):
+class Hinted:
+    """The context `x` of a pass that began with a hinted read: its ITE
+    reads return `ites` first (those of the batch), a read of an entry for
+    which `swap` holds returns `pre` (the hinted read standing for it), and
+    the deadline check and the audit's reuse, done before the batch, are
+    not done again."""
+
+    def __init__(self, x, ites=(), pre=None, swap=lambda v: False):
+        self._x = x
+        self._ites = list(ites)
+        self._pre = pre
+        self._swap = swap
+
+    def __getattr__(self, name):
+        return getattr(self._x, name)
+
+    def check_deadline(self):
+        pass
+
+    def force_reuse(self):
+        return 0
+
+    def ri(self, s):
+        return self._ites.pop(0) if self._ites else self._x.ri(s)
+
+    def rd(self, v, linked=True):
+        return self._pre if self._swap(v) else self._x.rd(v, linked)
+
+
+def hinted_batch(x, cands):
+    """The first pass's batch: the hint (chosen before the audit's reuse,
+    so that the audit's hints are as stale as they can be), the hinted
+    entry's read, then the ITEs; (hint, pre, ites), or None without a
+    hint."""
     m = x.m
-    cands = m.keys[k]
-    if not x.first:
-        if x.past_deadline():
-            raise mc.OpTimeout()
-    hint = hinted(x) if x.first else None
-    if m.is_auditor(x.c) and x.first and m.audit_first(x):
+    hint = hinted(x)
+    if m.is_auditor(x.c) and m.audit_first(x):
         x.force_reuse()
-    pre = x.rd(hint, linked=False) if hint is not None else None
-    ites = [x.ri(s) for s in cands]
+    if hint is None:
+        return None
+    pre = x.rd(hint, linked=False)
+    return hint, pre, [x.ri(s) for s in cands]
+
+
+def op_get(x, k):
+    """get.rs `get` with a hint on the first pass: the answer from the
+    hinted entry, or the pass without a hint on the ITEs of the batch."""
+    m = x.m
+    if not x.first:
+        return rules.op_get(x, k)
+    batch = hinted_batch(x, m.keys[k])
+    if batch is None:
+        return rules.op_get(Hinted(x), k)
+    hint, pre, ites = batch
     if pre is not None and pre.key == k:
         holds = hint in ites or m.hint_mutant == 'nocheck'
         committed = pre.st == mc.VAL or m.hint_mutant == 'anyst'
         if holds and committed:
             return mc.DONE(0 if pre.fl & mc.TOMB else pre.val)
-    for i, s in enumerate(cands):
-        v = ites[i]
-        if mc.is_empty(v):
-            continue
-        view = x.rd(v)
-        if view is None:
-            return mc.RETRY
-        if mc.is_moved(v):
-            if view.st != mc.VAL and mc.help_marker(x, s, v, view) == mc.ACTED:
-                return mc.RETRY
-            continue
-        if view.key != k:
-            continue
-        r = rules.get_decide(x, k, v, s, view)
-        if r is rules.SKIP:
-            continue
-        return r
-    rev = [x.ri(s) for s in cands]
-    if rev == ites:
-        return mc.DONE(0)
-    return mc.RETRY
+    return rules.op_get(Hinted(x, ites), k)
 
 
 def op_write(x, kind, k, val):
-    """write.rs `write_attempt` (rules.py's, stage_dup_at_clear on) with a
-    hint on the first attempt: a committed entry of the key read through it
-    stands for the read of that candidate's entry when an ITE of the pass
-    holds the hint; anything else is read as without a hint."""
+    """write.rs `write_attempt` (rules.py's) with a hint on the first
+    attempt: a committed entry of the key read through it stands for the
+    read of the candidate whose ITE holds the hint; anything else is read
+    as without a hint."""
     m = x.m
-    cands = m.keys[k]
+    if not x.first:
+        return rules.op_write(x, kind, k, val)
     x.check_deadline()
-    hint = hinted(x) if x.first else None
-    if m.is_auditor(x.c) and m.audit_first(x):
-        x.force_reuse()
-    pre = x.rd(hint, linked=False) if hint is not None else None
-    usable = pre is not None and pre.key == k and (pre.st == mc.VAL or m.hint_mutant == 'anyst')
-    ites = [x.ri(s) for s in cands]
-    holder = None
-    htomb = 0
-    hheader = None
-    dups = []
-    empty_i = next((i for i, v in enumerate(ites) if mc.is_empty(v)), None)
-    for i, s in enumerate(cands):
-        v = ites[i]
-        if mc.is_empty(v):
-            continue
+    batch = hinted_batch(x, m.keys[k])
+    if batch is None:
+        return rules.op_write(Hinted(x), kind, k, val)
+    hint, pre, ites = batch
+    usable = pre is not None and pre.key == k and (
+        pre.st == mc.VAL or m.hint_mutant == 'anyst')
+
+    def swap(v):
         stale = m.hint_mutant == 'wnocheck' and mc.is_occ(v)
-        view = pre if usable and (v == hint or stale) else x.rd(v)
-        if view is None:
-            return mc.RETRY
-        if mc.is_moved(v):
-            mc.help_marker(x, s, v, view)
-            return mc.RETRY
-        if mc.help_entry(x, s, v, view) == mc.ACTED:
-            return mc.RETRY
-        if view.key != k:
-            continue
-        if view.st != mc.VAL:
-            return mc.RETRY
-        if holder is None:
-            holder = i
-            htomb = view.fl & mc.TOMB
-            hheader = view
-        else:
-            dups.append((i, view))
-    existed = holder is not None and not htomb
-    if kind == 'del' and not existed:
-        rev = [x.ri(s) for s in cands]
-        return mc.DONE(mc.R_FALSE) if rev == ites else mc.RETRY
-    target = holder if holder is not None else empty_i
-    if target is None:
-        mc.make_room(x, cands, ites)
-        return mc.RETRY
-    replaced = ites[target]
-    mine = x.alloc((k, val if kind == 'put' else 0, mc.TOMB if kind == 'del' else 0,
-                    replaced, replaced, -1))
-    if mine is None:
-        return mc.DONE(mc.R_ERR)
-    slot = cands[target]
-    try:
-        old = x.cas(slot, replaced, mine)
-    except mc.OpTimeout:
-        x.release(mine)
-        raise
-    if old != replaced:
-        x.release(mine)
-        return mc.RETRY
-    expected = list(ites)
-    expected[target] = mine
-    for d, header in dups:
-        expected[d] = mc.emptied(ites[d])
-        if x.cas(cands[d], ites[d], mc.emptied(ites[d])) == ites[d]:
-            mc.retire(x, ites[d], header)
-    rev = [x.ri(s) for s in cands]
-    if rev != expected:
-        x.cst(mine, mc.ABT)
-        if x.cas(slot, mine, replaced) == mine:
-            x.stage(mine)
-        return mc.RETRY
-    found = x.cst(mine, mc.VAL)
-    if found == mc.ABT:
-        return mc.RETRY
-    if mc.is_occ(replaced) and hheader is not None:
-        mc.retire(x, replaced, hheader)
-    if kind == 'del' and not x.past_deadline():
-        if x.cas(slot, mine, mc.emptied(mine)) == mine:
-            x.stage(mine)
-    if kind == 'del':
-        return mc.DONE(mc.R_TRUE if existed else mc.R_FALSE)
-    return mc.DONE(mc.R_OK)
+        return usable and (v == hint or stale)
+    return rules.op_write(Hinted(x, ites, pre, swap), kind, k, val)
 
 
 mc.op_get = op_get

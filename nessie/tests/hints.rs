@@ -47,6 +47,7 @@ fn get(c: &mut Client, key: &[u8]) -> (Option<Vec<u8>>, OpStats) {
     d.hint_hits = after.hint_hits - before.hint_hits;
     d.hint_misses = after.hint_misses - before.hint_misses;
     d.values_landed = after.values_landed - before.values_landed;
+    d.cache_hits = after.cache_hits - before.cache_hits;
     d.retries.torn = after.retries.torn - before.retries.torn;
     (got, d)
 }
@@ -289,4 +290,179 @@ fn a_put_with_a_stale_hint_replaces_the_present_version() {
     // Debug builds assert that each replaced version is staged once.
     assert!(c.delete(&key).unwrap());
     assert_eq!(get(&mut other, &key).0, None);
+}
+
+/// With the cache on, an entry the cache holds answers from the ITE read
+/// alone, with no hinted read; one the cache let go is read through its
+/// hint.
+#[test]
+fn a_cached_entry_is_not_read_through_its_hint() {
+    let config = Config {
+        cache_entries: 1,
+        optimizations: Optimizations::default(),
+        ..config()
+    };
+    let a = key_away_from(&config, 0);
+    let h = KeyHasher::new(&config);
+    let b = (0..)
+        .map(|i| format!("other-{i}").into_bytes())
+        .find(|k| h.candidates(k).iter().all(|c| c.node != 0) && h.candidates(k).len() == 3)
+        .unwrap();
+    let cluster = Cluster::local(config).unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&a, b"a").unwrap();
+    writer.put(&b, b"b").unwrap();
+    assert!(get(&mut reader, &a).0.is_some());
+    assert!(
+        get(&mut reader, &b).0.is_some(),
+        "b takes the cache's one entry"
+    );
+    let (got, hinted) = get(&mut reader, &a);
+    assert_eq!(got.as_deref(), Some(&b"a"[..]));
+    assert_eq!((hinted.hint_hits, hinted.cache_hits), (1, 0));
+    let (got, cached) = get(&mut reader, &a);
+    assert_eq!(got.as_deref(), Some(&b"a"[..]));
+    assert_eq!(
+        (cached.hint_hits + cached.hint_misses, cached.cache_hits),
+        (0, 1)
+    );
+    assert_eq!(cached.verbs.reads, 3, "the ITE batch alone");
+}
+
+/// A fabric whose next READ of a data region, once armed, first moves
+/// the cluster's clocks `leap` forward: a batch that took that long.
+#[derive(Debug)]
+struct SlowDataRead {
+    inner: Arc<dyn nessie::fabric::Fabric>,
+    clock: Arc<Leaping>,
+    leap: u64,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl nessie::fabric::Fabric for SlowDataRead {
+    fn nodes(&self) -> usize {
+        self.inner.nodes()
+    }
+    fn fence_node(&self, node: usize) {
+        self.inner.fence_node(node);
+    }
+    fn readmit_node(&self, node: usize) {
+        self.inner.readmit_node(node);
+    }
+    fn region_len(
+        &self,
+        node: nessie::fabric::NodeId,
+        region: nessie::fabric::RegionId,
+    ) -> Option<u64> {
+        self.inner.region_len(node, region)
+    }
+    fn read(
+        &self,
+        addr: nessie::fabric::RemoteAddr,
+        buf: &mut [u8],
+    ) -> Result<(), nessie::fabric::FabricError> {
+        if addr.region != nessie::layout::region::INDEX && self.armed.swap(false, Ordering::SeqCst)
+        {
+            self.clock.0.fetch_add(self.leap, Ordering::SeqCst);
+        }
+        self.inner.read(addr, buf)
+    }
+    fn write(
+        &self,
+        addr: nessie::fabric::RemoteAddr,
+        data: &[u8],
+    ) -> Result<(), nessie::fabric::FabricError> {
+        self.inner.write(addr, data)
+    }
+    fn cas(
+        &self,
+        addr: nessie::fabric::RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, nessie::fabric::FabricError> {
+        self.inner.cas(addr, expected, new)
+    }
+}
+
+/// A hinted batch that took half the expiry or more is not used: a
+/// generation could have come round between its two reads.
+#[test]
+fn a_batch_slower_than_half_the_expiry_is_not_used() {
+    let config = config();
+    let key = key_away_from(&config, 0);
+    let leap = Arc::new(Leaping::default());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clocks = (0..config.nodes)
+        .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
+        .collect();
+    let (clock, arm) = (Arc::clone(&leap), Arc::clone(&armed));
+    let half = config.expiry.as_micros() as u64 / 2;
+    let cluster = Cluster::builder(config)
+        .clocks(clocks)
+        .wrap_fabric(move |inner| {
+            Arc::new(SlowDataRead {
+                inner,
+                clock,
+                leap: half,
+                armed: arm,
+            })
+        })
+        .build()
+        .unwrap();
+    let mut writer = cluster.client(1).unwrap();
+    let mut reader = cluster.client(0).unwrap();
+    writer.put(&key, b"v").unwrap();
+    assert!(get(&mut reader, &key).0.is_some());
+    let (got, quick) = get(&mut reader, &key);
+    assert_eq!((got.as_deref(), quick.hint_hits), (Some(&b"v"[..]), 1));
+    armed.store(true, Ordering::SeqCst);
+    let (got, slow) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    assert_eq!((slow.hint_hits, slow.hint_misses), (0, 1));
+}
+
+/// A hinted slot that holds another generation now (its entry was
+/// replaced and the slot reused) is a miss, for a GET and for a PUT.
+#[test]
+fn a_hinted_slot_reused_since_is_a_miss() {
+    for reader_puts in [false, true] {
+        let config = config();
+        let key = key_away_from(&config, 0);
+        let cluster = Cluster::local(config.clone()).unwrap();
+        let mut writer = cluster.client(1).unwrap();
+        let mut reader = cluster.client(0).unwrap();
+        writer.put(&key, b"1").unwrap();
+        let fabric = cluster.fabric();
+        let ite_of = || {
+            KeyHasher::new(&config)
+                .candidates(&key)
+                .iter()
+                .find_map(|c| {
+                    let mut w = [0u8; 8];
+                    fabric.read(c.addr(), &mut w).unwrap();
+                    match Ite(u64::from_le_bytes(w)).kind() {
+                        IteKind::Occupied { dte, .. } => Some(dte),
+                        _ => None,
+                    }
+                })
+                .unwrap()
+        };
+        let first = ite_of();
+        assert!(get(&mut reader, &key).0.is_some());
+        writer.put(&key, b"2").unwrap();
+        // A reuse would overwrite the old entry's state word with the next
+        // generation's; zeroes name no generation.
+        let slot = config.class_slot_bytes(usize::from(first.class));
+        fabric.write(dte_addr(first, slot), &[0u8; 8]).unwrap();
+        if reader_puts {
+            let p = put(&mut reader, &key, b"3");
+            assert_eq!((p.hint_hits, p.hint_misses), (0, 1));
+            assert_eq!(get(&mut writer, &key).0.as_deref(), Some(&b"3"[..]));
+        } else {
+            let (got, g) = get(&mut reader, &key);
+            assert_eq!(got.as_deref(), Some(&b"2"[..]));
+            assert_eq!((g.hint_hits, g.hint_misses), (0, 1));
+        }
+    }
 }

@@ -141,5 +141,6 @@ mod tests {
         h.set(3, 9, 0);
         assert_eq!(h.get(2), None);
         assert_eq!(h.len(), 2);
+        assert!(!h.is_empty());
     }
 }

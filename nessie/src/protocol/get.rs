@@ -112,6 +112,9 @@ impl Ctx<'_> {
         let cands = self.env.hasher.candidate_list(key);
         let (filter, hint_key) = self.env.hasher.filter_and_hint_key(key);
         let hints = self.uses_hints();
+        // Only the first pass reads a hinted entry: a retry follows what
+        // the index says now.
+        let mut hint = hints.then(|| self.hint_to_read(hint_key)).flatten();
         // The first pass starts when the operation did (one clock read
         // fewer on the fast path); later passes read the clock again.
         let mut first = true;
@@ -120,27 +123,10 @@ impl Ctx<'_> {
                 self.op.index_read_at = self.env.clock.mono_us();
                 self.gate.check_deadline()?;
             }
-            // Only the first pass reads a hinted entry: a retry follows
-            // what the index says now.
-            let hint = (hints && std::mem::take(&mut first))
-                .then(|| self.hint_to_read(hint_key))
-                .flatten();
             first = false;
             self.op.decided_by = None;
-            let (ites, hinted) = match hint {
-                Some((hint, dte)) => {
-                    // The value lands in `out` unless the cache keeps
-                    // the entry (docs/design.md#one-copy-gets).
-                    let req = (dte, key.len(), true);
-                    let kept = self
-                        .gate
-                        .caches(self.env.config.optimizations.cache, dte.node.into());
-                    let landing = self.landing_len(req).filter(|_| !kept);
-                    let tail = landing.and_then(|len| out.landing(len));
-                    let (ites, view) = self.read_ites_hinted(&cands, req, tail)?;
-                    let pass = self.answer_hinted(key, &ites, hint, view, out)?;
-                    (ites, pass)
-                }
+            let (ites, hinted) = match hint.take() {
+                Some(hint) => self.get_hinted(key, &cands, hint, out)?,
                 None => (self.read_ites(&cands, false)?, None),
             };
             let pass = match hinted {

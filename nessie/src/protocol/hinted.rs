@@ -1,6 +1,7 @@
-//! A GET's first pass with a location hint (docs/design.md#location-hints):
-//! the key's ITEs and the entry its hint names in one batch, and the answer
-//! from that entry when an ITE of the batch still holds the hinted value.
+//! The first pass of a GET or a write with a location hint
+//! (docs/design.md#location-hints): the key's ITEs and the entry its hint
+//! names in one batch; a GET's answer from that entry, or a write's use of
+//! its header, when an ITE of the batch still holds the hinted value.
 
 use super::get::{Pass, ValueOut};
 use super::reads::DteRead;
@@ -17,7 +18,7 @@ use crate::Error;
 pub(super) type HintedRead = (Ite, DteView);
 
 impl Ctx<'_> {
-    /// Whether this client's GETs use location hints: they are on, the
+    /// Whether this client's operations use location hints: they are on, the
     /// index is read in batches, and the fabric's remote reads cost more
     /// than local ones (on `shm`, a second read costs no round trip to
     /// save).
@@ -50,7 +51,7 @@ impl Ctx<'_> {
     /// [`Ctx::read_dtes`] does (docs/design.md#one-copy-gets). The view is
     /// `None` if the slot holds another generation or an insane header: a
     /// miss, not a torn pass, since no ITE read before it named that entry.
-    pub(super) fn read_ites_hinted(
+    fn read_ites_hinted(
         &mut self,
         cands: &[Candidate],
         req: DteRead,
@@ -109,13 +110,7 @@ impl Ctx<'_> {
     /// an ITE of the pass holds the hinted value, the entry is a committed
     /// one of the key, and the batch ended within half an expiry of its
     /// start. Counts the hit or the miss.
-    pub(super) fn hint_holds(
-        &mut self,
-        key: &[u8],
-        ites: &[Ite],
-        hint: Hint,
-        view: &DteView,
-    ) -> bool {
+    fn hint_holds(&mut self, key: &[u8], ites: &[Ite], hint: Hint, view: &DteView) -> bool {
         let ended = self.env.clock.mono_us();
         let within = ended.saturating_sub(self.op.index_read_at) < self.env.timing.expiry_us / 2;
         let holds = within
@@ -130,9 +125,30 @@ impl Ctx<'_> {
         holds
     }
 
+    /// A GET's first read with a hint: the ITEs and the hinted entry's
+    /// whole slot in one batch, its value landing in `out` unless the cache
+    /// will keep the entry (docs/design.md#one-copy-gets); and the answer
+    /// from that entry if the hint holds.
+    pub(super) fn get_hinted(
+        &mut self,
+        key: &[u8],
+        cands: &[Candidate],
+        (hint, dte): (Hint, SlotRef),
+        out: &mut impl ValueOut,
+    ) -> Result<(PerCandidate<Ite>, Option<Pass>), Error> {
+        let req = (dte, key.len(), true);
+        let cache = self.env.config.optimizations.cache;
+        let kept = self.gate.caches(cache, dte.node.into());
+        let landing = self.landing_len(req).filter(|_| !kept);
+        let tail = landing.and_then(|len| out.landing(len));
+        let (ites, view) = self.read_ites_hinted(cands, req, tail)?;
+        let pass = self.answer_hinted(key, &ites, hint, view, out)?;
+        Ok((ites, pass))
+    }
+
     /// Answers from the entry read through `hint` if [`Ctx::hint_holds`];
     /// `None`: the pass goes on as one without a hint.
-    pub(super) fn answer_hinted(
+    fn answer_hinted(
         &mut self,
         key: &[u8],
         ites: &[Ite],

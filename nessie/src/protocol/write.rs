@@ -58,15 +58,13 @@ impl Ctx<'_> {
         let (filter, hint_key) = self.env.hasher.filter_and_hint_key(key);
         // Callers checked `value.len() <= value_size_max`.
         let class = self.env.geometry().class_for(value.len()).unwrap_or(0);
+        let hints = self.uses_hints();
+        // Only the first attempt reads a hinted entry.
+        let mut hint = hints.then(|| self.hint_to_read(hint_key)).flatten();
         // The first attempt starts when the operation did (one clock read
         // fewer; every CAS checks the deadline itself); later ones check.
-        let hints = self.uses_hints();
         let mut first = true;
         loop {
-            // Only the first attempt reads a hinted entry.
-            let hint = (hints && first)
-                .then(|| self.hint_to_read(hint_key))
-                .flatten();
             let checked = if std::mem::take(&mut first) {
                 Ok(())
             } else {
@@ -75,11 +73,11 @@ impl Ctx<'_> {
             self.op.decided_by = None;
             let attempt = checked.and_then(|()| {
                 let entry = (kind, key, value, class);
-                self.write_attempt(entry, filter, &cands, hint)
+                self.write_attempt(entry, filter, &cands, hint.take())
             });
             match attempt {
                 Ok(Step::Done(existed)) => {
-                    if self.uses_hints() {
+                    if hints {
                         self.keep_hint(hint_key);
                     }
                     return Ok(existed);
