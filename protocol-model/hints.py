@@ -33,7 +33,6 @@ Variants:
 
 usage: python3 hints.py VARIANTS CONFIGS [max_states] [time_limit_s]
 """
-import io
 import sys
 
 import rules
@@ -172,18 +171,7 @@ VARIANTS = {
 
 
 def run(cname, vname, max_states, time_limit):
-    ns, keys, init, scripts, opts = rbroad.CONFIGS[cname]
-    kw = dict(opts)
-    model_kw, flags = VARIANTS[vname]
-    kw.update(model_kw)
-    m = mc.Model(ns, keys, scripts, init=init, **kw)
-    for name, value in flags.items():
-        setattr(m, name, value)
-    r = mc.explore(m, name='%s [%s]' % (cname, vname), max_states=max_states,
-                   time_limit=time_limit, liveness=True)
-    buf = io.StringIO()
-    mc.report(m, r, out=buf)
-    return buf.getvalue()
+    return rules.run(cname, vname, max_states, time_limit, VARIANTS)
 
 
 if __name__ == '__main__':

@@ -203,10 +203,12 @@ VARIANTS = {
 }
 
 
-def run(cname, vname, max_states, time_limit):
+def run(cname, vname, max_states, time_limit, variants=None):
+    """Explores configuration `cname` under variant `vname` (of `variants`,
+    by default this file's); returns the report."""
     ns, keys, init, scripts, opts = rbroad.CONFIGS[cname]
     kw = dict(opts)
-    model_kw, flags = VARIANTS[vname]
+    model_kw, flags = (variants or VARIANTS)[vname]
     kw.update(model_kw)
     m = mc.Model(ns, keys, scripts, init=init, **kw)
     for name, value in flags.items():

@@ -2,6 +2,9 @@
 //! in verbs and round trips, what a stale or old hint costs, and that a
 //! hint is never an answer.
 
+mod common;
+
+use common::key_away_from;
 use nessie::clock::{Clock, WallClock};
 use nessie::data::dte_addr;
 use nessie::index::KeyHasher;
@@ -25,16 +28,15 @@ fn config() -> Config {
     }
 }
 
-/// A key whose candidates are all on nodes other than `not_on`.
-fn key_away_from(config: &Config, not_on: usize) -> Vec<u8> {
-    let h = KeyHasher::new(config);
-    (0..)
-        .map(|i| format!("key-{i}").into_bytes())
-        .find(|k| {
-            let c = h.candidates(k);
-            c.len() == 3 && c.iter().all(|c| c.node != not_on)
-        })
-        .unwrap()
+/// A cluster of `config`, a writer on node 1, a reader on node 0, and a
+/// key whose candidates avoid node 0 (so the reader's index reads are
+/// remote).
+fn writer_reader_key(config: Config) -> (Cluster, Client, Client, Vec<u8>) {
+    let key = key_away_from(&config, 0);
+    let cluster = Cluster::local(config).unwrap();
+    let writer = cluster.client(1).unwrap();
+    let reader = cluster.client(0).unwrap();
+    (cluster, writer, reader, key)
 }
 
 /// What one GET by `c` of `key` answered and cost.
@@ -83,11 +85,7 @@ fn a_hinted_get_reads_index_and_entry_in_one_round_trip() {
 
 #[test]
 fn a_stale_hint_costs_one_read_and_answers_the_new_value() {
-    let config = config();
-    let key = key_away_from(&config, 0);
-    let cluster = Cluster::local(config).unwrap();
-    let mut writer = cluster.client(1).unwrap();
-    let mut reader = cluster.client(0).unwrap();
+    let (_cluster, mut writer, mut reader, key) = writer_reader_key(config());
     writer.put(&key, b"old").unwrap();
     assert_eq!(get(&mut reader, &key).0.as_deref(), Some(&b"old"[..]));
     writer.put(&key, b"new").unwrap();
@@ -106,11 +104,7 @@ fn a_stale_hint_costs_one_read_and_answers_the_new_value() {
 
 #[test]
 fn a_deleted_key_is_absent_and_its_hint_goes() {
-    let config = config();
-    let key = key_away_from(&config, 0);
-    let cluster = Cluster::local(config).unwrap();
-    let mut writer = cluster.client(1).unwrap();
-    let mut reader = cluster.client(0).unwrap();
+    let (_cluster, mut writer, mut reader, key) = writer_reader_key(config());
     writer.put(&key, b"v").unwrap();
     assert!(get(&mut reader, &key).0.is_some());
     assert!(writer.delete(&key).unwrap());
@@ -250,11 +244,7 @@ fn put(c: &mut Client, key: &[u8], value: &[u8]) -> OpStats {
 /// same verbs.
 #[test]
 fn a_hinted_put_reads_the_holders_header_with_the_index() {
-    let config = config();
-    let key = key_away_from(&config, 0);
-    let cluster = Cluster::local(config).unwrap();
-    let mut other = cluster.client(1).unwrap();
-    let mut c = cluster.client(0).unwrap();
+    let (_cluster, mut other, mut c, key) = writer_reader_key(config());
     let mut unhinted = None;
     for hinted in [false, true] {
         other.put(&key, b"theirs").unwrap();
@@ -276,11 +266,7 @@ fn a_hinted_put_reads_the_holders_header_with_the_index() {
 /// replaces what the index holds.
 #[test]
 fn a_put_with_a_stale_hint_replaces_the_present_version() {
-    let config = config();
-    let key = key_away_from(&config, 0);
-    let cluster = Cluster::local(config).unwrap();
-    let mut other = cluster.client(1).unwrap();
-    let mut c = cluster.client(0).unwrap();
+    let (_cluster, mut other, mut c, key) = writer_reader_key(config());
     other.put(&key, b"1").unwrap();
     assert!(get(&mut c, &key).0.is_some());
     other.put(&key, b"2").unwrap();

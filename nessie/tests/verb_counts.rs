@@ -3,6 +3,9 @@
 //! With one key in an otherwise empty store no filter bits can match by
 //! accident, so every count below is exact.
 
+mod common;
+
+use common::key_away_from;
 use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, VerbCounts};
 use nessie::index::KeyHasher;
 use nessie::layout::region;
@@ -58,18 +61,6 @@ fn config(optimizations: Optimizations) -> Config {
         optimizations,
         ..Config::default()
     }
-}
-
-/// A key whose three candidates are all on nodes other than `not_on`.
-fn key_away_from(config: &Config, not_on: usize) -> Vec<u8> {
-    let h = KeyHasher::new(config);
-    (0..)
-        .map(|i| format!("key-{i}").into_bytes())
-        .find(|k| {
-            let c = h.candidates(k);
-            c.len() == 3 && c.iter().all(|c| c.node != not_on)
-        })
-        .unwrap()
 }
 
 fn delta(after: VerbCounts, before: VerbCounts) -> VerbCounts {

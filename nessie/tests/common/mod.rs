@@ -1,7 +1,9 @@
-//! What the replicated-cluster tests share: waiting out a view change.
+//! What the store's tests share: waiting out a view change, and keys whose
+//! candidates avoid a node.
 #![allow(dead_code, reason = "each test binary uses a part")]
 
-use nessie::{Client, Error};
+use nessie::index::KeyHasher;
+use nessie::{Client, Config, Error};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -35,4 +37,16 @@ pub(crate) fn all_served(clients: &mut [Client], model: &HashMap<String, Vec<u8>
             assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
         }
     }
+}
+
+/// The first key `key-{i}` with three candidates, none on node `not_on`.
+pub(crate) fn key_away_from(config: &Config, not_on: usize) -> Vec<u8> {
+    let h = KeyHasher::new(config);
+    (0..)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let c = h.candidates(k);
+            c.len() == 3 && c.iter().all(|c| c.node != not_on)
+        })
+        .expect("some key avoids the node")
 }
