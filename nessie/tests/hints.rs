@@ -8,7 +8,7 @@ use common::key_away_from;
 use nessie::clock::{Clock, WallClock};
 use nessie::data::dte_addr;
 use nessie::index::KeyHasher;
-use nessie::layout::{dte, Ite, IteKind};
+use nessie::layout::{dte, Ite, IteKind, SlotRef};
 use nessie::{Client, Cluster, Config, OpStats, Optimizations};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +37,23 @@ fn writer_reader_key(config: Config) -> (Cluster, Client, Client, Vec<u8>) {
     let writer = cluster.client(1).unwrap();
     let reader = cluster.client(0).unwrap();
     (cluster, writer, reader, key)
+}
+
+/// The entry the first occupied candidate of `key` names now.
+fn linked_entry(cluster: &Cluster, config: &Config, key: &[u8]) -> SlotRef {
+    let fabric = cluster.fabric();
+    KeyHasher::new(config)
+        .candidates(key)
+        .iter()
+        .find_map(|c| {
+            let mut w = [0u8; 8];
+            fabric.read(c.addr(), &mut w).unwrap();
+            match Ite(u64::from_le_bytes(w)).kind() {
+                IteKind::Occupied { dte, .. } => Some(dte),
+                _ => None,
+            }
+        })
+        .unwrap()
 }
 
 /// What one GET by `c` of `key` answered and cost.
@@ -194,18 +211,7 @@ fn a_hint_older_than_the_expiry_has_its_answer_verified() {
 
     // Rot the first word of the value in place.
     let fabric = cluster.fabric();
-    let at = KeyHasher::new(&config)
-        .candidates(&key)
-        .iter()
-        .find_map(|c| {
-            let mut w = [0u8; 8];
-            fabric.read(c.addr(), &mut w).unwrap();
-            match Ite(u64::from_le_bytes(w)).kind() {
-                IteKind::Occupied { dte, .. } => Some(dte),
-                _ => None,
-            }
-        })
-        .unwrap();
+    let at = linked_entry(&cluster, &config, &key);
     let slot = config.class_slot_bytes(usize::from(at.class));
     let value_at = dte_addr(at, slot).add(dte::value_offset(key.len()) as u64);
     let mut word = [0u8; 8];
@@ -420,21 +426,7 @@ fn a_hinted_slot_reused_since_is_a_miss() {
         let mut reader = cluster.client(0).unwrap();
         writer.put(&key, b"1").unwrap();
         let fabric = cluster.fabric();
-        let ite_of = || {
-            KeyHasher::new(&config)
-                .candidates(&key)
-                .iter()
-                .find_map(|c| {
-                    let mut w = [0u8; 8];
-                    fabric.read(c.addr(), &mut w).unwrap();
-                    match Ite(u64::from_le_bytes(w)).kind() {
-                        IteKind::Occupied { dte, .. } => Some(dte),
-                        _ => None,
-                    }
-                })
-                .unwrap()
-        };
-        let first = ite_of();
+        let first = linked_entry(&cluster, &config, &key);
         assert!(get(&mut reader, &key).0.is_some());
         writer.put(&key, b"2").unwrap();
         // A reuse would overwrite the old entry's state word with the next
