@@ -116,6 +116,12 @@ impl Ctx<'_> {
         let read_at = hinted
             .as_ref()
             .and_then(|(ite, _)| slots.iter().position(|&i| ites[i] == *ite));
+        // A hint that holds names an entry of this key, so its ITE value
+        // carries the key's filter bits and is among the reads planned.
+        debug_assert!(
+            hinted.is_none() || read_at.is_some(),
+            "a hinted header stands for a candidate whose ITE holds its value"
+        );
         if let Some(j) = read_at {
             reqs.remove(j);
         }
