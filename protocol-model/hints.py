@@ -36,7 +36,7 @@ usage: python3 hints.py VARIANTS CONFIGS [max_states] [time_limit_s]
 import sys
 
 import rules
-from rules import mc, rbroad
+from rules import mc
 
 
 def choose(x, n):
@@ -170,15 +170,5 @@ VARIANTS = {
 }
 
 
-def run(cname, vname, max_states, time_limit):
-    return rules.run(cname, vname, max_states, time_limit, VARIANTS)
-
-
 if __name__ == '__main__':
-    vs = sys.argv[1].split(',')
-    cs = list(rbroad.CONFIGS) if sys.argv[2] == 'all' else sys.argv[2].split(',')
-    max_states = int(sys.argv[3]) if len(sys.argv) > 3 else 3_000_000
-    time_limit = float(sys.argv[4]) if len(sys.argv) > 4 else 1200
-    for c in cs:
-        for v in vs:
-            print(run(c, v, max_states, time_limit), flush=True)
+    rules.main(sys.argv, VARIANTS)

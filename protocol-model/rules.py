@@ -220,11 +220,16 @@ def run(cname, vname, max_states, time_limit, variants=None):
     return buf.getvalue()
 
 
-if __name__ == '__main__':
-    vs = sys.argv[1].split(',')
-    cs = list(rbroad.CONFIGS) if sys.argv[2] == 'all' else sys.argv[2].split(',')
-    max_states = int(sys.argv[3]) if len(sys.argv) > 3 else 3_000_000
-    time_limit = float(sys.argv[4]) if len(sys.argv) > 4 else 1200
+def main(argv, variants=None):
+    """The command line: VARIANTS CONFIGS [max_states] [time_limit_s]."""
+    vs = argv[1].split(',')
+    cs = list(rbroad.CONFIGS) if argv[2] == 'all' else argv[2].split(',')
+    max_states = int(argv[3]) if len(argv) > 3 else 3_000_000
+    time_limit = float(argv[4]) if len(argv) > 4 else 1200
     for c in cs:
         for v in vs:
-            print(run(c, v, max_states, time_limit), flush=True)
+            print(run(c, v, max_states, time_limit, variants), flush=True)
+
+
+if __name__ == '__main__':
+    main(sys.argv)

@@ -188,6 +188,15 @@ impl Clock for Leaping {
     }
 }
 
+/// One [`Leaping`] clock for each of `nodes` nodes, all the same.
+fn leaping_clocks(nodes: usize) -> (Arc<Leaping>, Vec<Arc<dyn Clock>>) {
+    let leap = Arc::new(Leaping::default());
+    let clocks = (0..nodes)
+        .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
+        .collect();
+    (leap, clocks)
+}
+
 /// A value that rots in memory is answered unverified through a hint seen
 /// within an expiry (as by any fresh read under `AfterStall`), and verified
 /// through an older one: the generation may have come round since.
@@ -196,10 +205,7 @@ fn a_hint_older_than_the_expiry_has_its_answer_verified() {
     let config = config();
     let key = key_away_from(&config, 0);
     let expiry = config.expiry;
-    let leap = Arc::new(Leaping::default());
-    let clocks = (0..config.nodes)
-        .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
-        .collect();
+    let (leap, clocks) = leaping_clocks(config.nodes);
     let cluster = Cluster::builder(config.clone())
         .clocks(clocks)
         .build()
@@ -322,82 +328,30 @@ fn a_cached_entry_is_not_read_through_its_hint() {
     assert_eq!(cached.verbs.reads, 3, "the ITE batch alone");
 }
 
-/// A fabric whose next READ of a data region, once armed, first moves
-/// the cluster's clocks `leap` forward: a batch that took that long.
-#[derive(Debug)]
-struct SlowDataRead {
-    inner: Arc<dyn nessie::fabric::Fabric>,
-    clock: Arc<Leaping>,
-    leap: u64,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl nessie::fabric::Fabric for SlowDataRead {
-    fn nodes(&self) -> usize {
-        self.inner.nodes()
-    }
-    fn fence_node(&self, node: usize) {
-        self.inner.fence_node(node);
-    }
-    fn readmit_node(&self, node: usize) {
-        self.inner.readmit_node(node);
-    }
-    fn region_len(
-        &self,
-        node: nessie::fabric::NodeId,
-        region: nessie::fabric::RegionId,
-    ) -> Option<u64> {
-        self.inner.region_len(node, region)
-    }
-    fn read(
-        &self,
-        addr: nessie::fabric::RemoteAddr,
-        buf: &mut [u8],
-    ) -> Result<(), nessie::fabric::FabricError> {
-        if addr.region != nessie::layout::region::INDEX && self.armed.swap(false, Ordering::SeqCst)
-        {
-            self.clock.0.fetch_add(self.leap, Ordering::SeqCst);
-        }
-        self.inner.read(addr, buf)
-    }
-    fn write(
-        &self,
-        addr: nessie::fabric::RemoteAddr,
-        data: &[u8],
-    ) -> Result<(), nessie::fabric::FabricError> {
-        self.inner.write(addr, data)
-    }
-    fn cas(
-        &self,
-        addr: nessie::fabric::RemoteAddr,
-        expected: u64,
-        new: u64,
-    ) -> Result<u64, nessie::fabric::FabricError> {
-        self.inner.cas(addr, expected, new)
-    }
-}
-
 /// A hinted batch that took half the expiry or more is not used: a
 /// generation could have come round between its two reads.
 #[test]
 fn a_batch_slower_than_half_the_expiry_is_not_used() {
     let config = config();
     let key = key_away_from(&config, 0);
-    let leap = Arc::new(Leaping::default());
+    let (leap, clocks) = leaping_clocks(config.nodes);
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let clocks = (0..config.nodes)
-        .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
-        .collect();
     let (clock, arm) = (Arc::clone(&leap), Arc::clone(&armed));
     let half = config.expiry.as_micros() as u64 / 2;
+    // Once armed, the next READ of a data region first moves the clocks
+    // half an expiry forward: a batch that took that long.
+    let before_read: common::Hook = Box::new(move |addr| {
+        if addr.region != nessie::layout::region::INDEX && arm.swap(false, Ordering::SeqCst) {
+            clock.0.fetch_add(half, Ordering::SeqCst);
+        }
+    });
     let cluster = Cluster::builder(config)
         .clocks(clocks)
         .wrap_fabric(move |inner| {
-            Arc::new(SlowDataRead {
+            Arc::new(common::Hooked {
                 inner,
-                clock,
-                leap: half,
-                armed: arm,
+                before_read,
+                before_cas: common::Hooked::none(),
             })
         })
         .build()

@@ -6,52 +6,12 @@
 mod common;
 
 use common::key_away_from;
-use nessie::fabric::{Fabric, FabricError, NodeId, RegionId, RemoteAddr, VerbCounts};
+use nessie::fabric::VerbCounts;
 use nessie::index::KeyHasher;
 use nessie::layout::region;
 use nessie::{Cluster, Config, Optimizations, Placement};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Counts verbs on index regions, on top of what `Endpoint` counts.
-#[derive(Debug)]
-struct IndexVerbs {
-    inner: Arc<dyn Fabric>,
-    reads: Arc<AtomicU64>,
-    cas: Arc<AtomicU64>,
-}
-
-impl Fabric for IndexVerbs {
-    fn nodes(&self) -> usize {
-        self.inner.nodes()
-    }
-
-    fn fence_node(&self, node: usize) {
-        self.inner.fence_node(node);
-    }
-
-    fn readmit_node(&self, node: usize) {
-        self.inner.readmit_node(node);
-    }
-    fn region_len(&self, node: NodeId, region: RegionId) -> Option<u64> {
-        self.inner.region_len(node, region)
-    }
-    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
-        if addr.region == region::INDEX {
-            self.reads.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.read(addr, buf)
-    }
-    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
-        self.inner.write(addr, data)
-    }
-    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
-        if addr.region == region::INDEX {
-            self.cas.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.cas(addr, expected, new)
-    }
-}
 
 fn config(optimizations: Optimizations) -> Config {
     Config {
@@ -132,13 +92,22 @@ fn with_every_switch_off_a_put_follows_the_papers_sequential_protocol() {
     let key = key_away_from(&config, 0);
     let reads = Arc::new(AtomicU64::new(0));
     let cas = Arc::new(AtomicU64::new(0));
-    let (r2, c2) = (Arc::clone(&reads), Arc::clone(&cas));
+    // Counts verbs on index regions, on top of what `Endpoint` counts.
+    let count_on_index = |n: &Arc<AtomicU64>| -> common::Hook {
+        let n = Arc::clone(n);
+        Box::new(move |addr| {
+            if addr.region == region::INDEX {
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let (before_read, before_cas) = (count_on_index(&reads), count_on_index(&cas));
     let cluster = Cluster::builder(config)
         .wrap_fabric(move |inner| {
-            Arc::new(IndexVerbs {
+            Arc::new(common::Hooked {
                 inner,
-                reads: r2,
-                cas: c2,
+                before_read,
+                before_cas,
             })
         })
         .build()

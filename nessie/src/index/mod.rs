@@ -156,7 +156,7 @@ impl KeyHasher {
     /// The key's filter bits (only the configured number are set).
     #[must_use]
     pub fn filter(&self, key: &[u8]) -> u8 {
-        (XxHash3_64::oneshot_with_seed(FILTER_SEED, key) as u8) & self.filter_mask
+        self.filter_and_hint_key(key).0
     }
 
     /// The key's filter bits and the 64-bit hash they are cut from, which

@@ -145,7 +145,6 @@ impl Ctx<'_> {
                         self.retry(Retry::Changed)?;
                         continue;
                     }
-                    self.op.decided_by = None;
                     false
                 }
             };
