@@ -261,6 +261,13 @@ impl Endpoint {
         self.fabric.enforces_land_by()
     }
 
+    /// Whether a node's verbs of one batch keep their order (see
+    /// [`Fabric::keeps_batch_order`]).
+    #[must_use]
+    pub fn keeps_batch_order(&self) -> bool {
+        self.fabric.keeps_batch_order()
+    }
+
     /// Posts a batch (one round trip however many verbs, if any is remote).
     ///
     /// # Errors

@@ -388,6 +388,16 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         true
     }
 
+    /// Whether the verbs of one batch bound for one node take effect there
+    /// in batch order, so that a READ placed after a CAS in a batch sees
+    /// that CAS's effect (a PUT's reverse pass then rides in its link's
+    /// batch: docs/design.md#put). Verbs bound for different nodes stay
+    /// unordered. The default says no: a backend whose `post` issues a
+    /// node's verbs together (RDMA queue pairs, without fences) must.
+    fn keeps_batch_order(&self) -> bool {
+        false
+    }
+
     /// Closes (or opens) this node's own memory: while closed, every verb
     /// to it, a peer's or this process's, is refused with
     /// [`FabricError::Lost`] (over `tcp`, a peer sees a refusal). A
@@ -427,7 +437,8 @@ pub trait Fabric: Send + Sync + fmt::Debug {
 
     /// Posts every verb of `batch` at once and waits for all completions.
     /// Verbs of one batch may complete in any order; do not batch verbs that
-    /// depend on each other.
+    /// depend on each other, except a node's verbs where
+    /// [`Fabric::keeps_batch_order`] says they keep their order.
     ///
     /// # Errors
     /// The first verb that failed; the others may or may not have executed.

@@ -632,6 +632,11 @@ macro_rules! impl_fabric_for_memory_map {
                 self.memory_map().post(batch)
             }
 
+            fn keeps_batch_order(&self) -> bool {
+                // `MemoryMap::post` runs a batch's verbs one after another.
+                true
+            }
+
             fn write(
                 &self,
                 addr: $crate::RemoteAddr,

@@ -487,6 +487,13 @@ impl Fabric for TcpFabric {
         true
     }
 
+    fn keeps_batch_order(&self) -> bool {
+        // A node's verbs of a batch go, in batch order, in frames on one
+        // connection, whose worker executes them one after another; this
+        // node's own run in order too.
+        true
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
         self.post_land_by(batch, 0)
     }

@@ -410,6 +410,12 @@ impl Fabric for SimFabric {
         self.land_by
     }
 
+    fn keeps_batch_order(&self) -> bool {
+        // `post_in` runs a batch's verbs one by one, each a scheduling
+        // point: other threads' steps interleave, the order holds.
+        true
+    }
+
     fn yield_point(&self) {
         self.sched.point(PointInfo::pause());
     }

@@ -34,7 +34,9 @@
 //!   either way, and sees the word as the little-endian `u64` that READ and
 //!   WRITE move;
 //! * [`Fabric::post`] executes every verb of a batch, writing READ results
-//!   into their buffers and CAS results into `old`;
+//!   into their buffers and CAS results into `old`; where the backend says
+//!   it [keeps a node's verbs in batch order](Fabric::keeps_batch_order),
+//!   they take effect in that order;
 //! * out-of-bounds, misaligned, unknown-node and unknown-region verbs fail
 //!   with the matching [`FabricError`] variant, carrying the verb's
 //!   coordinates, and change nothing;
@@ -51,10 +53,12 @@ mod concurrency;
 mod counts;
 mod errors;
 pub mod hostile;
+mod order;
 
 pub use concurrency::{check_concurrent_cas, check_word_atomicity};
 pub use counts::check_endpoint_counts;
 pub use errors::check_errors;
+pub use order::check_batch_order;
 
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -558,6 +562,7 @@ pub fn run_all(make: Factory<'_>) {
     check_prefault(make);
     check_cas(make);
     check_batches(make);
+    check_batch_order(make);
     check_errors(make);
     check_concurrent_cas(make, 4, 2_000);
     check_word_atomicity(make, 2_000);
@@ -590,6 +595,7 @@ macro_rules! fabric_conformance_tests {
             prefaulting_own_memory_changes_nothing: $crate::conformance::check_prefault;
             cas_swaps_only_on_a_match_and_returns_the_old_value: $crate::conformance::check_cas;
             batches_execute_every_verb_and_write_results_back: $crate::conformance::check_batches;
+            a_nodes_verbs_keep_their_batch_order_where_promised: $crate::conformance::check_batch_order;
             bad_verbs_fail_with_their_own_error_and_change_nothing: $crate::conformance::check_errors;
             concurrent_cas_increments_lose_nothing:
                 |make| $crate::conformance::check_concurrent_cas(make, $threads, $per_thread);

@@ -5,10 +5,12 @@
 use super::Ctx;
 use crate::data::SlotUse;
 use crate::fabric::{FabricError, RemoteAddr, Verb};
+use crate::index::{Candidate, PerCandidate, MAX_HASHES};
 use crate::layout::dte::{self, DteHeader, DteState, DteStatus};
 use crate::layout::{Ite, SlotRef};
 use crate::replica::PerReplica;
 use crate::Error;
+use smallvec::{smallvec, SmallVec};
 
 /// How a CAS that links a fresh DTE into an ITE ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +70,74 @@ impl Ctx<'_> {
         new: Ite,
         mine: SlotRef,
     ) -> Result<Linked, Error> {
+        self.check_linkable(new, mine);
+        let outcome = self.gate.cas(at, expected.0, new.0);
+        self.settle_link(outcome, true, (at, expected, new, mine))
+            .map(|linked| if linked { Linked::Yes } else { Linked::Lost })
+    }
+
+    /// [`Ctx::link`] with the reverse pass riding in its batch: the READs
+    /// of the candidates on the link's node follow its CAS there, which a
+    /// fabric that keeps a node's verbs in batch order executes after the
+    /// CAS; the other candidates are read once the CAS has returned
+    /// (docs/design.md#put, step 7). Returns the reverse pass's ITEs once
+    /// linked, `None` when the link lost.
+    ///
+    /// # Errors
+    /// As [`Ctx::link`], except that any fabric error leaves `mine` in
+    /// doubt: it may be a READ's, after the CAS took effect.
+    pub(crate) fn link_and_reread(
+        &mut self,
+        cands: &[Candidate],
+        at: RemoteAddr,
+        (expected, new): (Ite, Ite),
+        mine: SlotRef,
+    ) -> Result<Option<PerCandidate<Ite>>, Error> {
+        debug_assert!(
+            self.gate.keeps_batch_order(),
+            "a READ rides after a CAS only where a node's verbs keep their order"
+        );
+        self.check_linkable(new, mine);
+        let mut words = [[0u8; 8]; MAX_HASHES];
+        let words = &mut words[..cands.len()];
+        let outcome = {
+            let mut batch: SmallVec<[Verb<'_>; 4]> = smallvec![Verb::Cas {
+                addr: at,
+                expected: expected.0,
+                new: new.0,
+                old: 0,
+            }];
+            batch.extend(
+                cands
+                    .iter()
+                    .zip(words.iter_mut())
+                    .filter(|(c, _)| c.addr().node == at.node)
+                    .map(|(c, w)| Verb::Read {
+                        addr: c.addr(),
+                        buf: &mut w[..],
+                    }),
+            );
+            self.gate.cas_batch(&mut batch).map(|()| match batch[0] {
+                Verb::Cas { old, .. } => old,
+                _ => unreachable!("the batch starts with the link's CAS"),
+            })
+        };
+        if !self.settle_link(outcome, false, (at, expected, new, mine))? {
+            return Ok(None);
+        }
+        let others = cands
+            .iter()
+            .zip(words.iter_mut())
+            .filter(|(c, _)| c.addr().node != at.node)
+            .map(|(c, w)| (c.addr(), &mut w[..]));
+        self.gate.read_batch(others)?;
+        Ok(Some(
+            words.iter().map(|w| Ite(u64::from_le_bytes(*w))).collect(),
+        ))
+    }
+
+    /// What a fresh DTE must be to be linked by this client.
+    fn check_linkable(&self, new: Ite, mine: SlotRef) {
         let data = self.env.data;
         debug_assert_eq!(
             usize::from(mine.node),
@@ -84,21 +154,36 @@ impl Ctx<'_> {
         // that took (or may have taken) effect counts.
         #[cfg(debug_assertions)]
         debug_assert!(!self.op.linked.contains(&mine), "an entry is linked once");
-        match self.gate.cas(at, expected.0, new.0) {
+    }
+
+    /// Settles `mine` after the CAS of `at` from `expected` to `new`, which
+    /// links it, returned `outcome` (the word's old value): true once
+    /// linked. A CAS that lost or
+    /// was refused frees `mine`; so does a fabric error that says the CAS
+    /// did not execute, where `cas_alone` (no other verb could have
+    /// failed instead); any other error leaves `mine` to the recycler.
+    fn settle_link(
+        &mut self,
+        outcome: Result<u64, Error>,
+        cas_alone: bool,
+        (at, expected, new, mine): (RemoteAddr, Ite, Ite, SlotRef),
+    ) -> Result<bool, Error> {
+        let data = self.env.data;
+        match outcome {
             Ok(old) if old == expected.0 => {
                 #[cfg(debug_assertions)]
                 self.op.linked.push(mine);
-                Ok(Linked::Yes)
+                Ok(true)
             }
             Ok(_) => {
                 data.release_unpublished(mine);
-                Ok(Linked::Lost)
+                Ok(false)
             }
             Err(Error::Timeout) => {
                 data.release_unpublished(mine);
                 Err(Error::Timeout)
             }
-            Err(Error::Fabric(e)) if !e.may_have_executed() => {
+            Err(Error::Fabric(e)) if cas_alone && !e.may_have_executed() => {
                 data.release_unpublished(mine);
                 Err(Error::Fabric(e))
             }

@@ -79,6 +79,12 @@ impl<'a> Gate<'a> {
         self.ep.fabric().remote_reads_cost_more()
     }
 
+    /// Whether a node's verbs of one batch take effect in batch order (see
+    /// [`crate::fabric::Fabric::keeps_batch_order`]).
+    pub(crate) fn keeps_batch_order(&self) -> bool {
+        self.ep.keeps_batch_order()
+    }
+
     /// Whether the DTE cache keeps entries of `node` (docs/design.md#cache):
     /// with the cache on, those of other nodes, where reading them costs
     /// more than reading one's own.
@@ -227,9 +233,11 @@ impl<'a> Gate<'a> {
     }
 
     /// CASes posted as one batch (a mirror's share of a step: one CAS per
-    /// mirror), with READs that do not depend on them if any, under the
-    /// same deadline check and land-by time as [`Gate::cas`]; each CAS's
-    /// `old` holds what its word held.
+    /// mirror, or a link with the READs of its reverse pass), with READs
+    /// that do not depend on them, or that follow them on their node where
+    /// [`Gate::keeps_batch_order`], under the same deadline check and
+    /// land-by time as [`Gate::cas`]; each CAS's `old` holds what its word
+    /// held.
     pub(crate) fn cas_batch(&mut self, batch: &mut [Verb<'_>]) -> Result<(), Error> {
         debug_assert!(
             batch.iter().all(|v| !matches!(v, Verb::Write { .. })),

@@ -247,9 +247,18 @@ impl Ctx<'_> {
         let state = DteState::new(mine.generation, key_len, value_len, tombstone, false);
         let published = Ite::occupied(mine, filter);
         let slot = cands[target].addr();
-        if self.link(slot, replaced, published, mine)? == Linked::Lost {
+        // With no duplicate to clear in between, the reverse pass may ride
+        // in the link's batch (docs/design.md#put, step 7).
+        let reread = if self.reverse_pass_rides_link(plan.duplicates.is_empty()) {
+            match self.link_and_reread(cands, slot, (replaced, published), mine)? {
+                Some(ites) => Some(ites),
+                None => return Ok(Step::Again(Retry::CasFailed)),
+            }
+        } else if self.link(slot, replaced, published, mine)? == Linked::Lost {
             return Ok(Step::Again(Retry::CasFailed));
-        }
+        } else {
+            None
+        };
         // Clear the key's other copies; the reverse pass expects them gone.
         // Whoever wins a clear stages what it cleared, whatever happens to
         // this write later (one stager per incarnation).
@@ -273,7 +282,11 @@ impl Ctx<'_> {
             }
         }
         // The reverse pass carries the link's sync to the mirrors.
-        if self.reverse_pass_syncing(cands, (slot, replaced.0, published.0))? != expected {
+        let reverse = match reread {
+            Some(ites) => ites,
+            None => self.reverse_pass_syncing(cands, (slot, replaced.0, published.0))?,
+        };
+        if reverse != expected {
             // Someone changed a candidate meanwhile: abort and put back the
             // value we replaced. A helper may have done either step already.
             self.undo_own(mine, state, slot, published.0, replaced.0)?;

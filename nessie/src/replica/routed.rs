@@ -118,6 +118,11 @@ impl Fabric for RoutedFabric {
         self.inner.remote_reads_cost_more()
     }
 
+    fn keeps_batch_order(&self) -> bool {
+        // Routing rewrites addresses in place and posts the batch as given.
+        self.inner.keeps_batch_order()
+    }
+
     fn close_own_memory(&self, closed: bool) {
         self.inner.close_own_memory(closed);
     }

@@ -82,6 +82,11 @@ impl std::fmt::Debug for Hooked {
 }
 
 impl Fabric for Hooked {
+    fn keeps_batch_order(&self) -> bool {
+        // The default `post` runs a batch's verbs one by one, in order.
+        true
+    }
+
     fn nodes(&self) -> usize {
         self.inner.nodes()
     }
