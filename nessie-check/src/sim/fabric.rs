@@ -221,21 +221,38 @@ impl SimFabric {
     }
 
     /// A batch, verb by verb (each a yield point), its CASes all posted in
-    /// the view current when the batch was.
+    /// the view current when the batch was. A batch holding a CAS runs its
+    /// verbs to different nodes in an order drawn by the scheduler
+    /// ([`Scheduler::batch_order`]): a verb that relies on another node's
+    /// CAS of its batch is caught.
     fn post_in(&self, batch: &mut [Verb<'_>], land_by: Option<u64>) -> Result<(), FabricError> {
         let posted_in = self.sched.view_epoch();
-        batch.iter_mut().try_for_each(|verb| match verb {
-            Verb::Cas {
-                addr,
-                expected,
-                new,
-                old,
-            } => {
-                *old = self.do_cas(*addr, *expected, *new, land_by, posted_in)?;
-                Ok(())
+        let is_cas = |v: &Verb<'_>| matches!(v, Verb::Cas { .. });
+        let order: Vec<usize> = if batch.iter().any(is_cas) {
+            let nodes: Vec<NodeId> = batch.iter().map(|v| v.addr().node).collect();
+            self.sched.batch_order(&nodes)
+        } else {
+            (0..batch.len()).collect()
+        };
+        let last_cas = order.iter().rposition(|&i| is_cas(&batch[i]));
+        let result = order.iter().enumerate().try_for_each(|(k, &i)| {
+            self.sched
+                .set_ahead_of_cas(last_cas.is_some_and(|l| k < l) && !is_cas(&batch[i]));
+            match &mut batch[i] {
+                Verb::Cas {
+                    addr,
+                    expected,
+                    new,
+                    old,
+                } => {
+                    *old = self.do_cas(*addr, *expected, *new, land_by, posted_in)?;
+                    Ok(())
+                }
+                other => other.execute_on(self),
             }
-            other => other.execute_on(self),
-        })
+        });
+        self.sched.set_ahead_of_cas(false);
+        result
     }
 
     fn inflight(&self) -> MutexGuard<'_, (u64, Vec<Inflight>)> {

@@ -2,11 +2,13 @@
 
 use super::scheduler::{Run, Scheduler, State};
 use super::{Crashed, Point, PointInfo, Role, SIM_ID};
+use nessie::fabric::NodeId;
 use nessie::layout::dte::DteState;
 use nessie::layout::region;
 use nessie::layout::Ite;
 use rand::Rng;
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::MutexGuard;
 
 /// Fault injection settings (probabilities per yield point or verb).
@@ -287,6 +289,11 @@ impl Scheduler {
 
     /// How long thread `me` stalls at this point (µs; 0: not at all).
     fn draw_stall(s: &mut State, me: usize, info: &PointInfo, critical: bool) -> u64 {
+        if s.ahead_of_cas[me] {
+            // A stall here would delay the CAS past the landing bound, which
+            // every fabric assumes or enforces; the CAS's own point stalls.
+            return 0;
+        }
         let f = s.faults;
         let client = s.roles[me] == Role::Client;
         let at = s.points[me];
@@ -361,6 +368,47 @@ impl Scheduler {
             let max = f.clock_offset_max_us as i64;
             s.offsets[node] = s.rng.gen_range(-max..=max);
             s.counts.clock_steps += 1;
+        }
+    }
+
+    /// The order in which a batch whose verbs target `nodes` runs them:
+    /// each node's in batch order (all that
+    /// [`Fabric::keeps_batch_order`](nessie::fabric::Fabric::keeps_batch_order)
+    /// promises), the nodes' interleaved at random, as replies from several
+    /// peers arrive; batch order in scripted runs. While the caller runs
+    /// verbs ahead of a CAS of the batch it says so
+    /// ([`Scheduler::set_ahead_of_cas`]): they draw no stall, since on every
+    /// fabric the time from a CAS's deadline check to its landing is bounded
+    /// (docs/design.md#the-landing-bound), and the CAS's own point stalls
+    /// within that bound.
+    pub(super) fn batch_order(&self, nodes: &[NodeId]) -> Vec<usize> {
+        let mut s = self.lock();
+        if s.scripted {
+            return (0..nodes.len()).collect();
+        }
+        let mut queues: Vec<(NodeId, VecDeque<usize>)> = Vec::new();
+        for (i, &node) in nodes.iter().enumerate() {
+            match queues.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, q)) => q.push_back(i),
+                None => queues.push((node, VecDeque::from([i]))),
+            }
+        }
+        let mut order = Vec::with_capacity(nodes.len());
+        while !queues.is_empty() {
+            let q = s.order_rng.gen_range(0..queues.len());
+            order.extend(queues[q].1.pop_front());
+            if queues[q].1.is_empty() {
+                queues.swap_remove(q);
+            }
+        }
+        order
+    }
+
+    /// Whether the calling thread runs verbs of a batch ahead of one of its
+    /// CASes (see [`Scheduler::batch_order`]).
+    pub(super) fn set_ahead_of_cas(&self, ahead: bool) {
+        if let Some(me) = SIM_ID.with(Cell::get) {
+            self.lock().ahead_of_cas[me] = ahead;
         }
     }
 

@@ -22,6 +22,9 @@ pub(super) enum Run {
 
 pub(super) struct State {
     pub(super) rng: StdRng,
+    /// Draws the order of batches' verbs across nodes, apart from `rng`, so
+    /// that adding those draws moved no other choice of a seed.
+    pub(super) order_rng: StdRng,
     pub(super) now: u64,
     pub(super) current: Option<usize>,
     pub(super) threads: Vec<Run>,
@@ -38,6 +41,9 @@ pub(super) struct State {
     pub(super) priorities: Option<Vec<u32>>,
     /// Per thread: verbs left in its window after reading critical state.
     pub(super) hot: Vec<u32>,
+    /// Per thread: running verbs of a batch ahead of a CAS of that batch,
+    /// where no stall is drawn (see [`Scheduler::batch_order`]).
+    pub(super) ahead_of_cas: Vec<bool>,
     /// Scripted mode: a driver thread decides who runs and until when.
     pub(super) scripted: bool,
     pub(super) stop: Vec<Option<StopAt>>,
@@ -69,6 +75,9 @@ impl std::fmt::Debug for State {
             .finish_non_exhaustive()
     }
 }
+
+/// Mixed into a seed for [`State::order_rng`].
+const ORDER_STREAM: u64 = 0x6f72_6465_725f_7631;
 
 /// The seeded scheduler and virtual clock of one simulation run.
 #[derive(Debug)]
@@ -109,6 +118,7 @@ impl Scheduler {
         Arc::new(Scheduler {
             state: Mutex::new(State {
                 rng,
+                order_rng: StdRng::seed_from_u64(seed ^ ORDER_STREAM),
                 now: start_us,
                 current: None,
                 threads: vec![Run::Absent; threads],
@@ -120,6 +130,7 @@ impl Scheduler {
                 max_steps,
                 priorities,
                 hot: vec![0; threads],
+                ahead_of_cas: vec![false; threads],
                 scripted: false,
                 stop: (0..threads).map(|_| None).collect(),
                 crash: vec![false; threads],
@@ -347,6 +358,8 @@ impl Scheduler {
         let mut s = self.lock();
         s.threads[me] = Run::Ready;
         s.roles[me] = role;
+        // A thread that crashed inside a batch left its flag behind.
+        s.ahead_of_cas[me] = false;
         self.turn.notify_all();
         drop(self.wait_turn(s, me));
         self.crash_if_told(me);

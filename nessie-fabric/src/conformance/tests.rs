@@ -16,6 +16,9 @@ enum Fault {
     WritesSkipLastWord,
     /// Every seventh CAS reports success without storing.
     CasLosesSomeStores,
+    /// Says it keeps a node's verbs in batch order, and runs a batch last
+    /// verb first.
+    PostRunsBackwards,
 }
 
 #[derive(Debug)]
@@ -73,7 +76,17 @@ impl Fabric for Faulty {
         }
     }
 
+    fn keeps_batch_order(&self) -> bool {
+        self.fault == Fault::PostRunsBackwards || self.inner.keeps_batch_order()
+    }
+
     fn post(&self, batch: &mut [Verb<'_>]) -> Result<(), FabricError> {
+        if self.fault == Fault::PostRunsBackwards {
+            return batch
+                .iter_mut()
+                .rev()
+                .try_for_each(|v| self.inner.post(std::slice::from_mut(v)));
+        }
         if self.fault != Fault::PostDropsResults {
             return self.inner.post(batch);
         }
@@ -119,6 +132,7 @@ fn each_check_catches_its_fault() {
     assert!(fails(Fault::CasReturnsNew, check_cas));
     assert!(fails(Fault::CasIgnoresExpected, check_cas));
     assert!(fails(Fault::PostDropsResults, check_batches));
+    assert!(fails(Fault::PostRunsBackwards, check_batch_order));
     assert!(fails(Fault::MisalignedAsOutOfBounds, check_errors));
     assert!(fails(Fault::WritesSkipLastWord, check_read_write));
 }

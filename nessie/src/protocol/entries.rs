@@ -98,6 +98,8 @@ impl Ctx<'_> {
             "a READ rides after a CAS only where a node's verbs keep their order"
         );
         self.check_linkable(new, mine);
+        // Only a READ to the CAS's node is ordered after it.
+        let rides = |c: &Candidate| c.addr().node == at.node;
         let mut words = [[0u8; 8]; MAX_HASHES];
         let words = &mut words[..cands.len()];
         let outcome = {
@@ -111,7 +113,7 @@ impl Ctx<'_> {
                 cands
                     .iter()
                     .zip(words.iter_mut())
-                    .filter(|(c, _)| c.addr().node == at.node)
+                    .filter(|(c, _)| rides(c))
                     .map(|(c, w)| Verb::Read {
                         addr: c.addr(),
                         buf: &mut w[..],
@@ -128,7 +130,7 @@ impl Ctx<'_> {
         let others = cands
             .iter()
             .zip(words.iter_mut())
-            .filter(|(c, _)| c.addr().node != at.node)
+            .filter(|(c, _)| !rides(c))
             .map(|(c, w)| (c.addr(), &mut w[..]));
         self.gate.read_batch(others)?;
         Ok(Some(
