@@ -3,7 +3,7 @@
 # once its fix is undone, and each hand-made mutant (M1 … M3) once applied.
 # For each name (F1 … F5, A1, M1 … M3, default all; or RP2b RP3 RP3b RP4 RP4b
 # RP5o, the replication rules, or RS1 RS2 RS3, the restore's, or H1, the
-# location hints' ITE check,
+# location hints' ITE check, or R1, the reverse pass riding its link,
 # docs/testing-reverts.md#reverted-replication-rules), applies
 # scripts/fix-reverts/<name>.patch to a scratch worktree of HEAD, builds the
 # simulation in release mode, and runs every randomized scenario from seed
