@@ -236,8 +236,7 @@ impl SimFabric {
         };
         let last_cas = order.iter().rposition(|&i| is_cas(&batch[i]));
         let result = order.iter().enumerate().try_for_each(|(k, &i)| {
-            self.sched
-                .set_ahead_of_cas(last_cas.is_some_and(|l| k < l) && !is_cas(&batch[i]));
+            self.sched.set_cas_window(last_cas.is_some_and(|l| k <= l));
             match &mut batch[i] {
                 Verb::Cas {
                     addr,
@@ -251,7 +250,7 @@ impl SimFabric {
                 other => other.execute_on(self),
             }
         });
-        self.sched.set_ahead_of_cas(false);
+        self.sched.set_cas_window(false);
         result
     }
 

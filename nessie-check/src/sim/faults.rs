@@ -287,19 +287,19 @@ impl Scheduler {
                 && s.rng.gen_bool(crash_p))
     }
 
-    /// How long thread `me` stalls at this point (µs; 0: not at all).
+    /// How long thread `me` stalls at this point (µs; 0: not at all). A
+    /// point in a batch at or ahead of one of its CASes stalls as a CAS
+    /// does, and all such points of the batch together stall no longer
+    /// than a CAS may (see [`Scheduler::batch_order`]).
     fn draw_stall(s: &mut State, me: usize, info: &PointInfo, critical: bool) -> u64 {
-        if s.ahead_of_cas[me] {
-            // A stall here would delay the CAS past the landing bound, which
-            // every fabric assumes or enforces; the CAS's own point stalls.
-            return 0;
-        }
         let f = s.faults;
         let client = s.roles[me] == Role::Client;
+        let window = s.cas_window[me];
+        let cas_like = info.kind == Point::Cas || window.is_some();
         let at = s.points[me];
         let mut stall = match f.stall_at {
             // Before a client's CAS, within the landing bound.
-            Some((c, p, len)) if c == me && p == at && info.kind == Point::Cas && client => {
+            Some((c, p, len)) if c == me && p == at && cas_like && client => {
                 if f.cas_stall_max_us > 0 {
                     len.min(f.cas_stall_max_us)
                 } else {
@@ -310,7 +310,7 @@ impl Scheduler {
             _ => 0,
         };
         if stall == 0 && critical && f.critical_stall > 0.0 && s.rng.gen_bool(f.critical_stall) {
-            let max = if info.kind == Point::Cas {
+            let max = if cas_like {
                 f.cas_stall_max_us
             } else {
                 f.stall_max_us
@@ -320,7 +320,7 @@ impl Scheduler {
             s.counts.critical_stalls += 1;
         }
         if stall == 0 && f.stall > 0.0 && s.rng.gen_bool(f.stall) {
-            let max = if info.kind == Point::Cas && client {
+            let max = if cas_like && client {
                 f.cas_stall_max_us
             } else {
                 f.stall_max_us
@@ -332,6 +332,10 @@ impl Scheduler {
             } else {
                 s.rng.gen_range(zombie..=max)
             };
+        }
+        if let (Some(used), true) = (window, client && f.cas_stall_max_us > 0) {
+            stall = stall.min(f.cas_stall_max_us.saturating_sub(used));
+            s.cas_window[me] = Some(used + stall);
         }
         stall
     }
@@ -376,11 +380,11 @@ impl Scheduler {
     /// [`Fabric::keeps_batch_order`](nessie::fabric::Fabric::keeps_batch_order)
     /// promises), the nodes' interleaved at random, as replies from several
     /// peers arrive; batch order in scripted runs. While the caller runs
-    /// verbs ahead of a CAS of the batch it says so
-    /// ([`Scheduler::set_ahead_of_cas`]): they draw no stall, since on every
-    /// fabric the time from a CAS's deadline check to its landing is bounded
-    /// (docs/design.md#the-landing-bound), and the CAS's own point stalls
-    /// within that bound.
+    /// the verbs up to a batch's last CAS it says so
+    /// ([`Scheduler::set_cas_window`]): on every fabric a CAS lands within
+    /// the landing bound of its deadline check
+    /// (docs/design.md#the-landing-bound), so the stalls of those points
+    /// together stay within what one CAS's may be.
     pub(super) fn batch_order(&self, nodes: &[NodeId]) -> Vec<usize> {
         let mut s = self.lock();
         if s.scripted {
@@ -404,11 +408,17 @@ impl Scheduler {
         order
     }
 
-    /// Whether the calling thread runs verbs of a batch ahead of one of its
-    /// CASes (see [`Scheduler::batch_order`]).
-    pub(super) fn set_ahead_of_cas(&self, ahead: bool) {
+    /// Whether the calling thread runs the verbs of a batch up to its last
+    /// CAS (see [`Scheduler::batch_order`]); the stall budget of a window
+    /// starts when it opens.
+    pub(super) fn set_cas_window(&self, open: bool) {
         if let Some(me) = SIM_ID.with(Cell::get) {
-            self.lock().ahead_of_cas[me] = ahead;
+            let mut s = self.lock();
+            s.cas_window[me] = match (open, s.cas_window[me]) {
+                (true, Some(used)) => Some(used),
+                (true, None) => Some(0),
+                (false, _) => None,
+            };
         }
     }
 

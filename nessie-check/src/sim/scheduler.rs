@@ -41,9 +41,9 @@ pub(super) struct State {
     pub(super) priorities: Option<Vec<u32>>,
     /// Per thread: verbs left in its window after reading critical state.
     pub(super) hot: Vec<u32>,
-    /// Per thread: running verbs of a batch ahead of a CAS of that batch,
-    /// where no stall is drawn (see [`Scheduler::batch_order`]).
-    pub(super) ahead_of_cas: Vec<bool>,
+    /// Per thread, while it runs a batch's verbs up to its last CAS: the
+    /// stall they have drawn so far (see [`Scheduler::batch_order`]).
+    pub(super) cas_window: Vec<Option<u64>>,
     /// Scripted mode: a driver thread decides who runs and until when.
     pub(super) scripted: bool,
     pub(super) stop: Vec<Option<StopAt>>,
@@ -130,7 +130,7 @@ impl Scheduler {
                 max_steps,
                 priorities,
                 hot: vec![0; threads],
-                ahead_of_cas: vec![false; threads],
+                cas_window: vec![None; threads],
                 scripted: false,
                 stop: (0..threads).map(|_| None).collect(),
                 crash: vec![false; threads],
@@ -359,7 +359,7 @@ impl Scheduler {
         s.threads[me] = Run::Ready;
         s.roles[me] = role;
         // A thread that crashed inside a batch left its flag behind.
-        s.ahead_of_cas[me] = false;
+        s.cas_window[me] = None;
         self.turn.notify_all();
         drop(self.wait_turn(s, me));
         self.crash_if_told(me);
