@@ -405,6 +405,9 @@ impl Scheduler {
                 queues.swap_remove(q);
             }
         }
+        if order.iter().zip(0..).any(|(&i, k)| i != k) {
+            s.counts.reordered_batches += 1;
+        }
         order
     }
 

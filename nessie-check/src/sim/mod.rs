@@ -168,6 +168,9 @@ pub struct SimCounts {
     pub critical_stalls: u64,
     /// READs and WRITEs executed in pieces.
     pub split_verbs: u64,
+    /// Batches holding a CAS whose verbs ran in another order than posted
+    /// (see [`Scheduler::batch_order`]).
+    pub reordered_batches: u64,
     /// READs into whose range another verb wrote while they were in
     /// progress.
     pub torn_reads: u64,
@@ -223,6 +226,7 @@ impl std::ops::AddAssign for SimCounts {
         self.cas_stalls += o.cas_stalls;
         self.critical_stalls += o.critical_stalls;
         self.split_verbs += o.split_verbs;
+        self.reordered_batches += o.reordered_batches;
         self.torn_reads += o.torn_reads;
         self.transport_errors += o.transport_errors;
         self.clock_steps += o.clock_steps;

@@ -70,7 +70,8 @@ impl SimOutcome {
              recoveries {}, Z1 marker restores {}, CV markers left {}, cache hits {}, \
              hint hits/misses {}/{}, torn retries {}, late CAS {}; slots reclaimed {}, markers cleared/restored by \
              the recycler {}/{}, in-doubt slots freed {}, leaked {}; sim: {} steps, {} crashes, \
-             {} stalls ({} before CAS), {} split verbs, {} torn reads, {} transport errors, \
+             {} stalls ({} before CAS), {} split verbs, {} batches reordered, \
+             {} torn reads, {} transport errors, \
              {} clock steps, {} late CASes refused, {} zombie stalls at critical CASes",
             self.runs,
             self.ops,
@@ -95,6 +96,7 @@ impl SimOutcome {
             s.stalls,
             s.cas_stalls,
             s.split_verbs,
+            s.reordered_batches,
             s.torn_reads,
             s.transport_errors,
             s.clock_steps,
