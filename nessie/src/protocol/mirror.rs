@@ -133,16 +133,18 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Whether a write's reverse pass may ride in its link's batch
+    /// Whether a write's reverse pass rides in its link's batch
     /// ([`Ctx::link_and_reread`], docs/design.md#put, step 7): reads are
-    /// batched, the fabric keeps a node's verbs in batch order, no mirror
-    /// needs the link's sync in the reverse pass's batch, and no duplicate
-    /// is to be cleared between the link and the reverse pass.
+    /// batched, the fabric keeps a node's verbs in batch order and charges
+    /// a round trip for another node's (on `shm` riding saves nothing), no
+    /// mirror needs the link's sync in the reverse pass's batch, and no
+    /// duplicate is to be cleared between the link and the reverse pass.
     pub(crate) fn reverse_pass_rides_link(&self, no_duplicates: bool) -> bool {
         no_duplicates
             && !self.mirrored()
             && self.env.config.optimizations.batched_reads
             && self.gate.keeps_batch_order()
+            && self.gate.remote_reads_cost_more()
     }
 
     /// The reverse pass of a write (the ITEs of `cands`), carrying the
