@@ -20,6 +20,15 @@ Refinements (flags on the Model object):
                        single-stager rule (i)), not after its own commit, so a
                        later abort or timeout cannot leak it.
 
+The reverse pass may ride in the link's batch only behind the CAS, on the
+CAS's node (docs/design.md#put, step 7): its READs still follow the link,
+as in the model.  The mutant flag below lets the READs of the other
+candidates (on other nodes, whose order no fabric keeps) run ahead of it:
+
+  rev_ahead_of_link    (mutant R1) a write without duplicates reads every
+                       candidate but its target right before its link CAS
+                       and uses those reads in its reverse pass.
+
 usage: python3 rules.py VARIANTS CONFIGS [max_states] [time_limit_s]
   VARIANTS: comma-separated names of VARIANTS below; CONFIGS: names of
   rbroad.CONFIGS, or 'all'.
@@ -147,6 +156,9 @@ def op_write(x, kind, k, val):
     if mine is None:
         return mc.DONE(mc.R_ERR)
     slot = cands[target]
+    ahead = {}
+    if getattr(m, 'rev_ahead_of_link', False) and not dups:
+        ahead = {i: x.ri(s) for i, s in enumerate(cands) if i != target}
     try:
         old = x.cas(slot, replaced, mine)
     except mc.OpTimeout:
@@ -165,7 +177,7 @@ def op_write(x, kind, k, val):
                 mc.retire(x, ites[d], header)
             else:
                 cleared.append((d, header))
-    rev = [x.ri(s) for s in cands]
+    rev = [ahead[i] if i in ahead else x.ri(s) for i, s in enumerate(cands)]
     if rev != expected:
         x.cst(mine, mc.ABT)
         if x.cas(slot, mine, replaced) == mine:
@@ -200,6 +212,8 @@ VARIANTS = {
     'rs-dup': (dict(rbroad.FIXED), {'stage_dup_at_clear': True}),
     'rs-put': (dict(RS, audit_put=True), {'absent_first_insert': True, 'stage_dup_at_clear': True}),
     'rs-any': (dict(RS, reuse_any=True), {'absent_first_insert': True, 'stage_dup_at_clear': True}),
+    'rs-r1': (RS, {'absent_first_insert': True, 'stage_dup_at_clear': True,
+                   'rev_ahead_of_link': True}),
 }
 
 

@@ -73,7 +73,6 @@ impl Ctx<'_> {
         self.check_linkable(new, mine);
         let outcome = self.gate.cas(at, expected.0, new.0);
         self.settle_link(outcome, true, (at, expected, new, mine))
-            .map(|linked| if linked { Linked::Yes } else { Linked::Lost })
     }
 
     /// [`Ctx::link`] with the reverse pass riding in its batch: the READs
@@ -124,7 +123,7 @@ impl Ctx<'_> {
                 _ => unreachable!("the batch starts with the link's CAS"),
             })
         };
-        if !self.settle_link(outcome, false, (at, expected, new, mine))? {
+        if self.settle_link(outcome, false, (at, expected, new, mine))? == Linked::Lost {
             return Ok(None);
         }
         let others = cands
@@ -159,27 +158,26 @@ impl Ctx<'_> {
     }
 
     /// Settles `mine` after the CAS of `at` from `expected` to `new`, which
-    /// links it, returned `outcome` (the word's old value): true once
-    /// linked. A CAS that lost or
-    /// was refused frees `mine`; so does a fabric error that says the CAS
-    /// did not execute, where `cas_alone` (no other verb could have
+    /// links it, returned `outcome` (the word's old value). A CAS that lost
+    /// or was refused frees `mine`; so does a fabric error that says the
+    /// CAS did not execute, where `cas_alone` (no other verb could have
     /// failed instead); any other error leaves `mine` to the recycler.
     fn settle_link(
         &mut self,
         outcome: Result<u64, Error>,
         cas_alone: bool,
         (at, expected, new, mine): (RemoteAddr, Ite, Ite, SlotRef),
-    ) -> Result<bool, Error> {
+    ) -> Result<Linked, Error> {
         let data = self.env.data;
         match outcome {
             Ok(old) if old == expected.0 => {
                 #[cfg(debug_assertions)]
                 self.op.linked.push(mine);
-                Ok(true)
+                Ok(Linked::Yes)
             }
             Ok(_) => {
                 data.release_unpublished(mine);
-                Ok(false)
+                Ok(Linked::Lost)
             }
             Err(Error::Timeout) => {
                 data.release_unpublished(mine);

@@ -315,6 +315,8 @@ mod tests {
             1
         );
         assert!(routed.enforces_land_by());
+        // What the inner fabric promises of a batch's order, routing keeps.
+        assert!(!routed.keeps_batch_order());
         routed.yield_point();
         routed.yield_point();
         assert_eq!(strict.yields.load(std::sync::atomic::Ordering::Relaxed), 2);
@@ -324,5 +326,6 @@ mod tests {
             Arc::new(Views::new(Geometry::new(&config))),
         );
         assert!(!plain.enforces_land_by());
+        assert!(plain.keeps_batch_order());
     }
 }
