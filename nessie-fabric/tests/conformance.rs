@@ -153,3 +153,21 @@ mod tcp {
     use super::tcp;
     nessie_fabric::fabric_conformance_tests!(tcp, threads: 4, per_thread: 5_000, rounds: 5_000);
 }
+
+/// The in-process backends and `tcp` promise a node's verbs in batch order:
+/// the store's PUT relies on it to save a round trip, and the suite's
+/// `check_batch_order` holds them to it.
+#[test]
+fn which_backends_keep_a_nodes_batch_order() {
+    let promises = |backend: fn(&dyn Fn(Factory<'_>))| {
+        let kept = std::cell::Cell::new(None);
+        backend(&|make: Factory<'_>| {
+            let views = make(&nessie_fabric::conformance::suite_spec());
+            kept.set(Some(views.iter().all(|v| v.keeps_batch_order())));
+        });
+        kept.get()
+    };
+    assert_eq!(promises(|c| local(c)), Some(true), "local");
+    assert_eq!(promises(|c| shm(c)), Some(true), "shm");
+    assert_eq!(promises(|c| tcp(c)), Some(true), "tcp");
+}
