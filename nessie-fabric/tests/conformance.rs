@@ -159,7 +159,8 @@ mod tcp {
 /// `check_batch_order` holds them to it.
 #[test]
 fn which_backends_keep_a_nodes_batch_order() {
-    let promises = |backend: fn(&dyn Fn(Factory<'_>))| {
+    type Backend = fn(&dyn Fn(Factory<'_>));
+    let promises = |backend: Backend| {
         let kept = std::cell::Cell::new(None);
         backend(&|make: Factory<'_>| {
             let views = make(&nessie_fabric::conformance::suite_spec());
