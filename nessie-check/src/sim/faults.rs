@@ -379,7 +379,8 @@ impl Scheduler {
     /// each node's in batch order (all that
     /// [`Fabric::keeps_batch_order`](nessie::fabric::Fabric::keeps_batch_order)
     /// promises), the nodes' interleaved at random, as replies from several
-    /// peers arrive; batch order in scripted runs. While the caller runs
+    /// peers arrive; in scripted runs batch order, or the first verb's
+    /// node last ([`Scheduler::run_first_node_last`]). While the caller runs
     /// the verbs up to a batch's last CAS it says so
     /// ([`Scheduler::set_cas_window`]): on every fabric a CAS lands within
     /// the landing bound of its deadline check
@@ -388,7 +389,14 @@ impl Scheduler {
     pub(super) fn batch_order(&self, nodes: &[NodeId]) -> Vec<usize> {
         let mut s = self.lock();
         if s.scripted {
-            return (0..nodes.len()).collect();
+            if !s.first_node_last {
+                return (0..nodes.len()).collect();
+            }
+            let first = nodes.first().copied();
+            let (mut order, mut last): (Vec<usize>, Vec<usize>) =
+                (0..nodes.len()).partition(|&i| Some(nodes[i]) != first);
+            order.append(&mut last);
+            return order;
         }
         let mut queues: Vec<(NodeId, VecDeque<usize>)> = Vec::new();
         for (i, &node) in nodes.iter().enumerate() {

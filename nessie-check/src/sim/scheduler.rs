@@ -46,6 +46,9 @@ pub(super) struct State {
     pub(super) cas_window: Vec<Option<u64>>,
     /// Scripted mode: a driver thread decides who runs and until when.
     pub(super) scripted: bool,
+    /// Scripted mode: a batch holding a CAS runs the verbs to its first
+    /// verb's node after all others (see [`Scheduler::batch_order`]).
+    pub(super) first_node_last: bool,
     pub(super) stop: Vec<Option<StopAt>>,
     pub(super) crash: Vec<bool>,
     pub(super) last_point: Option<PointInfo>,
@@ -132,6 +135,7 @@ impl Scheduler {
                 hot: vec![0; threads],
                 cas_window: vec![None; threads],
                 scripted: false,
+                first_node_last: false,
                 stop: (0..threads).map(|_| None).collect(),
                 crash: vec![false; threads],
                 last_point: None,
@@ -153,6 +157,14 @@ impl Scheduler {
         let sched = Scheduler::new(0, clients, nodes, start_us, Faults::none(), u64::MAX);
         sched.lock().scripted = true;
         sched
+    }
+
+    /// Scripted mode: from now on a batch holding a CAS runs its verbs to
+    /// other nodes than its first verb's ahead of that node's, each node's
+    /// in batch order (a legal order: see [`Scheduler::batch_order`]), so a
+    /// script can stop a client at a CAS its batch's other READs preceded.
+    pub fn run_first_node_last(&self) {
+        self.lock().first_node_last = true;
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {

@@ -8,7 +8,8 @@
 //! key absent must catch the move). Each scripted cluster checks, after
 //! every CAS, that no two linked committed entries of one key differ.
 
-use nessie_check::scripted::{cas_at, read_at, tiny_config, Script};
+use nessie::layout::Ite;
+use nessie_check::scripted::{cas_at, cas_at_if, read_at, tiny_config, Script};
 
 /// Two nodes of two index slots, two candidates per key.
 fn script(clients: usize) -> Script {
@@ -93,4 +94,48 @@ fn m3a_delete_of_a_key_migrated_between_its_reads() {
     assert!(c0.join().unwrap().unwrap(), "k1 was present throughout");
     assert_eq!(direct.get(&k1).unwrap(), None);
     assert_eq!(script.sched.violations(), Vec::<String>::new());
+}
+
+/// `M2a` again, its writers' candidates on two nodes and each batch
+/// holding a CAS run with the other nodes' verbs first (a legal order):
+/// the schedule of the model's mutant R1 (`protocol-model/REPORT.md`), in
+/// which a reverse pass's READ of another node ran ahead of its link. k1
+/// has candidates (s1, s2) on nodes 0 and 1; k2 has (s1, s0) and sits in
+/// s1. c0 PUT(k1, v5) chooses s2 and stops before its link; c1 DELETEs k2
+/// and stops before linking v6 into the vacated s1; c0 links, c1 links.
+/// Only a READ to the link's node rides behind its CAS
+/// (docs/design.md#put, step 7), so c0's reverse pass reads s1 after its
+/// link, sees it vacated and retries; one version of k1 remains.
+#[test]
+fn r1_reverse_pass_reads_of_other_nodes_follow_the_link() {
+    let script = script(2);
+    script.sched.run_first_node_last();
+    let k1 = script.key_with("k1-", &[1, 2]);
+    let k2 = script.key_with("k2-", &[1, 0]);
+    assert_ne!(script.slot(1).node, script.slot(2).node, "two nodes");
+    let mut direct = script.direct_client();
+    direct.put(&k2, b"v2").unwrap();
+    let (a, b) = (k1.clone(), k1.clone());
+    let c0 = script.spawn(0, move |cl| cl.put(&a, b"v5").unwrap());
+    let c1 = script.spawn(1, move |cl| {
+        assert!(cl.delete(&k2).unwrap());
+        cl.put(&b, b"v6").unwrap();
+    });
+    // 1. c0's forward pass chose s2 (s1 holds k2): it stops before the link.
+    script
+        .sched
+        .run_until(0, cas_at(script.slot(2)))
+        .expect("c0 stops before linking into s2");
+    // 2. c1 vacates s1 and stops before linking v6 there.
+    script
+        .sched
+        .run_until(1, cas_at_if(script.slot(1), Ite::is_empty))
+        .expect("c1 stops before linking into s1");
+    // 3. c0 links v5 into s2, then c1 links v6 into s1.
+    script.sched.run_to_end(0);
+    script.sched.run_to_end(1);
+    c0.join().unwrap().unwrap();
+    c1.join().unwrap().unwrap();
+    assert_eq!(script.sched.violations(), Vec::<String>::new());
+    assert_eq!(direct.get(&k1).unwrap().as_deref(), Some(&b"v6"[..]));
 }
