@@ -128,6 +128,47 @@ fn a_correct_backend_passes() {
 }
 
 #[test]
+fn the_whole_suite_catches_a_faulty_backend() {
+    assert!(fails(Fault::CasReturnsNew, run_all));
+    assert!(fails(Fault::PostRunsBackwards, run_all));
+}
+
+/// A backend with only the required methods.
+#[derive(Debug)]
+struct Plain(LocalFabric);
+
+impl Fabric for Plain {
+    fn nodes(&self) -> usize {
+        self.0.nodes()
+    }
+    fn region_len(&self, node: usize, region: RegionId) -> Option<u64> {
+        self.0.region_len(node, region)
+    }
+    fn read(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.0.read(addr, buf)
+    }
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), FabricError> {
+        self.0.write(addr, data)
+    }
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, FabricError> {
+        self.0.cas(addr, expected, new)
+    }
+}
+
+/// Batch order is promised only by a backend that says so, and an
+/// endpoint reports its fabric's promise.
+#[test]
+fn batch_order_is_promised_only_where_said() {
+    let spec = suite_spec();
+    let local = LocalFabric::new(spec.nodes, &spec.regions).unwrap();
+    let plain = Plain(LocalFabric::new(spec.nodes, &spec.regions).unwrap());
+    assert!(local.keeps_batch_order());
+    assert!(!plain.keeps_batch_order());
+    assert!(crate::Endpoint::new(Arc::new(local), 0).keeps_batch_order());
+    assert!(!crate::Endpoint::new(Arc::new(plain), 0).keeps_batch_order());
+}
+
+#[test]
 fn each_check_catches_its_fault() {
     assert!(fails(Fault::CasReturnsNew, check_cas));
     assert!(fails(Fault::CasIgnoresExpected, check_cas));
