@@ -20,8 +20,11 @@ pub fn check_batch_order(make: Factory<'_>) {
         }
         for round in 0..50u64 {
             for node in 0..views.len() {
-                let word = RemoteAddr::new(node, SMALL, 8 * (from as u64 + 1));
+                // A word of its own per view, and a READ to another node
+                // in between: the batch spans two nodes.
+                let word = RemoteAddr::new(node, SMALL, 8 * from as u64);
                 let other = RemoteAddr::new((node + 1) % views.len(), LARGE, 0);
+                assert_ne!(other.node, node, "the suite's cluster has several nodes");
                 let was = round * 10;
                 let (mut filler, mut after_cas, mut after_write) = ([0u8; 64], [0u8; 8], [0u8; 8]);
                 let written = (was + 5).to_le_bytes();
