@@ -192,6 +192,21 @@ impl Verb<'_> {
     /// As the fabric's [`Fabric::read`], [`Fabric::write`] or
     /// [`Fabric::cas`].
     pub fn execute_on<F: Fabric + ?Sized>(&mut self, fabric: &F) -> Result<(), FabricError> {
+        self.execute_with_cas(fabric, |addr, expected, new| {
+            fabric.cas(addr, expected, new)
+        })
+    }
+
+    /// [`Verb::execute_on`] whose CAS, if it is one, runs as `cas(addr,
+    /// expected, new)` (a fabric's CAS with a land-by time, say).
+    ///
+    /// # Errors
+    /// As [`Verb::execute_on`], and as `cas`.
+    pub fn execute_with_cas<F: Fabric + ?Sized>(
+        &mut self,
+        fabric: &F,
+        cas: impl FnOnce(RemoteAddr, u64, u64) -> Result<u64, FabricError>,
+    ) -> Result<(), FabricError> {
         match self {
             Verb::Read { addr, buf } => fabric.read(*addr, buf),
             Verb::ReadScatter { addr, head, tail } => fabric.read_scatter(*addr, head, tail),
@@ -202,7 +217,7 @@ impl Verb<'_> {
                 new,
                 old,
             } => {
-                *old = fabric.cas(*addr, *expected, *new)?;
+                *old = cas(*addr, *expected, *new)?;
                 Ok(())
             }
         }
@@ -457,17 +472,10 @@ pub trait Fabric: Send + Sync + fmt::Debug {
         if !self.enforces_land_by() {
             return self.post(batch);
         }
-        batch.iter_mut().try_for_each(|verb| match verb {
-            Verb::Cas {
-                addr,
-                expected,
-                new,
-                old,
-            } => {
-                *old = self.cas_by(*addr, *expected, *new, land_by_us)?;
-                Ok(())
-            }
-            other => other.execute_on(self),
+        batch.iter_mut().try_for_each(|verb| {
+            verb.execute_with_cas(self, |addr, expected, new| {
+                self.cas_by(addr, expected, new, land_by_us)
+            })
         })
     }
 }

@@ -237,18 +237,9 @@ impl SimFabric {
         let last_cas = order.iter().rposition(|&i| is_cas(&batch[i]));
         let result = order.iter().enumerate().try_for_each(|(k, &i)| {
             self.sched.set_cas_window(last_cas.is_some_and(|l| k <= l));
-            match &mut batch[i] {
-                Verb::Cas {
-                    addr,
-                    expected,
-                    new,
-                    old,
-                } => {
-                    *old = self.do_cas(*addr, *expected, *new, land_by, posted_in)?;
-                    Ok(())
-                }
-                other => other.execute_on(self),
-            }
+            batch[i].execute_with_cas(self, |addr, expected, new| {
+                self.do_cas(addr, expected, new, land_by, posted_in)
+            })
         });
         self.sched.set_cas_window(false);
         result
