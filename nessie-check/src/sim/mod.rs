@@ -169,7 +169,8 @@ pub struct SimCounts {
     /// READs and WRITEs executed in pieces.
     pub split_verbs: u64,
     /// Batches holding a CAS whose verbs ran in another order than posted
-    /// (see [`Scheduler::batch_order`]).
+    /// (a fabric keeps only each node's order; the simulator draws the
+    /// interleaving of the nodes').
     pub reordered_batches: u64,
     /// READs into whose range another verb wrote while they were in
     /// progress.

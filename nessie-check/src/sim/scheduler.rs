@@ -161,8 +161,9 @@ impl Scheduler {
 
     /// Scripted mode: from now on a batch holding a CAS runs its verbs to
     /// other nodes than its first verb's ahead of that node's, each node's
-    /// in batch order (a legal order: see [`Scheduler::batch_order`]), so a
-    /// script can stop a client at a CAS its batch's other READs preceded.
+    /// in batch order (a legal order: a fabric keeps only each node's), so
+    /// a script can stop a client at a CAS its batch's other READs
+    /// preceded.
     pub fn run_first_node_last(&self) {
         self.lock().first_node_last = true;
     }
