@@ -31,7 +31,7 @@ fn process_mono_us() -> u64 {
 }
 
 /// Microseconds on `clock`, read with `clock_gettime` itself: a PUT reads
-/// its clocks about nine times, and `SystemTime`'s checked conversions made
+/// its clocks six times, and `SystemTime`'s checked conversions made
 /// a wall reading half as dear again as the system call (44 ns against 30
 /// on the reference machine). Both clocks always exist; a failure reads 0.
 fn clock_us(clock: ClockId) -> i64 {

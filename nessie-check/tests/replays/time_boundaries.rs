@@ -74,6 +74,43 @@ fn a_cas_is_late_only_beyond_the_landing_bound() {
     assert_eq!(late_cases_of_a_commit_stalled_for(landing), 1);
 }
 
+/// Whether a PUT that stalls `stall_us` after its link CAS returned, before
+/// the re-read of the slot that precedes its commit, succeeds, and the late
+/// CASes it counts.
+fn late_cases_of_a_put_stalled_after_its_link_for(stall_us: u64) -> (bool, u64) {
+    let script = Script::new(tiny_config(2, 1), 1);
+    let k = script.key_first("k-", 0);
+    let slot = script.slot(0);
+    let put = script.spawn(0, move |c| (c.put(&k, b"v"), c.stats().put.late_cas));
+    script
+        .sched
+        .run_until(0, cas_at(slot))
+        .expect("the PUT links");
+    script
+        .sched
+        .run_until(0, read_at(slot))
+        .expect("the PUT re-reads the slot after linking");
+    script.sched.advance(stall_us);
+    script.sched.run_to_end(0);
+    let (done, late) = put.join().unwrap().unwrap();
+    (done.is_ok(), late)
+}
+
+/// A CAS's landing is measured at the operation's next clock reading (here
+/// the commit's deadline check), which can only overstate it: a stall after
+/// the link returned counts against the link, although it ends the PUT at
+/// that check (the landing bound exceeds `op_timeout` here) and no other
+/// CAS follows (docs/design.md#the-landing-bound).
+#[test]
+fn a_cas_landing_is_measured_at_the_next_clock_reading() {
+    let landing = tiny_config(2, 1).landing_bound().as_micros() as u64;
+    assert_eq!(late_cases_of_a_put_stalled_after_its_link_for(0), (true, 0));
+    assert_eq!(
+        late_cases_of_a_put_stalled_after_its_link_for(landing),
+        (false, 1)
+    );
+}
+
 /// An owner is dead only once `created_at + op_timeout + 2·skew` lies
 /// strictly in the past of the helper's wall clock: at equality a writer
 /// meeting its entry backs off; a microsecond later it aborts the entry.

@@ -213,7 +213,7 @@ impl Ctx<'_> {
             );
             self.op.staged.push(r);
         }
-        let at = self.env.data.expires_at(self.env.clock.now_us());
+        let at = self.env.data.expires_at(self.gate.wall_now());
         let addr = addr.add(dte::EXPIRES_AT_OFFSET as u64);
         match self.stage_write(addr, at) {
             // Its own node's slots come back through its own allocations.

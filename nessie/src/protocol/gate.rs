@@ -29,6 +29,14 @@ pub(crate) struct Gate<'a> {
     landing_us: u64,
     /// CASes that returned later than the landing bound after their check.
     pub(super) late_cas: u64,
+    /// The deadline check and target of the last CAS whose landing is not
+    /// measured yet: the operation's next clock reading measures it
+    /// (docs/design.md#the-landing-bound).
+    unsettled: Option<(u64, RemoteAddr)>,
+    /// The operation's wall reading at its start and the monotonic reading
+    /// just before it, for the stage's `expires_at` (docs/design.md#f7-two-clocks);
+    /// `None` for an operation that does not read the wall clock at start.
+    wall_anchor: Option<(u64, u64)>,
     /// Whether views may change under the operation (it runs under a
     /// lease, or the cluster keeps replicas), so that an answer decided by
     /// reads alone is checked against the deadline
@@ -40,13 +48,13 @@ pub(crate) struct Gate<'a> {
 }
 
 impl<'a> Gate<'a> {
-    /// The gate of an operation that started at monotonic time `started_us`.
+    /// The gate of an operation that started at monotonic time `started_us`
+    /// and, if it writes, read the wall clock right after: `created_at`.
     pub(super) fn new(
         ep: &'a mut Endpoint,
-        local: &'a dyn Fabric,
-        clock: &'a dyn Clock,
+        (local, clock): (&'a dyn Fabric, &'a dyn Clock),
         timing: &Timing,
-        started_us: u64,
+        (started_us, created_at): (u64, Option<u64>),
         lease_until: u64,
     ) -> Gate<'a> {
         Gate {
@@ -58,6 +66,8 @@ impl<'a> Gate<'a> {
                 .min(lease_until),
             landing_us: timing.landing_us,
             late_cas: 0,
+            unsettled: None,
+            wall_anchor: created_at.map(|wall| (wall, started_us)),
             fenced: lease_until != u64::MAX || timing.replicated,
             // Counted from the first verb that waits (so never read on a
             // fabric whose verbs do not): at most the local work before it
@@ -210,12 +220,12 @@ impl<'a> Gate<'a> {
     /// before it (a failed check issues nothing and returns
     /// [`Error::Timeout`]), hands fabrics that can refuse a late CAS its
     /// land-by time (a refused CAS also returns `Timeout`: it did not
-    /// execute), and reads the clock afterwards: a CAS that may have landed
-    /// later than the landing bound after its check breaks the time
-    /// assumption every recycling rule rests on, so it is counted and logged
-    /// loudly.
+    /// execute), and leaves its landing to be measured by the operation's
+    /// next clock reading: a CAS that may have landed later than the
+    /// landing bound after its check breaks the time assumption every
+    /// recycling rule rests on, so it is counted and logged loudly.
     pub(crate) fn cas(&mut self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, Error> {
-        let checked = self.clock.mono_us();
+        let checked = self.mono_now();
         if self.past_deadline_at(checked) {
             return Err(Error::Timeout);
         }
@@ -225,7 +235,7 @@ impl<'a> Gate<'a> {
         } else {
             self.ep.cas(addr, expected, new)
         };
-        self.note_landing(checked, addr);
+        self.unsettled = Some((checked, addr));
         match result {
             Ok(old) => Ok(old),
             Err(e) => Err(cas_error(e)),
@@ -250,7 +260,7 @@ impl<'a> Gate<'a> {
         else {
             return Ok(self.ep.post(batch)?);
         };
-        let checked = self.clock.mono_us();
+        let checked = self.mono_now();
         if self.past_deadline_at(checked) {
             return Err(Error::Timeout);
         }
@@ -260,7 +270,7 @@ impl<'a> Gate<'a> {
         } else {
             self.ep.post(batch)
         };
-        self.note_landing(checked, first);
+        self.unsettled = Some((checked, first));
         result.map_err(cas_error)
     }
 
@@ -274,11 +284,43 @@ impl<'a> Gate<'a> {
         self.ep.post(batch)
     }
 
-    /// Counts and logs a CAS that returned later than the landing bound
-    /// after its deadline check at `checked`: if it landed that late, the
-    /// time assumption every recycling rule rests on is broken.
-    fn note_landing(&mut self, checked: u64, addr: RemoteAddr) {
-        let took = self.clock.mono_us().saturating_sub(checked);
+    /// The monotonic clock now; measures the landing of the last CAS, if
+    /// not measured yet.
+    pub(crate) fn mono_now(&mut self) -> u64 {
+        let now = self.clock.mono_us();
+        if let Some((checked, addr)) = self.unsettled.take() {
+            self.note_landing(checked, now, addr);
+        }
+        now
+    }
+
+    /// The wall clock now, for a stamp other nodes read: for an operation
+    /// that read it at its start, that reading plus the monotonic time
+    /// since (one wall reading per operation, docs/design.md#f7-two-clocks).
+    /// Like [`Gate::mono_now`], measures the last CAS's landing.
+    pub(crate) fn wall_now(&mut self) -> u64 {
+        let mono = self.mono_now();
+        match self.wall_anchor {
+            Some((wall, at)) => wall.saturating_add(mono.saturating_sub(at)),
+            None => self.clock.now_us(),
+        }
+    }
+
+    /// Measures the landing of the last CAS, if not measured yet: at the
+    /// operation's end.
+    pub(super) fn settle(&mut self) {
+        if self.unsettled.is_some() {
+            self.mono_now();
+        }
+    }
+
+    /// Counts and logs a CAS whose landing, measured at monotonic time
+    /// `now`, came later than the landing bound after its deadline check
+    /// at `checked` (a later `now` can only overstate it): if it landed
+    /// that late, the time assumption every recycling rule rests on is
+    /// broken.
+    fn note_landing(&mut self, checked: u64, now: u64, addr: RemoteAddr) {
+        let took = now.saturating_sub(checked);
         if took > self.landing_us {
             self.late_cas += 1;
             tracing::error!(

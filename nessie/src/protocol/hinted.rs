@@ -109,9 +109,15 @@ impl Ctx<'_> {
     /// made after this pass's ITE reads (docs/design.md#location-hints):
     /// an ITE of the pass holds the hinted value, the entry is a committed
     /// one of the key, and the batch ended within half an expiry of its
-    /// start. Counts the hit or the miss.
-    fn hint_holds(&mut self, key: &[u8], ites: &[Ite], hint: Hint, view: &DteView) -> bool {
-        let ended = self.env.clock.mono_us();
+    /// start, measured at `ended`, after the batch. Counts the hit or the
+    /// miss.
+    fn hint_holds(
+        &mut self,
+        key: &[u8],
+        ites: &[Ite],
+        (hint, view): (Hint, &DteView),
+        ended: u64,
+    ) -> bool {
         let within = ended.saturating_sub(self.op.index_read_at) < self.env.timing.expiry_us / 2;
         let holds = within
             && ites.contains(&Ite(hint.ite))
@@ -160,7 +166,10 @@ impl Ctx<'_> {
             self.op.stats.hint_misses += 1;
             return Ok(None);
         };
-        if !self.hint_holds(key, ites, hint, &view) {
+        // One reading after the batch serves the hint's tests and the
+        // checksum policy: the entry was read before it.
+        let ended = self.env.clock.mono_us();
+        if !self.hint_holds(key, ites, (hint, &view), ended) {
             self.recycle(view);
             return Ok(None);
         }
@@ -168,10 +177,10 @@ impl Ctx<'_> {
         // Within an expiry of the sighting the hinted incarnation is the
         // one the ITE names and was whole before this batch; past that,
         // its generation may have come round again: the checksum decides.
-        let age = self.env.clock.mono_us().saturating_sub(hint.seen_at);
-        self.op.verify_answer = age > self.env.timing.expiry_us;
+        let age = ended.saturating_sub(hint.seen_at);
+        self.op.verify_answer = Some(age > self.env.timing.expiry_us || self.verify_after(ended));
         let pass = self.answer(ite, &mut view, out);
-        self.op.verify_answer = false;
+        self.op.verify_answer = None;
         self.op.decided_by = Some(ite);
         self.recycle(view);
         pass.map(Some)
@@ -194,7 +203,8 @@ impl Ctx<'_> {
             self.op.stats.hint_misses += 1;
             return Ok((ites, None));
         };
-        if !self.hint_holds(key, &ites, hint, &view) {
+        let ended = self.env.clock.mono_us();
+        if !self.hint_holds(key, &ites, (hint, &view), ended) {
             self.recycle(view);
             return Ok((ites, None));
         }

@@ -151,10 +151,9 @@ impl<'a> Ctx<'a> {
         Ctx {
             gate: Gate::new(
                 ep,
-                local,
-                env.clock,
+                (local, env.clock),
                 &env.timing,
-                started,
+                (started, writes.then_some(created_at)),
                 env.views.lease_until(),
             ),
             op: Op::new(created_at, started, stats),
@@ -167,6 +166,7 @@ impl<'a> Ctx<'a> {
 impl Drop for Ctx<'_> {
     /// The gate counts late CASes; they belong to the operation's counters.
     fn drop(&mut self) {
+        self.gate.settle();
         self.op.stats.late_cas += self.gate.late_cas;
     }
 }

@@ -44,9 +44,10 @@ pub(crate) struct Op<'a> {
     /// The linked ITE value whose committed entry decided this GET's
     /// current pass: the key's next location hint.
     pub(crate) decided_by: Option<crate::layout::Ite>,
-    /// The answer's checksum is verified whatever the policy (an entry
-    /// read through an old hint: docs/design.md#location-hints).
-    pub(crate) verify_answer: bool,
+    /// Whether the answer's checksum is verified, where decided already
+    /// (an answer from a hinted read, docs/design.md#location-hints);
+    /// `None`: by [`crate::ChecksumPolicy`] (see `Ctx::must_verify`).
+    pub(crate) verify_answer: Option<bool>,
     /// Whether the operation's last attempt ended waiting for a free DTE
     /// slot (and no later one got a slot): what makes a missed deadline
     /// `DataTableFull` rather than `Timeout`.
@@ -69,7 +70,7 @@ impl<'a> Op<'a> {
             staged: Vec::new(),
             backoffs: 0,
             decided_by: None,
-            verify_answer: false,
+            verify_answer: None,
             starved: false,
             stats,
         }

@@ -20,19 +20,21 @@ pub(crate) type DteRead = (SlotRef, usize, bool);
 impl Ctx<'_> {
     /// Whether a committed entry read in this pass must have its checksum
     /// verified (see [`crate::ChecksumPolicy`]): the reader's stall since
-    /// its index read, measured on the monotonic clock.
+    /// its index read, measured on the monotonic clock now.
     pub(crate) fn must_verify(&self) -> bool {
-        if self.op.verify_answer {
-            return true;
-        }
+        self.op
+            .verify_answer
+            .unwrap_or_else(|| self.verify_after(self.env.clock.mono_us()))
+    }
+
+    /// Whether the checksum policy verifies an entry whose read ended
+    /// before monotonic time `ended`: a later `ended` only overstates the
+    /// stall.
+    pub(crate) fn verify_after(&self, ended: u64) -> bool {
         match self.env.config.verify_checksums {
             crate::ChecksumPolicy::Always => true,
             crate::ChecksumPolicy::AfterStall => {
-                self.env
-                    .clock
-                    .mono_us()
-                    .saturating_sub(self.op.index_read_at)
-                    >= self.env.timing.expiry_us / 2
+                ended.saturating_sub(self.op.index_read_at) >= self.env.timing.expiry_us / 2
             }
         }
     }

@@ -1,0 +1,112 @@
+//! Clock readings per operation, counted: on `shm` and `local` a reading
+//! costs about as much as a verb, so the count is a cost like the verbs'
+//! (docs/design.md#the-landing-bound, #f7-two-clocks).
+
+use nessie::{Clock, Cluster, Config, WallClock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+/// The host's clocks, counting the readings of one thread (the test's: the
+/// node's own threads read the clock too).
+#[derive(Debug)]
+struct CountingClock {
+    inner: WallClock,
+    counted: Mutex<Option<ThreadId>>,
+    wall: AtomicU64,
+    mono: AtomicU64,
+}
+
+impl CountingClock {
+    fn new() -> Self {
+        CountingClock {
+            inner: WallClock::default(),
+            counted: Mutex::new(None),
+            wall: AtomicU64::new(0),
+            mono: AtomicU64::new(0),
+        }
+    }
+
+    fn mine(&self) -> bool {
+        *self.counted.lock().unwrap() == Some(std::thread::current().id())
+    }
+
+    /// Counts from now on the readings of the calling thread; returns the
+    /// `(wall, monotonic)` readings counted so far and resets them.
+    fn take(&self) -> (u64, u64) {
+        *self.counted.lock().unwrap() = Some(std::thread::current().id());
+        (
+            self.wall.swap(0, Ordering::SeqCst),
+            self.mono.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
+impl Clock for CountingClock {
+    fn now_us(&self) -> u64 {
+        if self.mine() {
+            self.wall.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.now_us()
+    }
+
+    fn mono_us(&self) -> u64 {
+        if self.mine() {
+            self.mono.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.mono_us()
+    }
+
+    fn sleep(&self, d: Duration) {
+        self.inner.sleep(d);
+    }
+}
+
+/// Readings `(wall, monotonic)` of one PUT that replaces a value, then of
+/// one GET that finds it through the PUT's location hint, then of a GET by
+/// a client without hints, on node 0.
+fn readings() -> [(u64, u64); 3] {
+    let clock = Arc::new(CountingClock::new());
+    let clocks: Vec<Arc<dyn Clock>> = vec![clock.clone(), Arc::new(WallClock::default())];
+    let cluster = Cluster::builder(Config {
+        nodes: 2,
+        index_slots_per_node: 1024,
+        data_bytes_per_node: 4 << 20,
+        ..Config::default()
+    })
+    .clocks(clocks)
+    .recycler(false)
+    .clock_checks(false)
+    .build()
+    .unwrap();
+    let mut client = cluster.client(0).unwrap();
+    let mut fresh = cluster.client(0).unwrap();
+    client.put(b"key", b"first").unwrap();
+    clock.take();
+    client.put(b"key", b"second").unwrap();
+    let put = clock.take();
+    assert_eq!(client.get(b"key").unwrap().as_deref(), Some(&b"second"[..]));
+    let hinted = clock.take();
+    assert_eq!(client.stats().get.hint_hits, 1);
+    assert_eq!(fresh.get(b"key").unwrap().as_deref(), Some(&b"second"[..]));
+    let plain = clock.take();
+    assert_eq!(fresh.stats().get.hint_hits, 0);
+    assert_eq!(client.stats().put.late_cas, 0);
+    [put, hinted, plain]
+}
+
+/// A PUT reads the monotonic clock at its start, after its index read (the
+/// location hint's test), for each of its two CASes' checks (the second
+/// also measures the first's landing) and for the stage's stamp (which
+/// measures the commit's landing); it reads the wall clock once, at its
+/// start, and derives `expires_at` from it. A GET reads the monotonic clock
+/// at its start and once after the read it answers from, for the hint's
+/// tests and the checksum policy alike.
+#[test]
+fn a_put_reads_the_wall_clock_once_and_a_get_never() {
+    let [put, hinted, plain] = readings();
+    assert_eq!(put, (1, 5), "PUT (wall, monotonic) readings");
+    assert_eq!(hinted, (0, 2), "hinted GET (wall, monotonic) readings");
+    assert_eq!(plain, (0, 2), "GET (wall, monotonic) readings");
+}
