@@ -110,3 +110,59 @@ fn a_put_reads_the_wall_clock_once_and_a_get_never() {
     assert_eq!(hinted, (0, 2), "hinted GET (wall, monotonic) readings");
     assert_eq!(plain, (0, 2), "GET (wall, monotonic) readings");
 }
+
+/// The host's clocks, the monotonic one stepping `step_us` further at each
+/// reading: every CAS then returns, as far as the next reading can tell,
+/// one step after its check.
+#[derive(Debug)]
+struct SteppingClock {
+    inner: WallClock,
+    step_us: u64,
+    steps: AtomicU64,
+}
+
+impl Clock for SteppingClock {
+    fn now_us(&self) -> u64 {
+        self.inner.now_us()
+    }
+
+    fn mono_us(&self) -> u64 {
+        let n = self.steps.fetch_add(1, Ordering::SeqCst) + 1;
+        self.inner.mono_us() + n * self.step_us
+    }
+
+    fn sleep(&self, d: Duration) {
+        self.inner.sleep(d);
+    }
+}
+
+/// Late CASes reach the client's counters, the last CAS of an operation
+/// included: a PUT of a new key stages nothing after its commit, so only
+/// the operation's end measures that CAS's landing.
+#[test]
+fn late_cases_are_counted_to_the_last_cas_of_an_operation() {
+    let landing = Duration::from_micros(100);
+    let clock = Arc::new(SteppingClock {
+        inner: WallClock::default(),
+        step_us: 1_000,
+        steps: AtomicU64::new(0),
+    });
+    let clocks: Vec<Arc<dyn Clock>> = vec![clock, Arc::new(WallClock::default())];
+    let cluster = Cluster::builder(Config {
+        nodes: 2,
+        index_slots_per_node: 1024,
+        data_bytes_per_node: 4 << 20,
+        cas_landing_bound: Some(landing),
+        ..Config::default()
+    })
+    .clocks(clocks)
+    .recycler(false)
+    .clock_checks(false)
+    .build()
+    .unwrap();
+    let mut client = cluster.client(0).unwrap();
+    client.put(b"new key", b"v").unwrap();
+    let put = client.stats().put;
+    assert_eq!(put.retries.total(), 0);
+    assert_eq!(put.late_cas, 2, "the link and the commit are both late");
+}

@@ -172,16 +172,25 @@ fn with_hints_off_a_get_reads_as_before() {
     }
 }
 
-/// The host's clocks, both moved forward together by a settable leap.
+/// The host's clocks, both moved forward together by a settable leap; a
+/// frozen one's monotonic clock moves by the leap alone.
 #[derive(Debug, Default)]
-struct Leaping(AtomicU64);
+struct Leaping {
+    leap: AtomicU64,
+    frozen: bool,
+}
 
 impl Clock for Leaping {
     fn now_us(&self) -> u64 {
-        WallClock::default().now_us() + self.0.load(Ordering::SeqCst)
+        WallClock::default().now_us() + self.leap.load(Ordering::SeqCst)
     }
     fn mono_us(&self) -> u64 {
-        WallClock::default().mono_us() + self.0.load(Ordering::SeqCst)
+        let base = if self.frozen {
+            1_000_000
+        } else {
+            WallClock::default().mono_us()
+        };
+        base + self.leap.load(Ordering::SeqCst)
     }
     fn sleep(&self, d: Duration) {
         WallClock::default().sleep(d);
@@ -189,23 +198,25 @@ impl Clock for Leaping {
 }
 
 /// One [`Leaping`] clock for each of `nodes` nodes, all the same.
-fn leaping_clocks(nodes: usize) -> (Arc<Leaping>, Vec<Arc<dyn Clock>>) {
-    let leap = Arc::new(Leaping::default());
+fn leaping_clocks(nodes: usize, frozen: bool) -> (Arc<Leaping>, Vec<Arc<dyn Clock>>) {
+    let leap = Arc::new(Leaping {
+        leap: AtomicU64::new(0),
+        frozen,
+    });
     let clocks = (0..nodes)
         .map(|_| Arc::clone(&leap) as Arc<dyn Clock>)
         .collect();
     (leap, clocks)
 }
 
-/// A value that rots in memory is answered unverified through a hint seen
-/// within an expiry (as by any fresh read under `AfterStall`), and verified
-/// through an older one: the generation may have come round since.
-#[test]
-fn a_hint_older_than_the_expiry_has_its_answer_verified() {
+/// A reader with a hint to a key whose value then rots in memory (its first
+/// word flipped in place), on [`Leaping`] clocks (`frozen` or not) shared
+/// by every node; returns the reader, the key, the rotted value, the clock
+/// and the cluster, which must outlive the reader.
+fn rotted_value_with_a_hint(frozen: bool) -> (Client, Vec<u8>, Vec<u8>, Arc<Leaping>, Cluster) {
     let config = config();
     let key = key_away_from(&config, 0);
-    let expiry = config.expiry;
-    let (leap, clocks) = leaping_clocks(config.nodes);
+    let (leap, clocks) = leaping_clocks(config.nodes, frozen);
     let cluster = Cluster::builder(config.clone())
         .clocks(clocks)
         .build()
@@ -215,7 +226,6 @@ fn a_hint_older_than_the_expiry_has_its_answer_verified() {
     writer.put(&key, b"a value that will rot").unwrap();
     assert!(get(&mut reader, &key).0.is_some());
 
-    // Rot the first word of the value in place.
     let fabric = cluster.fabric();
     let at = linked_entry(&cluster, &config, &key);
     let slot = config.class_slot_bytes(usize::from(at.class));
@@ -226,17 +236,44 @@ fn a_hint_older_than_the_expiry_has_its_answer_verified() {
     fabric.write(value_at, &word).unwrap();
     let mut rotted = b"a value that will rot".to_vec();
     rotted[0] ^= 0xff;
+    (reader, key, rotted, leap, cluster)
+}
 
+/// A value that rots in memory is answered unverified through a hint seen
+/// within an expiry (as by any fresh read under `AfterStall`), and verified
+/// through an older one: the generation may have come round since.
+#[test]
+fn a_hint_older_than_the_expiry_has_its_answer_verified() {
+    let (mut reader, key, rotted, leap, _cluster) = rotted_value_with_a_hint(false);
     let (got, fresh) = get(&mut reader, &key);
     assert_eq!(got.as_deref(), Some(&rotted[..]));
     assert_eq!((fresh.hint_hits, fresh.retries.torn), (1, 0));
 
-    leap.0
-        .fetch_add(2 * expiry.as_micros() as u64, Ordering::SeqCst);
+    leap.leap
+        .fetch_add(2 * config().expiry.as_micros() as u64, Ordering::SeqCst);
     let (got, old) = get(&mut reader, &key);
     // Verified, found torn; the pass without a hint reads it fresh.
     assert_eq!(got.as_deref(), Some(&rotted[..]));
     assert_eq!((old.hint_hits, old.retries.torn), (1, 1));
+}
+
+/// The boundary, on a monotonic clock that stands still but for the
+/// leaps: a hint seen exactly an expiry ago is trusted unverified, one a
+/// microsecond older is verified.
+#[test]
+fn a_hint_is_verified_only_past_an_expiry() {
+    let expiry = config().expiry.as_micros() as u64;
+    let (mut reader, key, rotted, leap, _cluster) = rotted_value_with_a_hint(true);
+    leap.leap.store(expiry, Ordering::SeqCst);
+    let (got, at) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&rotted[..]));
+    assert_eq!((at.hint_hits, at.retries.torn), (1, 0));
+
+    // That GET's answer saw the hint again: a full expiry and one µs more.
+    leap.leap.store(2 * expiry + 1, Ordering::SeqCst);
+    let (got, past) = get(&mut reader, &key);
+    assert_eq!(got.as_deref(), Some(&rotted[..]));
+    assert_eq!((past.hint_hits, past.retries.torn), (1, 1));
 }
 
 /// What one PUT by `c` cost.
@@ -334,7 +371,7 @@ fn a_cached_entry_is_not_read_through_its_hint() {
 fn a_batch_slower_than_half_the_expiry_is_not_used() {
     let config = config();
     let key = key_away_from(&config, 0);
-    let (leap, clocks) = leaping_clocks(config.nodes);
+    let (leap, clocks) = leaping_clocks(config.nodes, false);
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (clock, arm) = (Arc::clone(&leap), Arc::clone(&armed));
     let half = config.expiry.as_micros() as u64 / 2;
@@ -342,7 +379,7 @@ fn a_batch_slower_than_half_the_expiry_is_not_used() {
     // half an expiry forward: a batch that took that long.
     let before_read: common::Hook = Box::new(move |addr| {
         if addr.region != nessie::layout::region::INDEX && arm.swap(false, Ordering::SeqCst) {
-            clock.0.fetch_add(half, Ordering::SeqCst);
+            clock.leap.fetch_add(half, Ordering::SeqCst);
         }
     });
     let cluster = Cluster::builder(config)

@@ -342,3 +342,113 @@ fn cas_error(e: FabricError) -> Error {
         e => e.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::region;
+    use crate::{Cluster, Config};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// Clocks set by the test; counts the wall readings.
+    #[derive(Debug, Default)]
+    struct SetClocks {
+        mono: AtomicU64,
+        wall: AtomicU64,
+        wall_reads: AtomicU64,
+    }
+
+    impl Clock for SetClocks {
+        fn now_us(&self) -> u64 {
+            self.wall_reads.fetch_add(1, Ordering::SeqCst);
+            self.wall.load(Ordering::SeqCst)
+        }
+        fn mono_us(&self) -> u64 {
+            self.mono.load(Ordering::SeqCst)
+        }
+        fn sleep(&self, d: Duration) {
+            self.mono
+                .fetch_add(crate::config::micros(d), Ordering::SeqCst);
+        }
+    }
+
+    const LANDING_US: u64 = 100;
+
+    /// Runs `steps` on a gate of node 0 of a local cluster, started at
+    /// monotonic time 0 with `created_at` as its wall reading, landing
+    /// bound [`LANDING_US`]; returns the late CASes it counted once settled.
+    fn late_cases(
+        clocks: &SetClocks,
+        created_at: Option<u64>,
+        steps: impl FnOnce(&mut Gate<'_>),
+    ) -> u64 {
+        let config = Config {
+            index_slots_per_node: 64,
+            data_bytes_per_node: 4 << 20,
+            value_size_max: 1 << 10,
+            cas_landing_bound: Some(Duration::from_micros(LANDING_US)),
+            ..Config::default()
+        };
+        let timing = Timing::new(&config);
+        let cluster = Cluster::local(config).unwrap();
+        let fabric = cluster.fabric();
+        let mut ep = Endpoint::new(Arc::clone(&fabric), 0);
+        let mut gate = Gate::new(
+            &mut ep,
+            (fabric.as_ref(), clocks),
+            &timing,
+            (0, created_at),
+            u64::MAX,
+        );
+        steps(&mut gate);
+        gate.settle();
+        gate.late_cas
+    }
+
+    fn word() -> RemoteAddr {
+        RemoteAddr::new(0, region::INDEX, 0)
+    }
+
+    /// A CAS's landing is measured at the next reading (here the next
+    /// CAS's check), or when the gate settles at the operation's end.
+    #[test]
+    fn a_cas_landing_is_measured_at_the_next_reading_or_the_end() {
+        let clocks = SetClocks::default();
+        let quick = late_cases(&clocks, None, |g| {
+            g.cas(word(), 0, 0).unwrap();
+            clocks.mono.store(LANDING_US, Ordering::SeqCst);
+            g.cas(word(), 0, 0).unwrap();
+        });
+        assert_eq!(quick, 0, "each returned within the bound of its check");
+        let clocks = SetClocks::default();
+        let stalled = late_cases(&clocks, None, |g| {
+            g.cas(word(), 0, 0).unwrap();
+            clocks.mono.store(LANDING_US + 1, Ordering::SeqCst);
+            g.cas(word(), 0, 0).unwrap();
+        });
+        assert_eq!(stalled, 1, "the stall after the first counts against it");
+        let clocks = SetClocks::default();
+        let last = late_cases(&clocks, None, |g| {
+            g.cas(word(), 0, 0).unwrap();
+            clocks.mono.store(LANDING_US + 1, Ordering::SeqCst);
+        });
+        assert_eq!(last, 1, "the end of the operation measures the last CAS");
+    }
+
+    /// A writing operation's wall time is its start's wall reading plus
+    /// the monotonic time since, read without the wall clock; one that did
+    /// not read the wall clock at its start reads it.
+    #[test]
+    fn wall_time_derives_from_the_start_reading() {
+        let clocks = SetClocks::default();
+        clocks.wall.store(5_000, Ordering::SeqCst);
+        late_cases(&clocks, Some(1_000), |g| {
+            clocks.mono.store(30, Ordering::SeqCst);
+            assert_eq!(g.wall_now(), 1_030);
+        });
+        assert_eq!(clocks.wall_reads.load(Ordering::SeqCst), 0);
+        late_cases(&clocks, None, |g| assert_eq!(g.wall_now(), 5_000));
+        assert_eq!(clocks.wall_reads.load(Ordering::SeqCst), 1);
+    }
+}
