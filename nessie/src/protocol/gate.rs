@@ -301,7 +301,10 @@ impl<'a> Gate<'a> {
     pub(crate) fn wall_now(&mut self) -> u64 {
         let mono = self.mono_now();
         match self.wall_anchor {
-            Some((wall, at)) => wall.saturating_add(mono.saturating_sub(at)),
+            Some((wall, at)) => {
+                debug_assert!(mono >= at, "the monotonic clock went back");
+                wall.saturating_add(mono.saturating_sub(at))
+            }
             None => self.clock.now_us(),
         }
     }
