@@ -63,23 +63,28 @@ impl Clock for CountingClock {
     }
 }
 
+/// Two nodes of `config`'s timing, node 0 on `clock`, node 1 on the host's
+/// clocks; no recycler or clock watch reads them in the background.
+fn cluster_with_clock_of_node_0(clock: Arc<dyn Clock>, config: Config) -> Cluster {
+    Cluster::builder(Config {
+        nodes: 2,
+        index_slots_per_node: 1024,
+        data_bytes_per_node: 4 << 20,
+        ..config
+    })
+    .clocks(vec![clock, Arc::new(WallClock::default())])
+    .recycler(false)
+    .clock_checks(false)
+    .build()
+    .unwrap()
+}
+
 /// Readings `(wall, monotonic)` of one PUT that replaces a value, then of
 /// one GET that finds it through the PUT's location hint, then of a GET by
 /// a client without hints, on node 0.
 fn readings() -> [(u64, u64); 3] {
     let clock = Arc::new(CountingClock::new());
-    let clocks: Vec<Arc<dyn Clock>> = vec![clock.clone(), Arc::new(WallClock::default())];
-    let cluster = Cluster::builder(Config {
-        nodes: 2,
-        index_slots_per_node: 1024,
-        data_bytes_per_node: 4 << 20,
-        ..Config::default()
-    })
-    .clocks(clocks)
-    .recycler(false)
-    .clock_checks(false)
-    .build()
-    .unwrap();
+    let cluster = cluster_with_clock_of_node_0(clock.clone(), Config::default());
     let mut client = cluster.client(0).unwrap();
     let mut fresh = cluster.client(0).unwrap();
     client.put(b"key", b"first").unwrap();
@@ -147,19 +152,11 @@ fn late_cases_are_counted_to_the_last_cas_of_an_operation() {
         step_us: 1_000,
         steps: AtomicU64::new(0),
     });
-    let clocks: Vec<Arc<dyn Clock>> = vec![clock, Arc::new(WallClock::default())];
-    let cluster = Cluster::builder(Config {
-        nodes: 2,
-        index_slots_per_node: 1024,
-        data_bytes_per_node: 4 << 20,
+    let config = Config {
         cas_landing_bound: Some(landing),
         ..Config::default()
-    })
-    .clocks(clocks)
-    .recycler(false)
-    .clock_checks(false)
-    .build()
-    .unwrap();
+    };
+    let cluster = cluster_with_clock_of_node_0(clock, config);
     let mut client = cluster.client(0).unwrap();
     client.put(b"new key", b"v").unwrap();
     let put = client.stats().put;

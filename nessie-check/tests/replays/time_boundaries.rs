@@ -12,17 +12,20 @@ use nessie_check::scripted::{
 use nessie_check::sim::Point;
 use std::time::Duration;
 
-/// A PUT of a fresh key whose commit CAS is checked against its deadline
-/// `late_us` microseconds after that deadline (0: exactly at it).
-fn put_committing_at(late_us: u64) -> Result<(), nessie::Error> {
+/// A PUT of a fresh key by scripted client 0 (`put` runs it), stopped
+/// after its link CAS, before the re-read of the slot that is its last step
+/// before the commit; the clocks then move by what `stall` returns, given
+/// the time and the PUT's deadline, and the PUT runs to its end.
+fn put_stalled_after_its_link<T: Send + 'static>(
+    put: fn(&mut nessie::Client, &[u8]) -> T,
+    stall: impl FnOnce(u64, u64) -> u64,
+) -> T {
     let script = Script::new(tiny_config(2, 1), 1);
     let k = script.key_first("k-", 0);
     // The operation starts when the client first runs: now.
     let deadline = script.sched.now() + script.config().op_timeout.as_micros() as u64;
     let slot = script.slot(0);
-    let put = script.spawn(0, move |c| c.put(&k, b"v"));
-    // The last step before the commit is the re-read of the slot after
-    // linking the entry.
+    let joined = script.spawn(0, move |c| put(c, &k));
     script
         .sched
         .run_until(0, cas_at(slot))
@@ -30,12 +33,19 @@ fn put_committing_at(late_us: u64) -> Result<(), nessie::Error> {
     script
         .sched
         .run_until(0, read_at(slot))
-        .expect("the PUT stops before its last step before the commit");
-    script
-        .sched
-        .advance(deadline + late_us - script.sched.now());
+        .expect("the PUT re-reads the slot after linking");
+    script.sched.advance(stall(script.sched.now(), deadline));
     script.sched.run_to_end(0);
-    put.join().unwrap().unwrap()
+    joined.join().unwrap().unwrap()
+}
+
+/// A PUT of a fresh key whose commit CAS is checked against its deadline
+/// `late_us` microseconds after that deadline (0: exactly at it).
+fn put_committing_at(late_us: u64) -> Result<(), nessie::Error> {
+    put_stalled_after_its_link(
+        |c, k| c.put(k, b"v"),
+        |now, deadline| deadline + late_us - now,
+    )
 }
 
 /// The deadline is the last instant at which an operation may still issue
@@ -78,22 +88,10 @@ fn a_cas_is_late_only_beyond_the_landing_bound() {
 /// the re-read of the slot that precedes its commit, succeeds, and the late
 /// CASes it counts.
 fn late_cases_of_a_put_stalled_after_its_link_for(stall_us: u64) -> (bool, u64) {
-    let script = Script::new(tiny_config(2, 1), 1);
-    let k = script.key_first("k-", 0);
-    let slot = script.slot(0);
-    let put = script.spawn(0, move |c| (c.put(&k, b"v"), c.stats().put.late_cas));
-    script
-        .sched
-        .run_until(0, cas_at(slot))
-        .expect("the PUT links");
-    script
-        .sched
-        .run_until(0, read_at(slot))
-        .expect("the PUT re-reads the slot after linking");
-    script.sched.advance(stall_us);
-    script.sched.run_to_end(0);
-    let (done, late) = put.join().unwrap().unwrap();
-    (done.is_ok(), late)
+    put_stalled_after_its_link(
+        |c, k| (c.put(k, b"v").is_ok(), c.stats().put.late_cas),
+        |_, _| stall_us,
+    )
 }
 
 /// A CAS's landing is measured at the operation's next clock reading (here

@@ -417,26 +417,25 @@ mod tests {
     /// CAS's check), or when the gate settles at the operation's end.
     #[test]
     fn a_cas_landing_is_measured_at_the_next_reading_or_the_end() {
-        let clocks = SetClocks::default();
-        let quick = late_cases(&clocks, None, |g| {
-            g.cas(word(), 0, 0).unwrap();
-            clocks.mono.store(LANDING_US, Ordering::SeqCst);
-            g.cas(word(), 0, 0).unwrap();
-        });
-        assert_eq!(quick, 0, "each returned within the bound of its check");
-        let clocks = SetClocks::default();
-        let stalled = late_cases(&clocks, None, |g| {
-            g.cas(word(), 0, 0).unwrap();
-            clocks.mono.store(LANDING_US + 1, Ordering::SeqCst);
-            g.cas(word(), 0, 0).unwrap();
-        });
-        assert_eq!(stalled, 1, "the stall after the first counts against it");
-        let clocks = SetClocks::default();
-        let last = late_cases(&clocks, None, |g| {
-            g.cas(word(), 0, 0).unwrap();
-            clocks.mono.store(LANDING_US + 1, Ordering::SeqCst);
-        });
-        assert_eq!(last, 1, "the end of the operation measures the last CAS");
+        // (monotonic time after the first CAS, whether a second CAS
+        // follows, late CASes)
+        let cases = [
+            (LANDING_US, true, 0),
+            (LANDING_US + 1, true, 1),
+            (LANDING_US + 1, false, 1),
+            (LANDING_US, false, 0),
+        ];
+        for (after, second, late) in cases {
+            let clocks = SetClocks::default();
+            let counted = late_cases(&clocks, None, |g| {
+                g.cas(word(), 0, 0).unwrap();
+                clocks.mono.store(after, Ordering::SeqCst);
+                if second {
+                    g.cas(word(), 0, 0).unwrap();
+                }
+            });
+            assert_eq!(counted, late, "at {after} µs, second CAS: {second}");
+        }
     }
 
     /// A writing operation's wall time is its start's wall reading plus
