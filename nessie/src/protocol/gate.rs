@@ -286,7 +286,7 @@ impl<'a> Gate<'a> {
 
     /// The monotonic clock now; measures the landing of the last CAS, if
     /// not measured yet.
-    pub(crate) fn mono_now(&mut self) -> u64 {
+    fn mono_now(&mut self) -> u64 {
         let now = self.clock.mono_us();
         if let Some((checked, addr)) = self.unsettled.take() {
             self.note_landing(checked, now, addr);
