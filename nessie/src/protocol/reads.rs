@@ -61,7 +61,11 @@ impl Ctx<'_> {
                 self.gate.read(cands[i].addr(), &mut words[i])?;
             }
         }
-        Ok(words.iter().map(|w| Ite(u64::from_le_bytes(*w))).collect())
+        let mut ites = PerCandidate::new();
+        for w in words.iter() {
+            ites.push(Ite(u64::from_le_bytes(*w)));
+        }
+        Ok(ites)
     }
 
     /// The DTEs a pass over the candidates must read, with the index of the
@@ -78,16 +82,20 @@ impl Ctx<'_> {
     ) -> PerCandidate<(usize, DteRead)> {
         let config = self.env.config;
         let use_filter = config.optimizations.filter;
-        ites.iter()
-            .enumerate()
-            .filter_map(|(i, ite)| match ite.kind() {
-                IteKind::Empty => None,
-                IteKind::Moved { copy } => Some((i, (copy, config.key_size_max, false))),
-                IteKind::Occupied { dte, .. } => (!use_filter
-                    || ite.filter_matches(filter, config.filter_bits))
-                .then_some((i, (dte, key_len, whole))),
-            })
-            .collect()
+        // Pushed in place, as in `Gate::read_batch`.
+        let mut reads = PerCandidate::new();
+        for (i, ite) in ites.iter().enumerate() {
+            match ite.kind() {
+                IteKind::Empty => {}
+                IteKind::Moved { copy } => reads.push((i, (copy, config.key_size_max, false))),
+                IteKind::Occupied { dte, .. } => {
+                    if !use_filter || ite.filter_matches(filter, config.filter_bits) {
+                        reads.push((i, (dte, key_len, whole)));
+                    }
+                }
+            }
+        }
+        reads
     }
 
     /// Bytes to read of a DTE: header and `key_len` bytes of key, or the
@@ -113,29 +121,25 @@ impl Ctx<'_> {
         mut landing: Option<(usize, &mut [u8])>,
         views: &mut PerCandidate<Option<DteView>>,
     ) -> Result<(), Error> {
-        let addrs: PerCandidate<Option<RemoteAddr>> = reqs
-            .iter()
-            .map(|&(r, _, _)| self.env.geometry().dte_addr(r))
-            .collect();
+        let mut addrs = PerCandidate::<Option<RemoteAddr>>::new();
+        for &(r, _, _) in reqs {
+            addrs.push(self.env.geometry().dte_addr(r));
+        }
         if let Some((i, tail)) = &landing {
             debug_assert!(
                 addrs[*i].is_some() && Some(tail.len()) == self.landing_len(reqs[*i]),
                 "a landing takes exactly the whole read's bytes past the key"
             );
         }
-        let mut bufs: PerCandidate<Vec<u8>> = reqs
-            .iter()
-            .zip(&addrs)
-            .enumerate()
-            .map(|(i, (&(r, k, whole), addr))| {
-                let len = match (addr, &landing) {
-                    (None, _) => 0,
-                    (Some(_), Some((at, _))) if *at == i => dte::value_offset(k),
-                    (Some(_), _) => self.read_len(r, k, whole),
-                };
-                self.buffer(len)
-            })
-            .collect();
+        let mut bufs = PerCandidate::<Vec<u8>>::new();
+        for (i, (&(r, k, whole), addr)) in reqs.iter().zip(&addrs).enumerate() {
+            let len = match (addr, &landing) {
+                (None, _) => 0,
+                (Some(_), Some((at, _))) if *at == i => dte::value_offset(k),
+                (Some(_), _) => self.read_len(r, k, whole),
+            };
+            bufs.push(self.buffer(len));
+        }
         let landed = landing.as_ref().map(|(i, tail)| (*i, tail.len()));
         {
             let mut verbs: PerCandidate<Verb<'_>> = PerCandidate::new();
@@ -159,16 +163,13 @@ impl Ctx<'_> {
             }
         }
         let first = views.len();
-        views.extend(
-            reqs.iter()
-                .zip(bufs)
-                .enumerate()
-                .map(|(i, (&(r, _, _), bytes))| {
-                    let mut view = self.view(r, bytes)?;
-                    view.landed = landed.and_then(|(at, n)| (at == i).then_some(n));
-                    Some(view)
-                }),
-        );
+        views.extend(reqs.iter().zip(bufs.drain(..)).enumerate().map(
+            |(i, (&(r, _, _), bytes))| {
+                let mut view = self.view(r, bytes)?;
+                view.landed = landed.and_then(|(at, n)| (at == i).then_some(n));
+                Some(view)
+            },
+        ));
         if let Some(&(torn, _, _)) = reqs
             .iter()
             .zip(&views[first..])

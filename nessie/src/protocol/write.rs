@@ -109,10 +109,11 @@ impl Ctx<'_> {
         ites: &[Ite],
         hinted: Option<HintedRead>,
     ) -> Result<Step<Plan>, Error> {
-        let (slots, mut reqs): (PerCandidate<usize>, PerCandidate<_>) = self
-            .entries_to_read(ites, filter, key.len(), false)
-            .into_iter()
-            .unzip();
+        let (mut slots, mut reqs) = (PerCandidate::<usize>::new(), PerCandidate::new());
+        for (i, req) in self.entries_to_read(ites, filter, key.len(), false) {
+            slots.push(i);
+            reqs.push(req);
+        }
         let read_at = hinted
             .as_ref()
             .and_then(|(ite, _)| slots.iter().position(|&i| ites[i] == *ite));
