@@ -109,15 +109,16 @@ impl Ctx<'_> {
     /// made after this pass's ITE reads (docs/design.md#location-hints):
     /// an ITE of the pass holds the hinted value, the entry is a committed
     /// one of the key, and the batch ended within half an expiry of its
-    /// start, measured at `ended`, after the batch. Counts the hit or the
-    /// miss.
+    /// start. Reads the monotonic clock once, after the batch, and returns
+    /// that reading if the hint holds (it serves the answer's other time
+    /// tests too). Counts the hit or the miss.
     fn hint_holds(
         &mut self,
         key: &[u8],
         ites: &[Ite],
         (hint, view): (Hint, &DteView),
-        ended: u64,
-    ) -> bool {
+    ) -> Option<u64> {
+        let ended = self.env.clock.mono_us();
         let within = ended.saturating_sub(self.op.index_read_at) < self.env.timing.expiry_us / 2;
         let holds = within
             && ites.contains(&Ite(hint.ite))
@@ -128,7 +129,7 @@ impl Ctx<'_> {
         } else {
             self.op.stats.hint_misses += 1;
         }
-        holds
+        holds.then_some(ended)
     }
 
     /// A GET's first read with a hint: the ITEs and the hinted entry's
@@ -166,13 +167,10 @@ impl Ctx<'_> {
             self.op.stats.hint_misses += 1;
             return Ok(None);
         };
-        // One reading after the batch serves the hint's tests and the
-        // checksum policy.
-        let ended = self.env.clock.mono_us();
-        if !self.hint_holds(key, ites, (hint, &view), ended) {
+        let Some(ended) = self.hint_holds(key, ites, (hint, &view)) else {
             self.recycle(view);
             return Ok(None);
-        }
+        };
         let ite = Ite(hint.ite);
         // Within an expiry of the sighting the hinted incarnation is the
         // one the ITE names and was whole before this batch; past that,
@@ -210,8 +208,7 @@ impl Ctx<'_> {
             self.op.stats.hint_misses += 1;
             return Ok((ites, None));
         };
-        let ended = self.env.clock.mono_us();
-        if !self.hint_holds(key, &ites, (hint, &view), ended) {
+        if self.hint_holds(key, &ites, (hint, &view)).is_none() {
             self.recycle(view);
             return Ok((ites, None));
         }

@@ -121,23 +121,24 @@ impl Ctx<'_> {
         mut landing: Option<(usize, &mut [u8])>,
         views: &mut PerCandidate<Option<DteView>>,
     ) -> Result<(), Error> {
-        let mut addrs = PerCandidate::<Option<RemoteAddr>>::new();
-        for &(r, _, _) in reqs {
-            addrs.push(self.env.geometry().dte_addr(r));
-        }
         if let Some((i, tail)) = &landing {
             debug_assert!(
-                addrs[*i].is_some() && Some(tail.len()) == self.landing_len(reqs[*i]),
+                Some(tail.len()) == self.landing_len(reqs[*i]),
                 "a landing takes exactly the whole read's bytes past the key"
             );
         }
-        let mut bufs = PerCandidate::<Vec<u8>>::new();
-        for (i, (&(r, k, whole), addr)) in reqs.iter().zip(&addrs).enumerate() {
+        let (mut addrs, mut bufs) = (
+            PerCandidate::<Option<RemoteAddr>>::new(),
+            PerCandidate::new(),
+        );
+        for (i, &(r, k, whole)) in reqs.iter().enumerate() {
+            let addr = self.env.geometry().dte_addr(r);
             let len = match (addr, &landing) {
                 (None, _) => 0,
                 (Some(_), Some((at, _))) if *at == i => dte::value_offset(k),
                 (Some(_), _) => self.read_len(r, k, whole),
             };
+            addrs.push(addr);
             bufs.push(self.buffer(len));
         }
         let landed = landing.as_ref().map(|(i, tail)| (*i, tail.len()));
